@@ -1,0 +1,17 @@
+"""Registry of the documents' experiments. Each is a module with `run(cfg, on_epoch=None) -> metrics`
+and a `CLOCK` string saying what its timings contain. The CLI, the sweep engine and the tests all
+call that same function."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# name -> (module, one line for `harness list`)
+EXPERIMENTS: dict[str, tuple[str, str]] = {
+    "pruning": ("experiments.pruning", "T6.1: train, prune Conv2d filters by L1 norm, train timed, test"),
+}
+
+
+def load(name: str) -> ModuleType:
+    return importlib.import_module(EXPERIMENTS[name][0])

@@ -1,0 +1,59 @@
+"""T6.1 (book ch. 6): does removing Conv2d filters cut training time, and what does it cost in accuracy?
+
+The book's procedure: build the CNN, train one warm-up epoch, prune every Conv2d by L1 norm and
+physically remove the filters, build a new optimizer, train 10 timed epochs, test.
+
+    harness run pruning --set sparsity=0.5 --set dataset=digits --set epochs=2
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.config import RunConfig
+from harness.data import load_splits
+from harness.models import MODELS, build_model, count_parameters
+from harness.pruning import prune_conv_filters
+from harness.timing import spread, timed
+from harness.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs
+
+__all__ = ["CLOCK", "run"]
+
+
+def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+    device = prepare(cfg)
+    data = load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
+                       train_limit=cfg.train_limit, test_limit=cfg.test_limit)
+    model = build_model(cfg.model, data.num_classes).to(device)
+    param_count_before = count_parameters(model)
+    order = torch.Generator().manual_seed(cfg.seed)
+    fit = dict(batch_size=cfg.batch_size, device=device, generator=order)
+
+    warmup = train_epochs(model, make_optimizer(cfg, model), data.train, epochs=cfg.warmup_epochs, **fit)
+
+    with timed(device) as pruning:
+        example = data.train.x[: cfg.batch_size].to(device)
+        prune_conv_filters(model, cfg.sparsity, example, cfg.pruning_backend)
+
+    # The book builds a new optimizer for the pruned model (its parameters are new tensors).
+    epoch_times = train_epochs(model, make_optimizer(cfg, model), data.train, epochs=cfg.epochs,
+                               on_epoch=on_epoch, **fit)
+    with timed(device) as evaluation:
+        accuracy = evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device)
+
+    train_time = sum(epoch_times)
+    epochs = spread(epoch_times)
+    return {
+        "train_time_s": train_time,
+        "test_accuracy": accuracy,
+        "param_count": count_parameters(model),
+        "param_count_before": param_count_before,
+        "samples_per_s": len(data.train) * cfg.epochs / train_time,
+        "epoch_time_median_s": epochs["median"],
+        "epoch_time_iqr_s": epochs["iqr"],
+        "warmup_time_s": sum(warmup),
+        "prune_time_s": pruning.seconds,
+        "eval_time_s": evaluation.seconds,
+        "train_samples": len(data.train),
+        "test_samples": len(data.test),
+    }

@@ -1,0 +1,1 @@
+"""Experiment-tracking research harness for PyTorch training-speed research."""

@@ -1,0 +1,179 @@
+"""`harness` command line: run one experiment, run a sweep, report a sweep, list what exists, open the UI.
+
+Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
+failed at run time exits 1 after recording them; Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from typing import Sequence
+
+from harness.errors import UserError
+
+EXIT_USAGE, EXIT_FAILED_CELLS, EXIT_INTERRUPTED = 2, 1, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line instead of argparse's usage block
+        raise UserError(f"{message} (see `{self.prog} --help`).")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, "
+                                               "else sqlite:///mlruns/mlflow.db in the project)")
+    sets = argparse.ArgumentParser(add_help=False)
+    sets.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config field (repeatable); in a sweep, KEY=[a,b] makes it an axis")
+
+    parser = _Parser(prog="harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", parents=[common, sets], help="run one experiment once and log it")
+    p.add_argument("experiment")
+
+    p = sub.add_parser("sweep", parents=[common, sets], help="run a sweep (grid) and log every cell")
+    p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
+    p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+    p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published figures")
+    p.add_argument("sweep")
+    p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
+    p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
+
+    p = sub.add_parser("list", parents=[common], help="experiments, models, datasets, sweeps and config fields")
+
+    p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
+    p.add_argument("--port", type=int, default=5000)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserError as err:
+        print(f"harness: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("harness: interrupted; finished cells are kept, the interrupted one reruns next time.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _overrides(sets: list[str]) -> dict:
+    from harness.config import parse_assignment
+
+    return dict(parse_assignment(s) for s in sets)
+
+
+def _store(args):
+    from harness.tracking import Store
+
+    return Store(args.tracking_uri)
+
+
+def cmd_run(args) -> int:
+    from harness.config import make_config
+    from harness.sweep import run_single
+    from harness.tracking import OK
+
+    overrides = _overrides(args.sets)
+    if any(isinstance(v, list) for v in overrides.values()):
+        raise UserError("`harness run` takes single values; use `harness sweep` for lists.")
+    cfg = make_config({**overrides, "experiment": args.experiment})
+    result = run_single(cfg, _store(args))
+    if result.outcome != OK:
+        # A skip (no GPU here, backend missing) is the user's request not fitting this machine.
+        raise UserError(f"{args.experiment} {result.outcome}: {result.reason}")
+    for key, value in result.metrics.items():
+        print(f"{key:>22}: {value:.6g}")
+    print(f"logged as run {result.run_id}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from harness import sweepspec
+    from harness.sweep import run_sweep
+
+    spec = sweepspec.load(args.sweep)
+    store = _store(args)
+    result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
+                       show_progress=not args.no_progress)
+    print(_summary(result))
+    if any(r.outcome == "failed" and r.cell.config is None for r in result.results):
+        return EXIT_USAGE
+    return EXIT_FAILED_CELLS if result.count("failed") else 0
+
+
+def _summary(result) -> str:
+    lines = [f"{'cell':<24} {'outcome':<8} {'train_time_s':>12} {'test_accuracy':>13} {'param_count':>11}  note"]
+    for r in result.results:
+        m = r.metrics
+        lines.append(f"{r.cell.label:<24} {r.outcome:<8} {m.get('train_time_s', float('nan')):>12.2f} "
+                     f"{m.get('test_accuracy', float('nan')):>13.4f} {m.get('param_count', float('nan')):>11.0f}  "
+                     f"{r.reason or ''}")
+    counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy")
+                       if (n := result.count(o)))
+    lines.append(f"sweep {result.name} ({result.scale}): {len(result.results)} cells: {counts}, "
+                 f"in {result.seconds:.0f} s; parent run {result.parent_run_id}; "
+                 f"report: harness report {result.name}")
+    return "\n".join(lines)
+
+
+def cmd_report(args) -> int:
+    from pathlib import Path
+
+    from harness import report, sweepspec
+
+    spec = sweepspec.load(args.sweep)
+    store = _store(args)
+    built = report.build(store, spec, args.scale)
+    paths = report.write(built, store, Path(args.out) if args.out else report.REPORTS_DIR)
+    print(built.markdown)
+    print("written: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def cmd_list(args) -> int:
+    import experiments
+    from harness import sweepspec
+    from harness.config import field_help
+    from harness.data import DATASETS
+    from harness.models import MODELS
+
+    print("experiments:")
+    for name, (_, line) in experiments.EXPERIMENTS.items():
+        print(f"  {name:<16} {line}")
+    print("sweeps (harness sweep NAME --scale smoke|quick|full):")
+    for name in sweepspec.available():
+        print(f"  {name:<16} {sweepspec.load(name).title}")
+    print("models:")
+    for name, spec in MODELS.items():
+        print(f"  {name:<16} {spec.description}")
+    print(f"datasets: {', '.join(DATASETS)}")
+    print("config fields (--set KEY=VALUE):")
+    for name, default, text in field_help():
+        print(f"  {name:<16} {default:<10} {text}")
+    return 0
+
+
+def cmd_ui(args) -> int:
+    store = _store(args)  # validates the URI and creates the SQLite file if needed
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
+               "--host", "127.0.0.1", "--port", str(args.port)]
+    print(f"MLflow UI on http://127.0.0.1:{args.port} over {store.uri} (Ctrl-C stops it)", flush=True)
+    os.execv(sys.executable, command)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "list": cmd_list, "ui": cmd_ui}
+
+
+def entry() -> None:
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""The one typed configuration every experiment, sweep cell and study trial is run from.
+
+A flat record on purpose: every field becomes an MLflow param under the same name, so the
+MLflow compare view lines up grid cells, study trials and single runs of any experiment.
+Experiments read the fields they need and leave the rest at their defaults.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from harness.errors import UserError
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+    # --- what to run -------------------------------------------------------------------------
+    experiment: str = Field("pruning", description="Experiment module to run (see `harness list`).")
+    model: str = Field("cnn", description="Model from the model registry (see `harness list`).")
+
+    # --- data --------------------------------------------------------------------------------
+    dataset: str = Field(
+        "cifar10",
+        description="cifar10 | fashion_mnist (torchvision, downloaded when online), imagefolder "
+        "(DATA_DIR/train and DATA_DIR/test class folders), digits (scikit-learn's bundled digits), "
+        "synthetic (seeded, learnable).",
+    )
+    data_dir: str = Field("data", description="Where datasets are read from or downloaded to.")
+    train_limit: int = Field(0, ge=0, description="Train on a fixed random subset of N samples (0 = all).")
+    test_limit: int = Field(0, ge=0, description="Test on a fixed random subset of N samples (0 = all).")
+
+    # --- training ----------------------------------------------------------------------------
+    epochs: int = Field(10, description="Timed training epochs.")
+    warmup_epochs: int = Field(1, ge=0, description="Untimed epochs before the clock starts.")
+    batch_size: int = Field(64, description="Training batch size (per process).")
+    eval_batch_size: int = Field(1000, description="Batch size for the test-set evaluation.")
+    optimizer: Literal["adam", "sgd"] = Field("adam", description="Optimizer for training.")
+    lr: float = Field(1e-5, description="Learning rate.")
+    weight_decay: float = Field(0.005, ge=0, description="L2 weight decay passed to the optimizer.")
+    momentum: float = Field(0.0, ge=0, lt=1, description="SGD momentum (ignored by Adam).")
+
+    # --- pruning (T6.1) ----------------------------------------------------------------------
+    sparsity: float = Field(0.0, description="Fraction of Conv2d filters removed per layer, in [0, 1).")
+    pruning_backend: Literal["nni", "torch-pruning"] = Field(
+        "nni", description="nni: L1NormPruner + ModelSpeedup (the book's tool); torch-pruning: DepGraph L1."
+    )
+
+    # --- execution ---------------------------------------------------------------------------
+    device: str = Field("cpu", description="cpu, cuda or cuda:N.")
+    threads: int = Field(0, ge=0, description="Intra-op threads (torch.set_num_threads); 0 = all cores this process may use.")
+    seed: int = Field(0, description="Seed for model init, data order and synthetic data.")
+    repeat: int = Field(0, ge=0, description="Repeat index of an otherwise identical cell (timing repeats).")
+
+    @field_validator("epochs", "batch_size", "eval_batch_size")
+    @classmethod
+    def _positive_int(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("must be a positive integer")
+        return value
+
+    @field_validator("lr")
+    @classmethod
+    def _positive_lr(cls, value: float) -> float:
+        if not value > 0:
+            raise ValueError("must be a positive number")
+        return value
+
+    @field_validator("sparsity")
+    @classmethod
+    def _sparsity_range(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError("must be in [0, 1): 0 keeps every filter, 0.5 removes half")
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device_name(cls, value: str) -> str:
+        name, _, index = value.partition(":")
+        if name not in ("cpu", "cuda") or (index and not index.isdigit()) or (name == "cpu" and index):
+            raise ValueError("must be cpu, cuda or cuda:N")
+        return value
+
+    @field_validator("experiment")
+    @classmethod
+    def _known_experiment(cls, value: str) -> str:
+        from experiments import EXPERIMENTS
+
+        return _one_of(value, EXPERIMENTS)
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        from harness.models import MODELS
+
+        return _one_of(value, MODELS)
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, value: str) -> str:
+        from harness.data import DATASETS
+
+        return _one_of(value, DATASETS)
+
+    # --- identity ------------------------------------------------------------------------------
+    def non_default_items(self) -> dict[str, Any]:
+        defaults = RunConfig.model_construct()
+        return {k: v for k, v in self.model_dump().items() if getattr(defaults, k) != v or k == "experiment"}
+
+    def cell_id(self) -> str:
+        """Identifies what is measured: the fields that differ from the defaults.
+
+        Hashing only non-default values keeps the id of an old cell stable when a new field
+        (with a default) is added to this class later.
+        """
+        canonical = json.dumps(self.non_default_items(), sort_keys=True, default=str)
+        return hashlib.sha1(canonical.encode()).hexdigest()[:16]
+
+
+def _one_of(value: str, known: dict) -> str:
+    if value not in known:
+        raise ValueError(f"is not known; choose one of {', '.join(sorted(known))}")
+    return value
+
+
+FIELD_NAMES = tuple(RunConfig.model_fields)
+
+
+def field_help() -> list[tuple[str, str, str]]:
+    """(name, default, description) for every config field, for `harness list --fields`."""
+    return [(n, repr(f.default), f.description or "") for n, f in RunConfig.model_fields.items()]
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """One sentence per mistake, naming the field, what it got and what it accepts."""
+    sentences = []
+    for item in err.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "config"
+        if item["type"] == "extra_forbidden":
+            sentences.append(f"unknown config key '{field}'; known keys: {', '.join(FIELD_NAMES)}.")
+            continue
+        message = item["msg"].removeprefix("Value error, ")
+        sentences.append(f"config field '{field}' {_lower_first(message)} (got {item.get('input')!r}).")
+    return " ".join(sentences)
+
+
+def _lower_first(text: str) -> str:
+    if text.startswith("Input should"):
+        return "should" + text[len("Input should"):]
+    return text[:1].lower() + text[1:]
+
+
+def make_config(values: dict[str, Any]) -> RunConfig:
+    """Build and validate a config, turning a validation failure into a UserError sentence."""
+    try:
+        return RunConfig(**values)
+    except ValidationError as err:
+        raise UserError(describe_validation_error(err)) from None
+
+
+def check_keys(keys) -> None:
+    unknown = [k for k in keys if k not in FIELD_NAMES]
+    if unknown:
+        raise UserError(f"unknown config key '{unknown[0]}'; known keys: {', '.join(FIELD_NAMES)}.")
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """Parse one `--set key=value`. A JSON list value (`sparsity=[0.1,0.5]`) becomes a sweep axis."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UserError(f"--set expects key=value, got '{text}'.")
+    check_keys([key])
+    raw = raw.strip()
+    if raw.startswith("["):
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            raise UserError(f"--set {key}: '{raw}' is not a valid list; write it like [0.1,0.5].") from None
+        return key, value
+    return key, raw

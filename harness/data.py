@@ -1,0 +1,218 @@
+"""Datasets, decoded once into memory as float tensors in [0, 1] (what the book's `ToTensor()` gives).
+
+Each loader returns native-shaped train and test splits; `load_splits` then adapts them to the
+model's input (channel count, size) and applies the limits. The in-memory form is what makes the
+training loop cheaper than a DataLoader that converts one PIL image at a time: the work inside
+the clock is then the model's, not the input pipeline's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from harness.errors import UserError
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"}
+CACHE_DIR = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "torch-speed-harness"))
+
+
+@dataclass
+class Split:
+    x: torch.Tensor  # float32, N x C x H x W, values in [0, 1]
+    y: torch.Tensor  # int64, N
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class Dataset:
+    train: Split
+    test: Split
+    num_classes: int
+
+
+def _from_uint8_nhwc(images: np.ndarray | torch.Tensor, labels) -> Split:
+    x = torch.as_tensor(images)
+    if x.ndim == 3:  # N x H x W grey
+        x = x.unsqueeze(-1)
+    x = x.permute(0, 3, 1, 2).contiguous().float().div_(255.0)
+    return Split(x, torch.as_tensor(labels, dtype=torch.int64))
+
+
+def _torchvision(cls_name: str, how_to_provide: str) -> Callable[[str, int], Dataset]:
+    def load(data_dir: str, seed: int) -> Dataset:
+        import torchvision
+
+        cls = getattr(torchvision.datasets, cls_name)
+        splits = []
+        for train in (True, False):
+            try:
+                ds = cls(root=data_dir, train=train, download=False)
+            except RuntimeError:
+                try:
+                    ds = cls(root=data_dir, train=train, download=True)
+                except Exception as err:  # offline, proxy, disk full: all end the same way for the user
+                    raise UserError(
+                        f"{cls_name} is not in '{data_dir}' and could not be downloaded "
+                        f"({type(err).__name__}); {how_to_provide}"
+                    ) from None
+            splits.append(_from_uint8_nhwc(np.asarray(ds.data), ds.targets))
+        return Dataset(splits[0], splits[1], 10)
+
+    return load
+
+
+def _imagefolder(data_dir: str, seed: int) -> Dataset:
+    root = Path(data_dir)
+    missing = [d for d in ("train", "test") if not (root / d).is_dir()]
+    if missing:
+        raise UserError(
+            f"dataset 'imagefolder' needs class folders under '{root}/train' and '{root}/test' "
+            f"('{root}/{missing[0]}' is missing); set data_dir to such a folder."
+        )
+    classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
+    if not classes:
+        raise UserError(f"'{root}/train' has no class folders; put each class's images in train/<class>/.")
+    return Dataset(_decode_folder(root / "train", classes), _decode_folder(root / "test", classes), len(classes))
+
+
+def _decode_folder(folder: Path, classes: list[str]) -> Split:
+    files = [(f, label) for label, c in enumerate(classes) for f in sorted((folder / c).glob("*"))
+             if f.suffix.lower() in IMAGE_SUFFIXES]
+    if not files:
+        raise UserError(f"'{folder}' holds no images in its class folders ({', '.join(classes)}).")
+    stamp = f"{folder.resolve()}|{len(files)}|{max(f.stat().st_mtime_ns for f, _ in files)}"
+    cache = CACHE_DIR / f"imagefolder-{hashlib.sha1(stamp.encode()).hexdigest()[:16]}.pt"
+    if cache.exists():
+        saved = torch.load(cache)
+        return _from_uint8_nhwc(saved["x"], saved["y"])
+
+    from PIL import Image
+    from tqdm import tqdm
+
+    arrays = []
+    for f, _ in tqdm(files, desc=f"decoding {folder.name}", unit="img", leave=False, mininterval=1.0):
+        with Image.open(f) as img:
+            arrays.append(np.asarray(img.convert("RGB")))
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise UserError(f"images in '{folder}' differ in size ({sorted(shapes)[:2]}); resize them to one size first.")
+    x = np.stack(arrays)
+    y = np.array([label for _, label in files])
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"x": torch.from_numpy(x), "y": torch.from_numpy(y)}, cache)
+    return _from_uint8_nhwc(x, y)
+
+
+def _digits(data_dir: str, seed: int) -> Dataset:
+    """scikit-learn's bundled 8x8 digits (1,797 real scans), split 80/20 by a fixed permutation."""
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(bunch.target, dtype=torch.int64)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    cut = int(0.8 * len(y))
+    return Dataset(Split(x[order[:cut]], y[order[:cut]]), Split(x[order[cut:]], y[order[cut:]]), 10)
+
+
+def synthetic(shape: tuple[int, int, int], train_size: int, test_size: int, seed: int,
+              num_classes: int = 10) -> Dataset:
+    """Learnable images: each class is a smooth random prototype, each sample that prototype plus
+    noise. Seeded, so the same seed gives the same data."""
+    g = torch.Generator().manual_seed(seed)
+    c, h, w = shape
+    coarse = torch.rand(num_classes, c, max(h // 4, 1), max(w // 4, 1), generator=g)
+    prototypes = F.interpolate(coarse, size=(h, w), mode="bilinear", align_corners=False)
+
+    def draw(n: int) -> Split:
+        y = torch.randint(0, num_classes, (n,), generator=g)
+        x = (prototypes[y] + 0.35 * torch.randn(n, c, h, w, generator=g)).clamp_(0, 1)
+        return Split(x, y)
+
+    return Dataset(draw(train_size), draw(test_size), num_classes)
+
+
+DATASETS: dict[str, Callable[[str, int], Dataset] | None] = {
+    "cifar10": _torchvision(
+        "CIFAR10",
+        "connect once to download it, copy cifar-10-batches-py into data_dir, or use "
+        "dataset=imagefolder with data_dir holding train/ and test/ class folders.",
+    ),
+    "fashion_mnist": _torchvision(
+        "FashionMNIST", "connect once to download it, or copy the FashionMNIST/raw files into data_dir."
+    ),
+    "imagefolder": _imagefolder,
+    "digits": _digits,
+    "synthetic": None,  # built from the model's input shape, see load_splits
+}
+
+SYNTHETIC_DEFAULT_SIZES = (2048, 512)
+_memory: dict[tuple, Dataset] = {}
+
+
+def load_splits(name: str, data_dir: str, input_shape: tuple[int, int, int], *, seed: int = 0,
+                train_limit: int = 0, test_limit: int = 0) -> Dataset:
+    """The dataset adapted to `input_shape`, limited to fixed random subsets when limits are set.
+
+    Decoded data are kept in memory for the life of the process, so a sweep decodes once.
+    """
+    key = (name, str(Path(data_dir).resolve()), input_shape, seed if name == "synthetic" else None,
+           train_limit, test_limit)
+    if key in _memory:
+        return _memory[key]
+    if name == "synthetic":
+        data = synthetic(input_shape, train_limit or SYNTHETIC_DEFAULT_SIZES[0],
+                         test_limit or SYNTHETIC_DEFAULT_SIZES[1], seed)
+    else:
+        data = DATASETS[name](data_dir, seed)
+        data = Dataset(_limit(_adapt(data.train, input_shape), train_limit),
+                       _limit(_adapt(data.test, input_shape), test_limit), data.num_classes)
+    _memory.clear()  # hold one dataset at a time: CIFAR-10 alone is 700 MB as float32
+    _memory[key] = data
+    return data
+
+
+def _adapt(split: Split, shape: tuple[int, int, int]) -> Split:
+    c, h, w = shape
+    x = split.x
+    if x.shape[1] != c:
+        if c == 1:
+            x = x.mean(dim=1, keepdim=True)
+        elif x.shape[1] == 1:
+            x = x.expand(-1, c, -1, -1)
+        else:
+            raise UserError(f"cannot adapt {x.shape[1]}-channel images to a {c}-channel model.")
+    if tuple(x.shape[2:]) != (h, w):
+        x = F.interpolate(x, size=(h, w), mode="bilinear", align_corners=False)
+    return Split(x.contiguous(), split.y)
+
+
+def _limit(split: Split, limit: int) -> Split:
+    if not limit or limit >= len(split):
+        return split
+    # A fixed permutation, not the first N: class-folder data are ordered by class.
+    keep = torch.randperm(len(split), generator=torch.Generator().manual_seed(0))[:limit]
+    return Split(split.x[keep], split.y[keep])
+
+
+def batches(split: Split, batch_size: int, generator: torch.Generator | None = None,
+            shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Mini-batches in a fresh random order each call (like DataLoader(shuffle=True), last batch kept)."""
+    n = len(split)
+    order = torch.randperm(n, generator=generator) if shuffle else None
+    for start in range(0, n, batch_size):
+        if order is None:
+            yield split.x[start:start + batch_size], split.y[start:start + batch_size]
+        else:
+            idx = order[start:start + batch_size]
+            yield split.x[idx], split.y[idx]

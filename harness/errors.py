@@ -1,0 +1,10 @@
+"""Exceptions with a meaning for the user and for the sweep engine."""
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for. The CLI prints the message as one sentence and exits 2."""
+
+
+class CellSkipped(Exception):
+    """This cell cannot run here (missing backend, too few devices, no GPU). The sweep records the
+    reason and goes on; the cell is tried again on the next invocation."""

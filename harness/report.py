@@ -1,0 +1,195 @@
+"""A sweep's table read back from the tracking store (never from printed logs), set beside the
+published figures from its sweep file, written as Markdown, CSV and a PNG plot, and logged to the
+sweep's latest parent run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harness.errors import UserError
+from harness.fingerprint import REPO_ROOT
+from harness.sweepspec import SweepSpec
+from harness.tracking import CELL_ID, OK, OUTCOME, REASON, SCALE, Store
+
+REPORTS_DIR = REPO_ROOT / "reports"
+
+
+@dataclass
+class Report:
+    spec: SweepSpec
+    scale: str
+    table: pd.DataFrame           # one row per grid point: ours beside the published figures
+    problems: list[str]           # cells that failed or were skipped, with their reasons
+    machine: str
+    parent_run_id: str
+    markdown: str = ""
+
+
+def build(store: Store, spec: SweepSpec, scale: str | None = None) -> Report:
+    experiment = store.client.get_experiment_by_name(spec.name)
+    parents = store.sweep_runs(experiment.experiment_id, spec.name, parents=True) if experiment else []
+    if not parents:
+        raise UserError(f"sweep '{spec.name}' has not been run in {store.uri}; "
+                        f"run `make sweep-{spec.name} SCALE=smoke` first.")
+    scale = scale or parents[0].data.tags.get(SCALE, "full")
+    parents = [p for p in parents if p.data.tags.get(SCALE) == scale]
+    if not parents:
+        raise UserError(f"sweep '{spec.name}' has no run at scale '{scale}'.")
+    cells = [r for r in store.sweep_runs(experiment.experiment_id, spec.name) if r.data.tags.get(SCALE) == scale]
+    ok = [r for r in cells if r.data.tags.get(OUTCOME) == OK]
+    problems = [f"{r.info.run_name}: {r.data.tags.get(OUTCOME, r.info.status.lower())}: "
+                f"{r.data.tags.get(REASON, '')}" for r in cells if r.data.tags.get(OUTCOME) != OK]
+    if not ok:
+        raise UserError(f"sweep '{spec.name}' at scale '{scale}' has no finished cell yet"
+                        + (f" ({problems[0]})." if problems else "."))
+    machines = sorted({f"{r.data.tags.get('cpu.model')}, {r.data.tags.get('cpu.cores')} cores, "
+                       f"GPUs: {r.data.tags.get('gpu.names')}, torch {r.data.tags.get('torch.version')}"
+                       for r in ok})
+    table = _table(spec, ok)
+    report = Report(spec, scale, table, problems, "; ".join(machines), parents[0].info.run_id)
+    if len(machines) > 1:
+        report.problems.insert(0, f"cells were measured on {len(machines)} different machines or software "
+                                  "setups; times are not comparable across them")
+    report.markdown = to_markdown(report, ok[0])
+    return report
+
+
+def _table(spec: SweepSpec, runs) -> pd.DataFrame:
+    axes = list(spec.grid)
+    metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
+    rows = []
+    for run in runs:
+        row = {a: _number(run.data.params.get(a)) for a in axes}
+        row.update({m: run.data.metrics.get(m) for m in metrics})
+        row[CELL_ID] = run.data.tags.get(CELL_ID)
+        rows.append(row)
+    cells = pd.DataFrame(rows)
+    # One record per cell_id (the engine's guarantee); repeats of a grid point are grouped here.
+    grouped = cells.groupby(axes, sort=True)
+    table = grouped[metrics].median()
+    table["repeats"] = grouped.size()
+    if "train_time_s" in metrics:
+        q = grouped["train_time_s"].quantile([0.25, 0.75]).unstack()
+        table["train_time_iqr_s"] = q[0.75] - q[0.25]
+    table = table.reset_index()
+
+    baseline = spec.report.get("baseline")
+    if baseline and "train_time_s" in metrics:
+        table["speedup"] = _speedup(table, baseline, "train_time_s")
+    published = pd.DataFrame(spec.published.get("rows", []))
+    if not published.empty:
+        published = published.rename(columns={c: f"book_{c}" for c in published.columns if c not in axes})
+        if baseline and "book_train_time_s" in published:
+            published["book_speedup"] = _speedup(published, baseline, "book_train_time_s")
+        table = table.merge(published, on=axes, how="outer").sort_values(axes)
+    ours = [c for c in ("train_time_s", "train_time_iqr_s", "speedup") if c in table]
+    ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_")]
+    book = [c for c in ("book_train_time_s", "book_speedup") if c in table]
+    book += [c for c in table.columns if c.startswith("book_") and c not in book]
+    return table[axes + ours + book].reset_index(drop=True)
+
+
+def _speedup(frame: pd.DataFrame, baseline: dict, column: str) -> pd.Series:
+    mask = pd.Series(True, index=frame.index)
+    for key, value in baseline.items():
+        mask &= frame[key] == value
+    if not mask.any():
+        return pd.Series(float("nan"), index=frame.index)
+    return frame.loc[mask, column].iloc[0] / frame[column]
+
+
+def _number(text):
+    try:
+        return float(text) if "." in text or "e" in text else int(text)
+    except (TypeError, ValueError):
+        return text
+
+
+def to_markdown(report: Report, sample_run) -> str:
+    spec, t = report.spec, report.table
+    lines = [f"# {spec.title}", "", f"Source: {spec.source}", ""]
+    params = sample_run.data.params
+    lines += [
+        f"- Scale: **{report.scale}** (dataset {params.get('dataset')}: "
+        f"{sample_run.data.metrics.get('train_samples', 0):,.0f} train / "
+        f"{sample_run.data.metrics.get('test_samples', 0):,.0f} test images, {params.get('epochs')} timed epochs, "
+        f"batch {params.get('batch_size')}, lr {params.get('lr')}, "
+        f"{sample_run.data.metrics.get('threads_used', params.get('threads')):.0f} threads, "
+        f"device {params.get('device')}).",
+        f"- Machine: {report.machine}.",
+        f"- Clock: {sample_run.data.tags.get('harness.clock', 'not stated')}.",
+    ]
+    if spec.published.get("note"):
+        lines.append(f"- Published figures: {spec.published['note']}.")
+    lines += ["- Speed-up: our baseline's time divided by the cell's time (the book's likewise); "
+              "absolute seconds from different hardware are shown, not compared.", ""]
+    lines.append(_markdown_table(t))
+    if report.problems:
+        lines += ["", "Cells without a result:", *[f"- {p}" for p in report.problems]]
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_table(table: pd.DataFrame) -> str:
+    def fmt(column: str, value) -> str:
+        if pd.isna(value):
+            return "—"
+        if "accuracy" in column:
+            return f"{100 * value:.2f}%"
+        if "param_count" in column or column == "repeats":
+            return f"{int(value):,}"
+        if "speedup" in column:
+            return f"{value:.2f}x"
+        if isinstance(value, float):
+            return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+        return str(value)
+
+    header = "| " + " | ".join(table.columns) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    body = ["| " + " | ".join(fmt(c, row[c]) for c in table.columns) + " |" for _, row in table.iterrows()]
+    return "\n".join([header, rule, *body])
+
+
+def plot(report: Report, path: Path) -> Path:
+    """Our time, speed-up and accuracy against the swept value, the book's beside them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = report.table
+    x = report.spec.report.get("x", list(report.spec.grid)[0])
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    panels = [("train_time_s", None, "our training time (s)"),
+              ("speedup", "book_speedup", "speed-up over baseline"),
+              ("test_accuracy", "book_test_accuracy", "test accuracy")]
+    for ax, (ours, book, title) in zip(axes, panels):
+        if ours in t:
+            ax.plot(t[x], t[ours], "o-", label=f"ours ({report.scale})")
+        if book and book in t:
+            ax.plot(t[x], t[book], "s--", label="published")
+        ax.set_xlabel(x)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(report.spec.title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR) -> list[Path]:
+    """Write <sweep>.md, .csv and .png, and log them to the sweep's latest parent run."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / report.spec.name
+    paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
+    paths[0].write_text(report.markdown)
+    report.table.to_csv(paths[1], index=False)
+    paths.append(plot(report, stem.with_suffix(".png")))
+    for path in paths:
+        store.client.log_artifact(report.parent_run_id, str(path), "report")
+    return paths

@@ -1,0 +1,88 @@
+"""The training loop every experiment shares, and what it needs around it (threads, seed, device).
+
+What is inside the clock, stated once: for each timed epoch, taking the mini-batches from the
+in-memory tensors, moving them to the device, forward, loss, backward and the optimizer step.
+Outside it: warm-up epochs, pruning, evaluation, logging and the per-epoch callback. The device is
+synchronized before each reading (see timing.timed).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import torch
+from torch import nn
+
+from harness.config import RunConfig
+from harness.data import Split, batches
+from harness.errors import CellSkipped
+from harness.timing import timed
+
+CLOCK = ("training epochs only: batching from memory, host-to-device copy, forward, loss, backward, "
+         "optimizer step; warm-up, pruning, evaluation and logging are outside the clock")
+
+EpochCallback = Callable[[int, dict], None]
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def prepare(cfg: RunConfig) -> torch.device:
+    """Apply threads and seed; return the device, or raise CellSkipped when it is not here."""
+    torch.set_num_threads(cfg.threads or available_cores())
+    torch.manual_seed(cfg.seed)
+    device = torch.device(cfg.device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has "
+                              f"{torch.cuda.device_count()} GPU(s)")
+    return device
+
+
+def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                               weight_decay=cfg.weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split, *, epochs: int,
+                 batch_size: int, device: torch.device, generator: torch.Generator,
+                 on_epoch: EpochCallback | None = None, first_epoch: int = 0) -> list[float]:
+    """Train `epochs` epochs; return each epoch's seconds. `on_epoch(i, metrics)` runs off the clock."""
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    times = []
+    for epoch in range(first_epoch, first_epoch + epochs):
+        # Summed on the device and read once per epoch: a per-batch .item() would synchronize.
+        loss_sum = torch.zeros((), device=device)
+        with timed(device) as clock:
+            for x, y in batches(data, batch_size, generator):
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                loss_sum += loss.detach() * len(y)
+        times.append(clock.seconds)
+        if on_epoch is not None:
+            on_epoch(epoch, {"epoch_time_s": clock.seconds, "train_loss": loss_sum.item() / len(data)})
+    return times
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Split, *, batch_size: int, device: torch.device) -> float:
+    """Accuracy (a fraction) on the whole split."""
+    model.eval()
+    correct = 0
+    for x, y in batches(data, batch_size, shuffle=False):
+        correct += (model(x.to(device)).argmax(dim=1) == y.to(device)).sum().item()
+    model.train()
+    return correct / len(data)

@@ -1,0 +1,86 @@
+"""The command line as a user meets it: one sentence and exit 2 for every mistake, no traceback."""
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.cli import main
+
+
+def run_cli(*args, uri):
+    return subprocess.run([sys.executable, "-m", "harness", *args, "--tracking-uri", uri],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    return f"sqlite:///{tmp_path_factory.mktemp('cli') / 'mlflow.db'}"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "nope"], ["experiment", "pruning"]),
+    (["sweep", "nope"], ["unknown sweep 'nope'", "sparsity"]),
+    (["run", "pruning", "--set", "colour=red"], ["unknown config key 'colour'"]),
+    (["run", "pruning", "--set", "model=vgg"], ["model", "cnn"]),
+    (["run", "pruning", "--set", "sparsity=1"], ["sparsity", "[0, 1)"]),
+    (["run", "pruning", "--set", "epochs=0"], ["epochs", "positive"]),
+    (["run", "pruning", "--set", "batch_size=0"], ["batch_size", "positive"]),
+    (["run", "pruning", "--set", "lr=-1"], ["lr", "positive"]),
+    (["run", "pruning", "--set", "pruning_backend=prune-o-matic"], ["pruning_backend", "nni"]),
+    (["run", "pruning", "--set", "dataset=imagefolder", "--set", "data_dir=/no/such/folder"],
+     ["/no/such/folder", "train"]),
+    (["sweep", "sparsity", "--scale", "enormous"], ["unknown scale 'enormous'", "smoke"]),
+    (["report", "sparsity"], ["has not been run", "make sweep-sparsity"]),
+    (["frobnicate"], ["invalid choice", "--help"]),
+])
+def test_user_mistakes_end_in_one_sentence_and_exit_2(args, words, uri, capsys):
+    assert main([*args, "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("harness: error:") and "\n" not in err, err
+    for word in words:
+        assert word in err
+
+
+def test_unreachable_tracking_server_is_named_without_its_password(capsys):
+    assert main(["list", "--tracking-uri", "http://user:s3cret@127.0.0.1:9"]) == 0  # list needs no store
+    assert main(["report", "sparsity", "--tracking-uri", "http://user:s3cret@127.0.0.1:9"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach the MLflow tracking server at http://user:***@127.0.0.1:9" in err
+    assert "s3cret" not in err
+
+
+def test_plain_file_store_is_refused_with_the_alternatives(capsys, tmp_path):
+    assert main(["report", "sparsity", "--tracking-uri", str(tmp_path)]) == 2
+    assert "sqlite:///" in capsys.readouterr().err
+
+
+def test_tracking_uri_comes_from_the_environment(monkeypatch, tmp_path):
+    from harness.tracking import resolve_uri
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
+    assert resolve_uri() == f"sqlite:///{tmp_path}/env.db"
+    assert resolve_uri("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_no_traceback_reaches_the_user_from_a_real_process(uri):
+    out = run_cli("run", "pruning", "--set", "sparsity=2", uri=uri)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0
+
+
+def test_run_prints_and_logs_the_metrics(uri, capsys):
+    assert main(["run", "pruning", "--set", "model=tiny_cnn", "--set", "dataset=synthetic",
+                 "--set", "train_limit=128", "--set", "test_limit=64", "--set", "epochs=1",
+                 "--set", "sparsity=0.5", "--set", "pruning_backend=torch-pruning", "--tracking-uri", uri]) == 0
+    out = capsys.readouterr().out
+    assert "train_time_s" in out and "param_count" in out and "logged as run" in out
+
+
+def test_cuda_on_a_machine_without_a_gpu_is_one_sentence(uri, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["run", "pruning", "--set", "device=cuda", "--set", "dataset=synthetic", "--tracking-uri", uri]) == 2
+    assert "no usable CUDA GPU" in capsys.readouterr().err

@@ -1,0 +1,54 @@
+import pytest
+
+from harness.config import RunConfig, make_config, parse_assignment
+from harness.errors import UserError
+
+
+def test_defaults_are_the_books_pruning_settings():
+    cfg = RunConfig()
+    assert (cfg.model, cfg.dataset, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.epochs,
+            cfg.warmup_epochs) == ("cnn", "cifar10", 64, 1e-5, 0.005, 10, 1)
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"sparsity": 1.0}, ["sparsity", "[0, 1)"]),
+    ({"sparsity": -0.1}, ["sparsity", "[0, 1)"]),
+    ({"epochs": 0}, ["epochs", "positive"]),
+    ({"batch_size": -4}, ["batch_size", "positive"]),
+    ({"lr": 0}, ["lr", "positive"]),
+    ({"model": "resnet9000"}, ["model", "cnn"]),
+    ({"experiment": "nope"}, ["experiment", "pruning"]),
+    ({"dataset": "imagenet"}, ["dataset", "cifar10"]),
+    ({"pruning_backend": "magic"}, ["pruning_backend", "nni", "torch-pruning"]),
+    ({"device": "tpu"}, ["device", "cuda:N"]),
+    ({"colour": "red"}, ["unknown config key 'colour'", "sparsity"]),
+    ({"epochs": "ten"}, ["epochs", "integer"]),
+])
+def test_each_mistake_is_one_sentence_naming_field_and_what_is_accepted(values, words):
+    with pytest.raises(UserError) as err:
+        make_config(values)
+    message = str(err.value)
+    assert "\n" not in message and message.endswith(".")
+    for word in words:
+        assert word in message
+
+
+def test_strings_from_the_command_line_are_coerced():
+    cfg = make_config({"lr": "1e-3", "epochs": "3", "sparsity": "0.5"})
+    assert (cfg.lr, cfg.epochs, cfg.sparsity) == (1e-3, 3, 0.5)
+
+
+def test_cell_id_depends_on_what_is_measured_only():
+    a = make_config({"sparsity": 0.5, "lr": "1e-3"})
+    b = make_config({"lr": 0.001, "sparsity": 0.5})
+    c = make_config({"sparsity": 0.6, "lr": 0.001})
+    assert a.cell_id() == b.cell_id() != c.cell_id()
+    assert make_config({"repeat": 1}).cell_id() != make_config({}).cell_id()
+
+
+def test_parse_assignment():
+    assert parse_assignment("lr=0.1") == ("lr", "0.1")
+    assert parse_assignment("sparsity=[0.1, 0.5]") == ("sparsity", [0.1, 0.5])
+    for bad in ("lr", "=3", "nope=1", "sparsity=[0.1,"):
+        with pytest.raises(UserError):
+            parse_assignment(bad)

@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from harness import data
+from harness.errors import UserError
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "CACHE_DIR", tmp_path / "cache")
+    data._memory.clear()
+
+
+def test_digits_are_real_and_scaled_to_the_models_input():
+    ds = data.load_splits("digits", "unused", (3, 32, 32))
+    assert (len(ds.train), len(ds.test)) == (1437, 360)
+    assert ds.train.x.shape[1:] == (3, 32, 32)
+    assert 0.0 <= ds.train.x.min() and ds.train.x.max() <= 1.0
+    assert set(ds.train.y.tolist()) == set(range(10))
+
+
+def test_synthetic_is_seeded_and_limits_set_its_size():
+    a = data.load_splits("synthetic", "unused", (1, 16, 16), seed=3, train_limit=64, test_limit=32)
+    data._memory.clear()
+    b = data.load_splits("synthetic", "unused", (1, 16, 16), seed=3, train_limit=64, test_limit=32)
+    c = data.synthetic((1, 16, 16), 64, 32, seed=4)
+    assert torch.equal(a.train.x, b.train.x) and not torch.equal(a.train.x, c.train.x)
+    assert (len(a.train), len(a.test)) == (64, 32)
+
+
+def _write_folder(root, classes=("cat", "dog"), per_class=3, size=(8, 8)):
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for c in classes:
+            (root / split / c).mkdir(parents=True)
+            for i in range(per_class):
+                pixels = rng.integers(0, 255, (*size, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(root / split / c / f"{i}.png")
+
+
+def test_imagefolder_decodes_once_and_caches(tmp_path):
+    _write_folder(tmp_path / "imgs")
+    ds = data.load_splits("imagefolder", str(tmp_path / "imgs"), (3, 8, 8))
+    assert ds.train.x.shape == (6, 3, 8, 8) and ds.num_classes == 2
+    assert ds.train.y.tolist() == [0, 0, 0, 1, 1, 1]
+    first = Image.open(tmp_path / "imgs/train/cat/0.png")
+    assert torch.allclose(ds.train.x[0], torch.tensor(np.asarray(first)).permute(2, 0, 1) / 255.0)
+    assert len(list((tmp_path / "cache").glob("*.pt"))) == 2
+    data._memory.clear()
+    again = data.load_splits("imagefolder", str(tmp_path / "imgs"), (3, 8, 8))
+    assert torch.equal(again.train.x, ds.train.x)
+
+
+def test_limit_takes_a_fixed_subset_across_classes(tmp_path):
+    _write_folder(tmp_path / "imgs", classes=("a", "b", "c", "d"), per_class=5)
+    ds = data.load_splits("imagefolder", str(tmp_path / "imgs"), (1, 8, 8), train_limit=8)
+    assert len(ds.train) == 8 and len(set(ds.train.y.tolist())) > 1  # not just the first class
+    assert ds.train.x.shape[1] == 1  # RGB averaged for a one-channel model
+
+
+def test_missing_folder_says_what_is_needed(tmp_path):
+    with pytest.raises(UserError, match="train' and .*test'.*data_dir"):
+        data.load_splits("imagefolder", str(tmp_path / "nowhere"), (3, 32, 32))
+
+
+def test_offline_cifar_says_how_to_provide_it(tmp_path, monkeypatch):
+    import torchvision
+
+    class Offline:
+        def __init__(self, root, train, download):
+            if download:
+                raise OSError("network unreachable")
+            raise RuntimeError("Dataset not found or corrupted.")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", Offline)
+    with pytest.raises(UserError) as err:
+        data.load_splits("cifar10", str(tmp_path), (3, 32, 32))
+    assert "could not be downloaded" in str(err.value) and "imagefolder" in str(err.value)
+
+
+def test_batches_cover_every_sample_once_per_epoch():
+    split = data.Split(torch.arange(10).float().view(10, 1, 1, 1), torch.arange(10))
+    seen = torch.cat([y for _, y in data.batches(split, 3, torch.Generator().manual_seed(0))])
+    assert sorted(seen.tolist()) == list(range(10))
+    assert [len(y) for _, y in data.batches(split, 4, shuffle=False)] == [4, 4, 2]

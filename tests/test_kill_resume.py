@@ -1,0 +1,52 @@
+"""SIGKILL in the middle of a cell, then the same command again: nothing finished is lost or
+repeated, the interrupted cell reruns, no run stays RUNNING."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.tracking import OUTCOME, Store
+
+pytestmark = pytest.mark.slow
+
+
+def test_sigkill_mid_cell_then_rerun(sweep_file, tmp_path):
+    # The book's CNN on synthetic data: a few seconds per cell, long enough to be killed inside one.
+    path = sweep_file("killme", {"sparsity": [0.0, 0.5, 0.8]},
+                      base={"model": "cnn", "train_limit": 512, "epochs": 8, "warmup_epochs": 0})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    command = [sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", uri, "--no-progress"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    store = Store(uri)
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline:
+            exp = store.client.get_experiment_by_name("killme")
+            runs = store.sweep_runs(exp.experiment_id, "killme") if exp else []
+            if any(r.info.status == "FINISHED" for r in runs) and any(r.info.status == "RUNNING" for r in runs):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the sweep never had one finished cell and one running")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished_before = {r.data.tags["harness.cell_id"]: r.info.run_id
+                       for r in store.sweep_runs(exp.experiment_id, "killme") if r.info.status == "FINISHED"}
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    cells = store.sweep_runs(exp.experiment_id, "killme")
+    assert len(cells) == 3 and {r.data.tags[OUTCOME] for r in cells} == {"ok"}
+    assert all(r.info.status == "FINISHED" for r in cells)
+    for cell_id, run_id in finished_before.items():  # kept, not rerun
+        assert any(r.info.run_id == run_id for r in cells if r.data.tags["harness.cell_id"] == cell_id)
+    assert "reused" in rerun.stdout
+    parents = store.sweep_runs(exp.experiment_id, "killme", parents=True)
+    assert sorted(p.info.status for p in parents) == ["FINISHED", "KILLED"]
+    running = store.client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
+    assert not running

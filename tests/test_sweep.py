@@ -1,0 +1,118 @@
+"""The sweep engine against a real SQLite MLflow store, on the tiny CNN and synthetic data."""
+
+import pytest
+
+import experiments.pruning
+from harness import sweepspec
+from harness.errors import UserError
+from harness.sweep import run_sweep
+from harness.tracking import CELL_ID, OUTCOME, REASON
+
+
+def _cells(store, name):
+    exp = store.client.get_experiment_by_name(name)
+    return store.sweep_runs(exp.experiment_id, name)
+
+
+def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sweep_file):
+    spec = sweepspec.load(str(sweep_file("logged", {"sparsity": [0.0, 0.5]})))
+    result = run_sweep(spec, store, show_progress=False)
+    assert [r.outcome for r in result.results] == ["ok", "ok"]
+    runs = _cells(store, "logged")
+    assert len(runs) == 2
+    run = next(r for r in runs if r.data.params["sparsity"] == "0.5")
+    assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
+    assert run.info.run_name == "sparsity=0.5"
+    for key in ("experiment", "model", "dataset", "epochs", "batch_size", "lr", "sparsity", "seed",
+                "device", "threads", "pruning_backend", "weight_decay"):
+        assert key in run.data.params
+    for key in ("train_time_s", "test_accuracy", "param_count", "samples_per_s", "peak_rss_mb", "epoch_time_s"):
+        assert key in run.data.metrics
+    assert 0.0 <= run.data.metrics["test_accuracy"] <= 1.0
+    assert run.data.metrics["param_count"] < run.data.metrics["param_count_before"]
+    for key in (CELL_ID, "git.commit", "git.dirty", "torch.version", "torch.cuda", "cpu.model", "cpu.cores",
+                "gpu.names", "host", "harness.clock"):
+        assert run.data.tags.get(key), key
+    history = store.client.get_metric_history(run.info.run_id, "epoch_time_s")
+    assert [m.step for m in history] == [0, 1]
+    assert sum(m.value for m in history) == pytest.approx(run.data.metrics["train_time_s"])
+    config = store.client.download_artifacts(run.info.run_id, "config.json")
+    assert '"sparsity": 0.5' in open(config).read()
+
+
+def test_running_again_reuses_finished_cells_and_records_nothing_twice(store, sweep_file):
+    spec = sweepspec.load(str(sweep_file("again", {"sparsity": [0.0, 0.3]})))
+    first = run_sweep(spec, store, show_progress=False)
+    second = run_sweep(spec, store, show_progress=False)
+    assert [r.outcome for r in second.results] == ["reused", "reused"]
+    assert [r.run_id for r in second.results] == [r.run_id for r in first.results]
+    assert len(_cells(store, "again")) == 2
+    # An extra axis value runs only the new cell.
+    third = run_sweep(spec, store, overrides={"sparsity": [0.0, 0.3, 0.6]}, show_progress=False)
+    assert [r.outcome for r in third.results] == ["reused", "reused", "ok"]
+    assert len(_cells(store, "again")) == 3
+
+
+def test_a_bad_cell_is_recorded_with_its_reason_and_the_sweep_goes_on(store, sweep_file):
+    spec = sweepspec.load(str(sweep_file("badcell", {"sparsity": [0.0, 1.5, 0.5]})))
+    result = run_sweep(spec, store, show_progress=False)
+    assert [r.outcome for r in result.results] == ["ok", "failed", "ok"]
+    failed = [r for r in _cells(store, "badcell") if r.data.tags[OUTCOME] == "failed"]
+    assert len(failed) == 1 and "[0, 1)" in failed[0].data.tags[REASON]
+    assert failed[0].info.status == "FAILED"
+
+
+def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep_file, monkeypatch):
+    spec = sweepspec.load(str(sweep_file("crash", {"sparsity": [0.0, 0.5]})))
+    real_run = experiments.pruning.run
+
+    def flaky(cfg, on_epoch=None):
+        if cfg.sparsity == 0.5:
+            raise RuntimeError("out of memory (simulated)")
+        return real_run(cfg, on_epoch)
+
+    monkeypatch.setattr(experiments.pruning, "run", flaky)
+    first = run_sweep(spec, store, show_progress=False)
+    assert [r.outcome for r in first.results] == ["ok", "failed"]
+    assert "RuntimeError: out of memory" in first.results[1].reason
+    monkeypatch.setattr(experiments.pruning, "run", real_run)
+    second = run_sweep(spec, store, show_progress=False)
+    assert [r.outcome for r in second.results] == ["reused", "ok"]
+    runs = _cells(store, "crash")
+    assert len(runs) == 2 and {r.data.tags[OUTCOME] for r in runs} == {"ok"}
+
+
+def test_a_run_left_running_by_a_dead_process_is_closed(store, sweep_file):
+    spec = sweepspec.load(str(sweep_file("stale", {"sparsity": [0.0]})))
+    exp_id = store.experiment_id("stale")
+    cell = sweepspec.expand(spec)[0]
+    tags = {"harness.sweep": "stale", "harness.scale": "full"}
+    dead = {"harness.pid": "999999999"}  # no such process
+    parent = store.start_run(exp_id, "stale (full)", tags)
+    orphan = store.start_run(exp_id, cell.label, {**tags, CELL_ID: cell.cell_id}, parent)
+    for run_id in (parent, orphan):
+        store.set_tags(run_id, dead)
+    result = run_sweep(spec, store, show_progress=False)
+    assert result.results[0].outcome == "ok"
+    assert store.client.get_run(parent).info.status == "KILLED"
+    assert store.client.get_run(orphan).info.lifecycle_stage == "deleted"
+    assert store.client.get_run(orphan).info.status == "KILLED"
+
+
+def test_repeats_expand_and_scales_override(sweep_file):
+    spec = sweepspec.load(str(sweep_file("rep", {"sparsity": [0.0, 0.5]}, repeats=3)))
+    cells = sweepspec.expand(spec, "smoke")
+    assert len(cells) == 6 and len({c.cell_id for c in cells}) == 6
+    assert {c.config.epochs for c in cells} == {1}
+    assert cells[1].label == "sparsity=0.0 r1"
+    with pytest.raises(UserError, match="unknown scale 'huge'"):
+        sweepspec.expand(spec, "huge")
+    with pytest.raises(UserError, match="epochs"):
+        sweepspec.expand(spec, "full", {"epochs": 0})
+
+
+@pytest.mark.parametrize("name", sweepspec.available())
+@pytest.mark.parametrize("scale", sweepspec.SCALES)
+def test_shipped_sweeps_expand_to_valid_cells_at_every_scale(name, scale):
+    cells = sweepspec.expand(sweepspec.load(name), scale)
+    assert cells and all(c.config is not None for c in cells), [c.error for c in cells]

@@ -1,0 +1,46 @@
+import torch
+
+from harness.config import make_config
+from harness.data import load_splits
+from harness.models import build_model
+from harness.timing import peak_rss_mb, reset_peak_rss, spread, timed
+from harness.train import evaluate, make_optimizer, train_epochs
+
+
+def test_training_learns_the_synthetic_task_and_reports_each_epoch():
+    cfg = make_config({"model": "tiny_cnn", "dataset": "synthetic", "lr": 0.01, "batch_size": 32})
+    ds = load_splits("synthetic", "", (1, 16, 16), train_limit=512, test_limit=256)
+    torch.manual_seed(0)
+    model = build_model("tiny_cnn")
+    before = evaluate(model, ds.test, batch_size=100, device=torch.device("cpu"))
+    seen = []
+    times = train_epochs(model, make_optimizer(cfg, model), ds.train, epochs=3, batch_size=32,
+                         device=torch.device("cpu"), generator=torch.Generator().manual_seed(0),
+                         on_epoch=lambda e, m: seen.append((e, m)))
+    after = evaluate(model, ds.test, batch_size=100, device=torch.device("cpu"))
+    assert after > 0.8 > before
+    assert [e for e, _ in seen] == [0, 1, 2] and len(times) == 3
+    assert seen[-1][1]["train_loss"] < seen[0][1]["train_loss"]
+    assert [m["epoch_time_s"] for _, m in seen] == times
+
+
+def test_spread_gives_median_and_iqr():
+    s = spread([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median"] == 3.0 and s["iqr"] == 2.0 and (s["min"], s["max"]) == (1.0, 100.0)
+    assert spread([5.0])["iqr"] == 0.0
+
+
+def test_timed_measures_the_block():
+    import time
+
+    with timed("cpu") as t:
+        time.sleep(0.05)
+    assert 0.04 < t.seconds < 1.0
+
+
+def test_peak_rss_window_sees_a_new_allocation():
+    reset_peak_rss()
+    base = peak_rss_mb()
+    block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB
+    assert peak_rss_mb() > base + 50
+    del block
