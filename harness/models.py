@@ -44,16 +44,72 @@ class TinyCNN(nn.Module):
         return self.fc2(self.fc1(x.reshape(x.size(0), -1)))
 
 
+class D2lMLP(nn.Sequential):
+    """d2l 12.1's net: Linear(512, 256), ReLU, Linear(256, 128), ReLU, Linear(128, 2)."""
+
+    def __init__(self, num_classes: int = 2):
+        super().__init__(nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                         nn.Linear(128, num_classes))
+
+
+class Residual(nn.Module):
+    """d2l's residual block: two 3x3 convs with batch norm, optional 1x1 shortcut conv."""
+
+    def __init__(self, in_channels: int, channels: int, use_1x1conv: bool = False, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, channels, 3, padding=1, stride=stride)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.conv3 = nn.Conv2d(in_channels, channels, 1, stride=stride) if use_1x1conv else None
+        self.bn1, self.bn2 = nn.BatchNorm2d(channels), nn.BatchNorm2d(channels)
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(nn.functional.relu(self.bn1(self.conv1(x)))))
+        return nn.functional.relu(y + (self.conv3(x) if self.conv3 is not None else x))
+
+
+def resnet18_d2l(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
+    """d2l 12.6's ResNet-18 for small images: 3x3 stem, no max-pool, four stages of two blocks,
+    Linear and Conv2d weights initialised normal(std=0.01) as in the notes."""
+
+    def stage(cin, cout, first):
+        return nn.Sequential(Residual(cin, cout, use_1x1conv=not first, stride=1 if first else 2),
+                             Residual(cout, cout))
+
+    net = nn.Sequential(
+        nn.Sequential(nn.Conv2d(in_channels, 64, 3, stride=1, padding=1), nn.BatchNorm2d(64), nn.ReLU()),
+        stage(64, 64, True), stage(64, 128, False), stage(128, 256, False), stage(256, 512, False),
+        nn.AdaptiveAvgPool2d((1, 1)), nn.Flatten(), nn.Linear(512, num_classes),
+    )
+    for m in net.modules():
+        if isinstance(m, (nn.Linear, nn.Conv2d)):
+            nn.init.normal_(m.weight, std=0.01)
+    return net
+
+
+def _torchvision(name: str) -> Callable[[int], nn.Module]:
+    def build(num_classes: int = 10) -> nn.Module:
+        import torchvision
+
+        return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
+    return build
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     build: Callable[[int], nn.Module]
-    input_shape: tuple[int, int, int]  # channels, height, width the model expects
+    input_shape: tuple[int, ...]  # (channels, height, width) for images, (features,) otherwise
     description: str
 
 
 MODELS: dict[str, ModelSpec] = {
     "cnn": ModelSpec(BookCNN, (3, 32, 32), "The book's CNN for CIFAR-10 (2,122,186 parameters)."),
     "tiny_cnn": ModelSpec(TinyCNN, (1, 16, 16), "A tiny CNN with the same layer names, for tests."),
+    "efficientnet_b0": ModelSpec(_torchvision("efficientnet_b0"), (3, 32, 32),
+                                 "torchvision EfficientNet-B0, random init (4.0M parameters)."),
+    "efficientnet_b7": ModelSpec(_torchvision("efficientnet_b7"), (3, 32, 32),
+                                 "torchvision EfficientNet-B7, random init (63.8M parameters; T7, T10.2)."),
+    "resnet18_d2l": ModelSpec(resnet18_d2l, (1, 28, 28), "d2l's ResNet-18 for small grey images (D12.6)."),
+    "mlp_d2l": ModelSpec(D2lMLP, (512,), "d2l 12.1's MLP on 512 features, 2 outputs (D12.1)."),
 }
 
 

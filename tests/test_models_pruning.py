@@ -64,3 +64,22 @@ def test_nni_compat_patch():
     node = next(iter(graph.graph.nodes))
     # torch 2.14 calls is_impure(impure_random); NNI's wrapper took only the node.
     assert concrete_tracer.node_is_impure_wrapper(node, True) is True
+
+
+def test_every_registered_model_builds_and_takes_its_input():
+    from harness.models import MODELS
+
+    for name, spec in MODELS.items():
+        if name == "efficientnet_b7":
+            continue  # 64M parameters: a second of build time for nothing B0 does not check
+        model = build_model(name)
+        out = model(torch.rand(2, *spec.input_shape))
+        assert out.shape[0] == 2, name
+
+
+def test_d2l_resnet18_shape():
+    from harness.models import resnet18_d2l
+
+    net = resnet18_d2l()
+    assert net(torch.rand(2, 1, 28, 28)).shape == (2, 10)
+    assert net[0][0].kernel_size == (3, 3) and not any(isinstance(m, nn.MaxPool2d) for m in net.modules())
