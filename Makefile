@@ -19,7 +19,7 @@ OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set da
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast sweep-sparsity report-sparsity ui list bench-overhead clean-store
+.PHONY: help install install-system test test-fast sweep-sparsity report-sparsity report ui list bench-overhead clean-store
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -29,6 +29,10 @@ install: ## create .venv with the project, its pinned torch and every dependency
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(HARNESS) list > /dev/null && echo "installed: $(HARNESS)"
+
+install-system: ## Debian packages the browser test needs (chromium, chromedriver); run as root
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then echo "chromium and chromedriver present"; \
+	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
 
 test: ## the whole test suite (slow and multi-process tests included; a few minutes on 2 cores)
 	$(BIN)/pytest -q
@@ -41,6 +45,9 @@ sweep-sparsity: ## T6.1 pruning sparsity vs time and accuracy (book ch. 6)
 
 report-sparsity: ## T6.1 table and plot beside the book's figures (reports/sparsity.*)
 	$(HARNESS) report sparsity $(STORE)
+
+report: ## reports/REPRODUCTION.md: every sweep beside the published tables, with verdicts
+	$(HARNESS) report $(STORE)
 
 ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
 	$(HARNESS) ui $(STORE)

@@ -41,8 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
-    p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published figures")
-    p.add_argument("sweep")
+    p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published "
+                       "figures; without a sweep, reports/REPRODUCTION.md over every sweep")
+    p.add_argument("sweep", nargs="?")
     p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
     p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
 
@@ -129,11 +130,17 @@ def cmd_report(args) -> int:
     from pathlib import Path
 
     from harness import report, sweepspec
+    from harness.reproduction import write_reproduction
 
+    out_dir = Path(args.out) if args.out else report.REPORTS_DIR
+    if args.sweep is None:
+        path, summary = write_reproduction(_store(args), out_dir)
+        print(f"written: {path}\nsummary: {summary}")
+        return 0
     spec = sweepspec.load(args.sweep)
     store = _store(args)
     built = report.build(store, spec, args.scale)
-    paths = report.write(built, store, Path(args.out) if args.out else report.REPORTS_DIR)
+    paths = report.write(built, store, out_dir)
     print(built.markdown)
     print("written: " + ", ".join(str(p) for p in paths))
     return 0

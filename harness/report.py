@@ -4,7 +4,7 @@ sweep's latest parent run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +12,10 @@ import pandas as pd
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT
 from harness.sweepspec import SweepSpec
+from harness import checks
 from harness.tracking import CELL_ID, OK, OUTCOME, REASON, SCALE, Store
+
+FINGERPRINT = "fingerprint"
 
 REPORTS_DIR = REPO_ROOT / "reports"
 
@@ -26,9 +29,19 @@ class Report:
     machine: str
     parent_run_id: str
     markdown: str = ""
+    fingerprint: str = ""
+    verdicts: list[checks.Verdict] = field(default_factory=list)
 
 
-def build(store: Store, spec: SweepSpec, scale: str | None = None) -> Report:
+def build(store: Store, spec: SweepSpec, scale: str | None = None, fingerprint: str | None = None) -> Report:
+    """The table of one scale (default: the latest run's) measured on one machine and software setup
+    (default: the newest cell's). Cells from other setups are named, never merged into the table."""
+    return build_all(store, spec, scale, fingerprint)[0]
+
+
+def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
+              fingerprint: str | None = None) -> list[Report]:
+    """One report per machine/software fingerprint that has finished cells, newest first."""
     experiment = store.client.get_experiment_by_name(spec.name)
     parents = store.sweep_runs(experiment.experiment_id, spec.name, parents=True) if experiment else []
     if not parents:
@@ -45,16 +58,38 @@ def build(store: Store, spec: SweepSpec, scale: str | None = None) -> Report:
     if not ok:
         raise UserError(f"sweep '{spec.name}' at scale '{scale}' has no finished cell yet"
                         + (f" ({problems[0]})." if problems else "."))
-    machines = sorted({f"{r.data.tags.get('cpu.model')}, {r.data.tags.get('cpu.cores')} cores, "
-                       f"GPUs: {r.data.tags.get('gpu.names')}, torch {r.data.tags.get('torch.version')}"
-                       for r in ok})
-    table = _table(spec, ok)
-    report = Report(spec, scale, table, problems, "; ".join(machines), parents[0].info.run_id)
-    if len(machines) > 1:
-        report.problems.insert(0, f"cells were measured on {len(machines)} different machines or software "
-                                  "setups; times are not comparable across them")
-    report.markdown = to_markdown(report, ok[0])
-    return report
+    groups: dict[str, list] = {}
+    for run in ok:  # search results are newest first, so the first group is the newest setup
+        groups.setdefault(run.data.tags.get(FINGERPRINT, "unknown"), []).append(run)
+    if fingerprint is not None:
+        if fingerprint not in groups:
+            raise UserError(f"no finished cell of '{spec.name}' has fingerprint {fingerprint}; "
+                            f"known: {', '.join(groups)}.")
+        groups = {fingerprint: groups[fingerprint]}
+    reports = []
+    for key, runs in groups.items():
+        notes = list(problems)
+        others = [f"{k} ({_machine(r[0])}, {len(r)} cells)" for k, r in groups.items() if k != key]
+        if others:
+            notes.insert(0, "cells measured on other machines or software are reported separately: "
+                         + "; ".join(others))
+        report = Report(spec, scale, _table(spec, runs), notes, _machine(runs[0]), parents[0].info.run_id)
+        report.fingerprint = key
+        finished = report.table["repeats"].fillna(0)
+        for _, row in report.table[finished < spec.repeats].iterrows():
+            label = " ".join(f"{a}={row[a]}" for a in spec.grid)
+            report.problems.append(f"{label}: {0 if pd.isna(row['repeats']) else int(row['repeats'])} "
+                                   f"of {spec.repeats} repeats finished")
+        report.verdicts = checks.evaluate(spec.checks, report.table)
+        report.markdown = to_markdown(report, runs[0])
+        reports.append(report)
+    return reports
+
+
+def _machine(run) -> str:
+    t = run.data.tags
+    return (f"{t.get('cpu.model')}, {t.get('cpu.cores')} cores, GPUs: {t.get('gpu.names')}, "
+            f"torch {t.get('torch.version')}")
 
 
 def _table(spec: SweepSpec, runs) -> pd.DataFrame:
@@ -119,7 +154,7 @@ def to_markdown(report: Report, sample_run) -> str:
         f"batch {params.get('batch_size')}, lr {params.get('lr')}, "
         f"{sample_run.data.metrics.get('threads_used', params.get('threads')):.0f} threads, "
         f"device {params.get('device')}).",
-        f"- Machine: {report.machine}.",
+        f"- Machine: {report.machine} (fingerprint {report.fingerprint}).",
         f"- Clock: {sample_run.data.tags.get('harness.clock', 'not stated')}.",
     ]
     if spec.published.get("note"):
@@ -127,6 +162,9 @@ def to_markdown(report: Report, sample_run) -> str:
     lines += ["- Speed-up: our baseline's time divided by the cell's time (the book's likewise); "
               "absolute seconds from different hardware are shown, not compared.", ""]
     lines.append(_markdown_table(t))
+    if report.verdicts:
+        lines += ["", "| check | verdict | measured |", "|---|---|---|"]
+        lines += [f"| {v.check} | **{v.verdict}** | {v.detail} |" for v in report.verdicts]
     if report.problems:
         lines += ["", "Cells without a result:", *[f"- {p}" for p in report.problems]]
     return "\n".join(lines) + "\n"
@@ -182,10 +220,10 @@ def plot(report: Report, path: Path) -> Path:
     return path
 
 
-def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR) -> list[Path]:
+def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:
     """Write <sweep>.md, .csv and .png, and log them to the sweep's latest parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / report.spec.name
+    stem = out_dir / f"{report.spec.name}{stem_suffix}"
     paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     paths[0].write_text(report.markdown)
     report.table.to_csv(paths[1], index=False)

@@ -32,6 +32,7 @@ class SweepSpec:
     source: str = ""
     report: dict[str, Any] = field(default_factory=dict)
     published: dict[str, Any] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)
     path: Path | None = None
 
 
@@ -70,7 +71,7 @@ def load(name_or_path: str) -> SweepSpec:
             base=raw.get("base", {}), grid=raw.get("grid", {}),
             scales={s: raw.get("scales", {}).get(s, {}) for s in SCALES} | raw.get("scales", {}),
             repeats=int(raw.get("repeats", 1)), source=raw.get("source", ""), report=raw.get("report", {}),
-            published=raw.get("published", {}), path=path,
+            published=raw.get("published", {}), checks=raw.get("checks", []), path=path,
         )
     except KeyError as err:
         raise UserError(f"sweep file {path} lacks the required key {err}.") from None

@@ -113,7 +113,10 @@ class Store:
             return found.experiment_id
         location = (self.artifact_root / name).resolve().as_uri() if self.artifact_root else None
         try:
-            return self.client.create_experiment(name, artifact_location=location)
+            # The kind tag makes the MLflow UI open on the runs table (model development), not
+            # on its GenAI traces overview.
+            return self.client.create_experiment(name, artifact_location=location,
+                                                 tags={"mlflow.experimentKind": "custom_model_development"})
         except Exception:  # created by a concurrent process in the meantime
             found = self.client.get_experiment_by_name(name)
             if found is None:
