@@ -19,7 +19,8 @@ OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set da
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast sweep-sparsity report-sparsity ui list bench-overhead clean-store
+.PHONY: help install test test-fast sweep-sparsity report-sparsity sweep-amp report-amp sweep-hybridize \
+        report-hybridize sweep-async report-async ui list bench-overhead clean-store
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -41,6 +42,24 @@ sweep-sparsity: ## T6.1 pruning sparsity vs time and accuracy (book ch. 6)
 
 report-sparsity: ## T6.1 table and plot beside the book's figures (reports/sparsity.*)
 	$(HARNESS) report sparsity $(STORE)
+
+sweep-amp: ## T7 mixed precision fp32/bf16/fp16 vs time and accuracy (book ch. 7; SCALE=smoke|cpu on a CPU)
+	$(HARNESS) sweep amp --scale $(SCALE) $(OVERRIDES) $(STORE)
+
+report-amp: ## T7 table and plot beside the book's figures (reports/amp.*)
+	$(HARNESS) report amp $(STORE)
+
+sweep-hybridize: ## D12.1 eager vs torch.jit.script vs torch.compile, time per forward call (d2l 12.1)
+	$(HARNESS) sweep hybridize --scale $(SCALE) $(OVERRIDES) $(STORE)
+
+report-hybridize: ## D12.1 table and plot beside d2l's claim (reports/hybridize.*)
+	$(HARNESS) report hybridize $(STORE)
+
+sweep-async: ## D12.2 numpy vs torch matmuls, clock read with and without sync (d2l 12.2)
+	$(HARNESS) sweep async --scale $(SCALE) $(OVERRIDES) $(STORE)
+
+report-async: ## D12.2 table and plot beside d2l's figures (reports/async.*)
+	$(HARNESS) report async $(STORE)
 
 ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
 	$(HARNESS) ui $(STORE)
