@@ -1,7 +1,8 @@
 # torch-speed-harness: reproduce the published training-speed tables and compare runs in MLflow.
 #   make install             then   make sweep-sparsity SCALE=smoke   then   make report-sparsity
 # Knobs: SCALE=smoke|quick|full (default full, the document's scale), DATASET=, DATA_DIR=,
-#        TRACKING_URI= (default sqlite:///mlruns/mlflow.db), SET="key=value ..." extra overrides.
+#        TRACKING_URI= (default sqlite:///mlruns/mlflow.db), SET="key=value ..." extra overrides,
+#        DEVICE=cpu|cuda for the sweeps that take a device.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,19 +11,25 @@ HARNESS := $(BIN)/harness
 SCALE ?= full
 DATASET ?=
 DATA_DIR ?=
+DEVICE ?=
 TRACKING_URI ?=
 SET ?=
 ARGS ?=
 
 OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
-             $(foreach s,$(SET),--set $(s))
+             $(if $(DEVICE),--set device=$(DEVICE)) $(foreach s,$(SET),--set $(s))
+# Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME` (a dash in a target is an
+# underscore in the file name: sweep-cpu-ddp runs sweeps/cpu_ddp.toml).
+SWEEPS := $(subst _,-,$(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml)))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-system test test-fast sweep-sparsity report-sparsity report ui list bench-overhead clean-store
+# sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
+.PHONY: help install install-system test test-fast report ui list bench-overhead clean-store
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@echo "  sweeps: $(SWEEPS)"
 
 install: ## create .venv with the project, its pinned torch and every dependency
 	$(PYTHON) -m venv $(VENV)
@@ -40,11 +47,11 @@ test: ## the whole test suite (slow and multi-process tests included; a few minu
 test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow"
 
-sweep-sparsity: ## T6.1 pruning sparsity vs time and accuracy (book ch. 6)
-	$(HARNESS) sweep sparsity --scale $(SCALE) $(OVERRIDES) $(STORE)
+sweep-%: ## run a sweep: sweep-sparsity (T6.1), sweep-amp (T7), ... (`make help` lists them all)
+	$(HARNESS) sweep $(subst -,_,$*) --scale $(SCALE) $(OVERRIDES) $(STORE)
 
-report-sparsity: ## T6.1 table and plot beside the book's figures (reports/sparsity.*)
-	$(HARNESS) report sparsity $(STORE)
+report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)
+	$(HARNESS) report $(subst -,_,$*) $(STORE)
 
 report: ## reports/REPRODUCTION.md: every sweep beside the published tables, with verdicts
 	$(HARNESS) report $(STORE)

@@ -28,6 +28,7 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT = (
     "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId",
 )
 OK, FAILED, SKIPPED, INTERRUPTED = "ok", "failed", "skipped", "interrupted"
+NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
 
 
 def resolve_uri(cli_value: str | None = None) -> str:
