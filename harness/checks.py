@@ -21,6 +21,12 @@ Three kinds, each judged on our table (never on absolute seconds across differen
     tolerance = 0.25                # |ours / published - 1| allowed
     where = { sparsity = 0.5 }      # optional: only these rows
 
+    [[checks]]                      # a bound on our own figure (numerics, shares)
+    kind = "bound"
+    metric = "max_abs_diff_vs_eager"
+    max = 1e-5                      # and/or min = ...
+    where = { execution = "script" }
+
 Verdicts: PASS, FAIL, or N/A when the table lacks the cells a check needs (it says which).
 """
 
@@ -98,4 +104,15 @@ def _ratio(check: dict, table: pd.DataFrame) -> Verdict:
     return Verdict(name, PASS if worst <= tolerance else FAIL, detail)
 
 
-_KINDS = {"exact": _exact, "trend": _trend, "ratio": _ratio}
+def _bound(check: dict, table: pd.DataFrame) -> Verdict:
+    metric, where = check["metric"], check.get("where")
+    low, high = check.get("min", float("-inf")), check.get("max", float("inf"))
+    name = check.get("text") or f"{metric} within [{low:g}, {high:g}] at {_where_text(where)}"
+    values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
+    if values.empty:
+        return Verdict(name, NA, f"no finished cell at {_where_text(where)}")
+    inside = values.between(low, high)
+    return Verdict(name, PASS if inside.all() else FAIL, "measured " + ", ".join(f"{v:.3g}" for v in values))
+
+
+_KINDS = {"exact": _exact, "trend": _trend, "ratio": _ratio, "bound": _bound}

@@ -79,3 +79,9 @@ def test_cells_from_another_machine_are_reported_separately(store, sweep_file, m
     assert len(reports) == 2
     assert {len(r.table.dropna(subset=["train_time_s"])) for r in reports} == {1}
     assert "reported separately" in reports[0].markdown and "Other CPU" in reports[1].markdown
+
+
+def test_bound_checks_our_own_figure():
+    inside = _one({"kind": "bound", "metric": "test_accuracy", "min": 0.4, "max": 0.6})
+    above = _one({"kind": "bound", "metric": "test_accuracy", "where": {"sparsity": 0.0}, "max": 0.45})
+    assert (inside.verdict, above.verdict) == ("PASS", "FAIL")
