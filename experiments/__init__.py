@@ -10,6 +10,8 @@ from types import ModuleType
 # name -> (module, one line for `harness list`)
 EXPERIMENTS: dict[str, tuple[str, str]] = {
     "pruning": ("experiments.pruning", "T6.1: train, prune Conv2d filters by L1 norm, train timed, test"),
+    "data_parallel": ("experiments.data_parallel",
+                      "T9.1-T10.2, D12.6: threads, or DDP over world_size torchrun processes / GPUs"),
 }
 
 

@@ -74,8 +74,9 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     try:
         reset_peak_rss()
         metrics = dict(module.run(cfg, on_epoch=on_epoch))
-        metrics["peak_rss_mb"] = peak_rss_mb()
-        metrics["threads_used"] = torch.get_num_threads()
+        # A multi-process experiment reports its ranks' own figures; this process's are not them.
+        metrics.setdefault("peak_rss_mb", peak_rss_mb())
+        metrics.setdefault("threads_used", torch.get_num_threads())
         store.log_metrics(run_id, metrics)
         store.end_run(run_id, OK)
         return CellResult(cell, OK, metrics, run_id=run_id)
