@@ -46,11 +46,16 @@ def torchrun_command(cfg: RunConfig, config_path: Path, workdir: Path, target: s
         command += ["--standalone", "--nnodes=1"]
     else:
         command += [f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id=harness-{cfg.cell_id()}",
+                    f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id=harness-{_job_id(cfg)}",
                     f"--rdzv-conf=join_timeout={int(cfg.dist_timeout_s)}"]
     command += [f"--nproc-per-node={ranks_per_node(cfg)}", "--max-restarts=0",
                 "-m", "harness.distributed.worker", str(config_path), str(workdir), target]
     return command
+
+
+def _job_id(cfg: RunConfig) -> str:
+    """The same on every node of one cell: the cell's id with this node's rank left out."""
+    return cfg.model_copy(update={"node_rank": 0}).cell_id()
 
 
 def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False) -> dict:
