@@ -58,7 +58,7 @@ def build(store: Store, spec: SweepSpec, scale: str | None = None) -> Report:
 
 
 def _table(spec: SweepSpec, runs) -> pd.DataFrame:
-    axes = list(spec.grid)
+    axes = spec.axes()
     metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     rows = []
     for run in runs:
@@ -77,28 +77,53 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
     table = table.reset_index()
 
     baseline = spec.report.get("baseline")
+    workers = spec.report.get("workers")  # the field counting workers, for parallel efficiency
     if baseline and "train_time_s" in metrics:
-        table["speedup"] = _speedup(table, baseline, "train_time_s")
+        table["speedup"] = _speedup(table, baseline, "train_time_s", axes)
+        if workers:
+            table["efficiency"] = _efficiency(table, baseline, "speedup", workers)
     published = pd.DataFrame(spec.published.get("rows", []))
     if not published.empty:
         published = published.rename(columns={c: f"book_{c}" for c in published.columns if c not in axes})
+        on = [a for a in axes if a in published]
         if baseline and "book_train_time_s" in published:
-            published["book_speedup"] = _speedup(published, baseline, "book_train_time_s")
-        table = table.merge(published, on=axes, how="outer").sort_values(axes)
-    ours = [c for c in ("train_time_s", "train_time_iqr_s", "speedup") if c in table]
+            published["book_speedup"] = _speedup(published, baseline, "book_train_time_s", on)
+            if workers:
+                published["book_efficiency"] = _efficiency(published, baseline, "book_speedup", workers)
+        table = table.merge(published, on=on, how="outer").sort_values(axes, key=_sortable)
+    ours = [c for c in ("train_time_s", "train_time_iqr_s", "speedup", "efficiency") if c in table]
     ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_")]
-    book = [c for c in ("book_train_time_s", "book_speedup") if c in table]
+    book = [c for c in ("book_train_time_s", "book_speedup", "book_efficiency") if c in table]
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     return table[axes + ours + book].reset_index(drop=True)
 
 
-def _speedup(frame: pd.DataFrame, baseline: dict, column: str) -> pd.Series:
+def _speedup(frame: pd.DataFrame, baseline: dict, column: str, axes: list[str] | None = None) -> pd.Series:
+    """Baseline time / each row's time. Axes the baseline does not name (backend, lr_scaling) each
+    get their own baseline row when they have one, else the first matching row."""
     mask = pd.Series(True, index=frame.index)
     for key, value in baseline.items():
         mask &= frame[key] == value
     if not mask.any():
         return pd.Series(float("nan"), index=frame.index)
-    return frame.loc[mask, column].iloc[0] / frame[column]
+    result = frame.loc[mask, column].iloc[0] / frame[column]
+    others = [a for a in (axes or []) if a not in baseline and a in frame]
+    for _, group in (frame.groupby(others, dropna=False) if others else []):
+        base = group.loc[mask[group.index], column]
+        if len(base):
+            result[group.index] = base.iloc[0] / group[column]
+    return result
+
+
+def _efficiency(frame: pd.DataFrame, baseline: dict, speedup: str, workers: str) -> pd.Series:
+    """Parallel efficiency: speed-up divided by how many times the baseline's workers a row has."""
+    base_workers = baseline.get(workers, 1)
+    return frame[speedup] / (frame[workers] / base_workers)
+
+
+def _sortable(column: pd.Series) -> pd.Series:
+    """Sort numbers as numbers and text as text within a column that mixes them after a merge."""
+    return column.map(lambda v: (0, v, "") if isinstance(v, (int, float)) else (1, 0, str(v)))
 
 
 def _number(text):
@@ -142,6 +167,8 @@ def _markdown_table(table: pd.DataFrame) -> str:
             return f"{int(value):,}"
         if "speedup" in column:
             return f"{value:.2f}x"
+        if "efficiency" in column:
+            return f"{100 * value:.0f}%"
         if isinstance(value, float):
             return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
         return str(value)
@@ -161,20 +188,47 @@ def plot(report: Report, path: Path) -> Path:
 
     t = report.table
     x = report.spec.report.get("x", list(report.spec.grid)[0])
+    if report.spec.report.get("plot") == "twin":
+        return _twin_plot(report, x, path)
+    series = report.spec.report.get("series")  # one line per value of this axis (backend, lr_scaling)
+    groups = [(f" {series}={k}", g.sort_values(x)) for k, g in t.groupby(series)] if series else [("", t)]
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     panels = [("train_time_s", None, "our training time (s)"),
               ("speedup", "book_speedup", "speed-up over baseline"),
               ("test_accuracy", "book_test_accuracy", "test accuracy")]
     for ax, (ours, book, title) in zip(axes, panels):
-        if ours in t:
-            ax.plot(t[x], t[ours], "o-", label=f"ours ({report.scale})")
-        if book and book in t:
-            ax.plot(t[x], t[book], "s--", label="published")
+        for suffix, g in groups:
+            if ours in g and g[ours].notna().any():
+                ax.plot(g[x], g[ours], "o-", label=f"ours ({report.scale}){suffix}")
+            if book and book in g and g[book].notna().any():
+                ax.plot(g[x], g[book], "s--", label=f"published{suffix}")
         ax.set_xlabel(x)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(report.spec.title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _twin_plot(report: Report, x: str, path: Path) -> Path:
+    """Accuracy and time against the swept value on two y-axes (d2l 12.6's exercise plots)."""
+    import matplotlib.pyplot as plt
+
+    t = report.table.dropna(subset=["train_time_s"]).sort_values(x)
+    fig, left = plt.subplots(figsize=(7, 4))
+    right = left.twinx()
+    left.plot(t[x], t["test_accuracy"], "o-", color="tab:blue", label="test accuracy")
+    time_column = "epoch_time_median_s" if "epoch_time_median_s" in t else "train_time_s"
+    right.plot(t[x], t[time_column], "s--", color="tab:red", label=time_column)
+    left.set_xlabel(x)
+    left.set_ylabel("test accuracy", color="tab:blue")
+    right.set_ylabel(f"{time_column} (s)", color="tab:red")
+    left.grid(alpha=0.3)
+    fig.suptitle(f"{report.spec.title} ({report.scale})")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
