@@ -91,6 +91,10 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
             if workers:
                 published["book_efficiency"] = _efficiency(published, baseline, "book_speedup", workers)
         table = table.merge(published, on=on, how="outer").sort_values(axes, key=_sortable)
+    for axis in axes:  # a merge with published rows turns an integer axis (threads) into floats
+        column = table[axis]
+        if column.dtype.kind == "f" and column.notna().all() and (column % 1 == 0).all():
+            table[axis] = column.astype(int)
     ours = [c for c in ("train_time_s", "train_time_iqr_s", "speedup", "efficiency") if c in table]
     ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_")]
     book = [c for c in ("book_train_time_s", "book_speedup", "book_efficiency") if c in table]
