@@ -92,18 +92,24 @@ def scratch_cfg():
 
 def test_hand_written_data_parallel_gives_one_devices_parameters(scratch_cfg):
     metrics = dp_scratch.run(make_config({**scratch_cfg, "world_size": 2, "dp_impl": "scratch"}))
-    assert metrics["params_match"] == 1.0 and metrics["max_param_diff"] < 1e-5
+    assert metrics["params_match"] == 1.0 and metrics["first_step_param_diff"] < 1e-6
+    assert metrics["max_param_diff"] < 1e-4  # 8 steps on tiny data: rounding has not grown much yet
     assert metrics["copies_identical"] == 1.0
 
 
 def test_a_wrong_allreduce_would_be_caught(scratch_cfg, monkeypatch):
-    """The check can fail: an allreduce that forgets to send the sum back breaks it."""
-    def half_allreduce(grads):
-        for g in grads[1:]:
-            grads[0][:] += g
-    monkeypatch.setattr(dp_scratch, "allreduce", half_allreduce)
+    """The checks can fail: without the allreduce each copy steps on its own shard's gradient;
+    summing without sending the sum back leaves the copies apart."""
+    monkeypatch.setattr(dp_scratch, "allreduce", lambda grads: None)
     metrics = dp_scratch.run(make_config({**scratch_cfg, "world_size": 2, "dp_impl": "scratch"}))
     assert metrics["params_match"] == 0.0 and metrics["copies_identical"] == 0.0
+
+    def sum_without_broadcast(grads):
+        for g in grads[1:]:
+            grads[0][:] += g
+    monkeypatch.setattr(dp_scratch, "allreduce", sum_without_broadcast)
+    metrics = dp_scratch.run(make_config({**scratch_cfg, "world_size": 2, "dp_impl": "scratch"}))
+    assert metrics["params_match"] == 1.0 and metrics["copies_identical"] == 0.0
 
 
 def test_split_batch_and_allreduce_by_hand():
@@ -119,7 +125,7 @@ def test_split_batch_and_allreduce_by_hand():
 @pytest.mark.multiprocess
 def test_ddp_on_two_ranks_gives_one_devices_parameters(scratch_cfg):
     metrics = dp_scratch.run(make_config({**scratch_cfg, "world_size": 2, "dp_impl": "ddp", "backend": "gloo"}))
-    assert metrics["params_match"] == 1.0 and metrics["max_param_diff"] < 1e-5
+    assert metrics["params_match"] == 1.0 and metrics["first_step_param_diff"] < 1e-6
     assert metrics["train_time_s"] == max(metrics["rank0_train_time_s"], metrics["rank1_train_time_s"])
 
 
