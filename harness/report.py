@@ -179,7 +179,9 @@ def _markdown_table(table: pd.DataFrame) -> str:
 
     header = "| " + " | ".join(table.columns) + " |"
     rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(fmt(c, row[c]) for c in table.columns) + " |" for _, row in table.iterrows()]
+    # astype(object): iterrows would turn an integer column (threads, batch_size) into floats
+    body = ["| " + " | ".join(fmt(c, row[c]) for c in table.columns) + " |"
+            for _, row in table.astype(object).iterrows()]
     return "\n".join([header, rule, *body])
 
 
