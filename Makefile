@@ -16,16 +16,18 @@ TRACKING_URI ?=
 SET ?=
 ARGS ?=
 
+# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only.
+DEVICE_SET := $(if $(filter cpu,$(DEVICE)),--set device=cpu --set backend=gloo,$(if $(DEVICE),--set device=$(DEVICE)))
 OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
-             $(if $(DEVICE),--set device=$(DEVICE)) $(foreach s,$(SET),--set $(s))
-# Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME` (a dash in a target is an
-# underscore in the file name: sweep-cpu-ddp runs sweeps/cpu_ddp.toml).
-SWEEPS := $(subst _,-,$(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml)))))
+             $(DEVICE_SET) $(foreach s,$(SET),--set $(s))
+# Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME`.
+SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
+RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
 
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
-.PHONY: help install install-system test test-fast report ui list bench-overhead clean-store
+.PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -47,14 +49,23 @@ test: ## the whole test suite (slow and multi-process tests included; a few minu
 test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow"
 
-sweep-%: ## run a sweep: sweep-sparsity (T6.1), sweep-amp (T7), ... (`make help` lists them all)
-	$(HARNESS) sweep $(subst -,_,$*) --scale $(SCALE) $(OVERRIDES) $(STORE)
+sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ...
+	$(HARNESS) sweep $* --scale $(SCALE) $(OVERRIDES) $(STORE)
 
 report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)
-	$(HARNESS) report $(subst -,_,$*) $(STORE)
+	$(HARNESS) report $* $(STORE)
 
 report: ## reports/REPRODUCTION.md: every sweep beside the published tables, with verdicts
 	$(HARNESS) report $(STORE)
+
+sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
+	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(OVERRIDES) $(STORE); done
+
+report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two y-axes
+	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) report $$s $(STORE); done
+
+bench-ddp: ## N ranks x t threads against 1 rank x N*t threads on the same cores (ratios)
+	$(BIN)/python benchmarks/ddp_vs_threads.py $(ARGS)
 
 ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
 	$(HARNESS) ui $(STORE)

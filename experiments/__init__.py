@@ -14,6 +14,12 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
     "amp": ("experiments.amp", "T7: train with autocast in fp32 | bf16 | fp16 (+ GradScaler), timed, test"),
     "hybridize": ("experiments.hybridize", "D12.1: forward-pass time eager vs torch.jit.script vs torch.compile"),
     "async": ("experiments.asynchronous", "D12.2: random-then-matmul in numpy and torch, clock read with and without sync"),
+    "data_parallel": ("experiments.data_parallel",
+                      "T9.1-T10.2, D12.6: threads, or DDP over world_size torchrun processes / GPUs"),
+    "dp_scratch": ("experiments.dp_scratch",
+                   "D12.5: hand-written data parallel (copies, split batch, allreduce) vs DDP vs one device"),
+    "autoparallel": ("experiments.autoparallel",
+                     "D12.3: two GPUs queued without synchronizing; compute overlapped with copies to the host"),
 }
 
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import UserError
 
@@ -74,6 +74,33 @@ class RunConfig(BaseModel):
     timing_repeats: int = Field(
         5, description="D12.1/D12.2: repeats of a short measurement inside a cell; median and IQR are logged.")
 
+    # --- data parallel (issue 4) ----------------------------------------------------------------
+    world_size: int = Field(1, ge=1, description="Training processes in all (ranks). 1 trains in this process; "
+                            "more are started by torchrun and trained with DistributedDataParallel.")
+    backend: Literal["gloo", "nccl", "mpi", "ccl"] = Field(
+        "gloo", description="torch.distributed backend: gloo (CPU), nccl (GPUs), mpi, ccl (Intel oneCCL bindings).")
+    batch_is_global: bool = Field(False, description="batch_size is the global batch, split evenly among the "
+                                  "ranks (d2l); false: batch_size is each rank's batch (the book).")
+    lr_scaling: Literal["none", "linear", "linear_warmup"] = Field(
+        "none", description="none: lr as given (the book); linear: lr x world_size; linear_warmup: lr x "
+        "world_size reached by a linear ramp over lr_warmup_epochs (Goyal et al. 2017).")
+    lr_warmup_epochs: float = Field(5.0, ge=0, description="Epochs of training (untimed warm-up epochs "
+                                    "first) over which linear_warmup ramps the lr from lr to lr x world_size.")
+    nnodes: int = Field(1, ge=1, description="Machines taking part; world_size ranks are spread evenly over them.")
+    node_rank: int = Field(0, ge=0, description="This machine's index among the nnodes machines.")
+    rdzv_endpoint: str = Field("", description="host:port where the nnodes machines meet (torchrun "
+                               "--rdzv-endpoint); empty with one node: torchrun --standalone.")
+    dist_timeout_s: float = Field(300.0, gt=0, description="A rank that makes no progress for this long (hung, "
+                                  "or waiting for a dead peer) fails the cell; all its processes are killed.")
+    dp_impl: Literal["ddp", "scratch"] = Field(
+        "ddp", description="D12.5: ddp (DistributedDataParallel over world_size processes) or scratch "
+        "(one process, world_size parameter copies, hand-written allreduce).")
+    autopar_case: Literal["two_devices", "compute_copy"] = Field(
+        "two_devices", description="D12.3: two_devices (two GPUs queued without synchronizing) or "
+        "compute_copy (compute overlapped with non_blocking copies to the host).")
+    autopar_size: int = Field(4000, ge=1, description="D12.3: side of the square matrices multiplied.")
+    autopar_steps: int = Field(50, ge=1, description="D12.3: matrix products per run.")
+
     # --- execution ---------------------------------------------------------------------------
     device: str = Field("cpu", description="cpu, cuda or cuda:N.")
     threads: int = Field(0, ge=0, description="Intra-op threads (torch.set_num_threads); 0 = all cores this process may use.")
@@ -131,6 +158,29 @@ class RunConfig(BaseModel):
 
         return _one_of(value, DATASETS)
 
+    @field_validator("rdzv_endpoint")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        if value:
+            host, sep, port = value.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError("must be host:port, like 127.0.0.1:29500")
+        return value
+
+    @model_validator(mode="after")
+    def _ranks_fit_nodes(self) -> "RunConfig":
+        if self.world_size % self.nnodes:
+            raise ValueError(f"world_size {self.world_size} must be a multiple of nnodes {self.nnodes} "
+                             "(each node runs the same number of ranks)")
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"node_rank {self.node_rank} must be below nnodes {self.nnodes}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ValueError("nnodes > 1 needs rdzv_endpoint (host:port of the rendezvous)")
+        if self.batch_is_global and self.batch_size % self.world_size:
+            raise ValueError(f"a global batch_size {self.batch_size} must divide evenly among "
+                             f"world_size {self.world_size} ranks")
+        return self
+
     # --- identity ------------------------------------------------------------------------------
     def non_default_items(self) -> dict[str, Any]:
         defaults = RunConfig.model_construct()
@@ -169,6 +219,9 @@ def describe_validation_error(err: ValidationError) -> str:
             sentences.append(f"unknown config key '{field}'; known keys: {', '.join(FIELD_NAMES)}.")
             continue
         message = item["msg"].removeprefix("Value error, ")
+        if not item["loc"]:  # a rule across fields (model_validator): its message names the fields
+            sentences.append(f"config: {message}.")
+            continue
         sentences.append(f"config field '{field}' {_lower_first(message)} (got {item.get('input')!r}).")
     return " ".join(sentences)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -86,6 +88,32 @@ def resnet18_d2l(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
     return net
 
 
+def get_lenet_params(seed: int, num_classes: int = 10) -> list[torch.Tensor]:
+    """d2l's LeNet parameters as plain tensors (scale 0.01, zero biases)."""
+    g = torch.Generator().manual_seed(seed)
+    scale = 0.01
+    shapes = [(20, 1, 3, 3), (20,), (50, 20, 5, 5), (50,), (800, 128), (128,), (128, num_classes), (num_classes,)]
+    return [torch.randn(s, generator=g) * scale if len(s) > 1 else torch.zeros(s) for s in shapes]
+
+
+def lenet(x: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+    h1 = F.avg_pool2d(F.relu(F.conv2d(x, params[0], params[1])), kernel_size=2, stride=2)
+    h2 = F.avg_pool2d(F.relu(F.conv2d(h1, params[2], params[3])), kernel_size=2, stride=2)
+    h3 = F.relu(h2.reshape(h2.shape[0], -1) @ params[4] + params[5])
+    return h3 @ params[6] + params[7]
+
+
+class TensorLeNet(nn.Module):
+    """d2l 12.5's plain-tensor LeNet as a module (so DDP can wrap it); forward is `lenet`."""
+
+    def __init__(self, params: list[torch.Tensor]):
+        super().__init__()
+        self.params = nn.ParameterList([nn.Parameter(p.clone()) for p in params])
+
+    def forward(self, x):
+        return lenet(x, list(self.params))
+
+
 def _torchvision(name: str) -> Callable[[int], nn.Module]:
     def build(num_classes: int = 10) -> nn.Module:
         import torchvision
@@ -109,6 +137,8 @@ MODELS: dict[str, ModelSpec] = {
     "efficientnet_b7": ModelSpec(_torchvision("efficientnet_b7"), (3, 32, 32),
                                  "torchvision EfficientNet-B7, random init (63.8M parameters; T7, T10.2)."),
     "resnet18_d2l": ModelSpec(resnet18_d2l, (1, 28, 28), "d2l's ResNet-18 for small grey images (D12.6)."),
+    "lenet_d2l": ModelSpec(lambda num_classes=10: TensorLeNet(get_lenet_params(0, num_classes)), (1, 28, 28),
+                           "d2l 12.5's LeNet written as plain tensors (D12.5)."),
     "mlp_d2l": ModelSpec(D2lMLP, (512,), "d2l 12.1's MLP on 512 features, 2 outputs (D12.1)."),
 }
 

@@ -93,7 +93,7 @@ def _machine(run) -> str:
 
 
 def _table(spec: SweepSpec, runs) -> pd.DataFrame:
-    axes = list(spec.grid)
+    axes = spec.axes()
     metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
     notes = spec.report.get("notes", [])
@@ -117,18 +117,28 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
     table = table.reset_index()
 
     baseline = spec.report.get("baseline")
+    workers = spec.report.get("workers")  # the field counting workers, for parallel efficiency
     if baseline and time in metrics:
         table["speedup"] = _speedup(table, baseline, time, axes)
+        if workers:
+            table["efficiency"] = _efficiency(table, baseline, "speedup", workers)
     published = pd.DataFrame(spec.published.get("rows", []))
     if not published.empty:
         published = published.rename(columns={c: f"book_{c}" for c in published.columns if c not in axes})
+        on = [a for a in axes if a in published]
         if baseline and f"book_{time}" in published:
-            published["book_speedup"] = _speedup(published, baseline, f"book_{time}", axes)
-        table = table.merge(published, on=axes, how="outer")
-    table = _in_grid_order(table, spec)
-    ours = [c for c in (time, _iqr_name(time), "speedup") if c in table]
+            published["book_speedup"] = _speedup(published, baseline, f"book_{time}", on)
+            if workers:
+                published["book_efficiency"] = _efficiency(published, baseline, "book_speedup", workers)
+        table = table.merge(published, on=on, how="outer")
+    for axis in axes:  # a merge with published rows turns an integer axis (threads) into floats
+        column = table[axis]
+        if column.dtype.kind == "f" and column.notna().all() and (column % 1 == 0).all():
+            table[axis] = column.astype(int)
+    table = _in_grid_order(table, spec, axes)
+    ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency") if c in table]
     ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_") and c != "note"]
-    book = [c for c in (f"book_{time}", "book_speedup") if c in table]
+    book = [c for c in (f"book_{time}", "book_speedup", "book_efficiency") if c in table]
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
     return table[axes + ours + book + tail].reset_index(drop=True)
@@ -154,31 +164,40 @@ def _matches(run, when: dict) -> bool:
     return True
 
 
-def _in_grid_order(table: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
-    """Numbers ascending; names (dtype, execution, device) in the order the grid lists them."""
+def _in_grid_order(table: pd.DataFrame, spec: SweepSpec, axes: list[str]) -> pd.DataFrame:
+    """Numbers ascending; names (dtype, execution, device) in the order the grid lists them; a
+    column that mixes both after the merge with published rows puts numbers first."""
     def key(column: pd.Series) -> pd.Series:
         if pd.api.types.is_numeric_dtype(column):
             return column
-        order = {v: i for i, v in enumerate(spec.grid.get(column.name, []))}
-        rest = sorted({str(v) for v in column if v not in order})
-        return column.map(lambda v: order[v] if v in order else len(order) + rest.index(str(v)))
-    return table.sort_values(list(spec.grid), key=key)
+        order = {v: i for i, v in enumerate(spec.grid.get(column.name, [])) if not isinstance(v, dict)}
+        return column.map(lambda v: (0, order[v], "") if v in order else
+                          (1, v, "") if isinstance(v, (int, float)) else (2, 0, str(v)))
+    return table.sort_values(axes, key=key)
 
 
 def _speedup(frame: pd.DataFrame, baseline: dict, column: str, axes: list[str] | None = None) -> pd.Series:
-    """baseline time / row time, the baseline taken among rows equal on the axes outside `baseline`
-    (with a model axis, each model is compared with its own eager run)."""
+    """Baseline time / each row's time. Axes the baseline does not name (model, backend, lr_scaling)
+    each get their own baseline row when they have one (each model against its own eager run),
+    else the first matching row."""
+    mask = pd.Series(True, index=frame.index)
+    for key, value in baseline.items():
+        mask &= frame[key] == value
+    if not mask.any():
+        return pd.Series(float("nan"), index=frame.index)
+    result = frame.loc[mask, column].iloc[0] / frame[column]
     others = [a for a in (axes or []) if a not in baseline and a in frame]
-    result = pd.Series(float("nan"), index=frame.index)
-    groups = frame.groupby(others, dropna=False).groups.values() if others else [frame.index]
-    for index in groups:
-        part = frame.loc[index]
-        mask = pd.Series(True, index=part.index)
-        for key, value in baseline.items():
-            mask &= part[key] == value
-        if mask.any():
-            result.loc[index] = part.loc[mask, column].iloc[0] / part[column]
+    for _, group in (frame.groupby(others, dropna=False) if others else []):
+        base = group.loc[mask[group.index], column]
+        if len(base):
+            result[group.index] = base.iloc[0] / group[column]
     return result
+
+
+def _efficiency(frame: pd.DataFrame, baseline: dict, speedup: str, workers: str) -> pd.Series:
+    """Parallel efficiency: speed-up divided by how many times the baseline's workers a row has."""
+    base_workers = baseline.get(workers, 1)
+    return frame[speedup] / (frame[workers] / base_workers)
 
 
 def _number(text):
@@ -241,6 +260,8 @@ def _markdown_table(table: pd.DataFrame) -> str:
             return f"{int(value):,}"
         if "speedup" in column:
             return f"{value:.2f}x"
+        if "efficiency" in column:
+            return f"{100 * value:.0f}%"
         if isinstance(value, float) and column.startswith("book_") and abs(value) < 10:
             return f"{value:.5g}"  # a published figure as printed (1.0981, 0.0011)
         if isinstance(value, float):
@@ -249,7 +270,9 @@ def _markdown_table(table: pd.DataFrame) -> str:
 
     header = "| " + " | ".join(table.columns) + " |"
     rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(fmt(c, row[c]) for c in table.columns) + " |" for _, row in table.iterrows()]
+    # astype(object): iterrows would turn an integer column (threads, batch_size) into floats
+    body = ["| " + " | ".join(fmt(c, row[c]) for c in table.columns) + " |"
+            for _, row in table.astype(object).iterrows()]
     return "\n".join([header, rule, *body])
 
 
@@ -263,6 +286,8 @@ def plot(report: Report, path: Path) -> Path:
     t = report.table
     spec = report.spec
     x = spec.report.get("x", list(spec.grid)[0])
+    if spec.report.get("plot") == "twin":
+        return _twin_plot(report, x, path)
     time = spec.report.get("time", "train_time_s")
     # Panels: [ours, published or "", title]; the sweep file may name its own.
     panels = spec.report.get("plots") or [
@@ -271,7 +296,8 @@ def plot(report: Report, path: Path) -> Path:
         ["test_accuracy", "book_test_accuracy", "test accuracy"]]
     panels = [p for p in panels if p[0] in t or (p[1] and p[1] in t)] or panels[:1]
     # One line per combination of the other axes (e.g. per model when x is the execution mode).
-    others = [a for a in spec.grid if a != x and a in t]
+    series = spec.report.get("series")  # the axis whose values get a line each (backend, lr_scaling)
+    others = [series] if series else [a for a in spec.axes() if a != x and a in t]
     lines = list(t.groupby(others, sort=False)) if others else [((), t)]
     fig, axes = plt.subplots(1, len(panels), figsize=(14 if len(panels) == 3 else 4.7 * len(panels), 4),
                              squeeze=False)
@@ -289,6 +315,28 @@ def plot(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(report.spec.title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _twin_plot(report: Report, x: str, path: Path) -> Path:
+    """Accuracy and time against the swept value on two y-axes (d2l 12.6's exercise plots)."""
+    import matplotlib.pyplot as plt
+
+    t = report.table.dropna(subset=["train_time_s"]).sort_values(x)
+    fig, left = plt.subplots(figsize=(7, 4))
+    right = left.twinx()
+    left.plot(t[x], t["test_accuracy"], "o-", color="tab:blue", label="test accuracy")
+    time_column = "epoch_time_median_s" if "epoch_time_median_s" in t else "train_time_s"
+    right.plot(t[x], t[time_column], "s--", color="tab:red", label=time_column)
+    left.set_xlabel(x)
+    left.set_ylabel("test accuracy", color="tab:blue")
+    right.set_ylabel(f"{time_column} (s)", color="tab:red")
+    left.grid(alpha=0.3)
+    fig.suptitle(f"{report.spec.title} ({report.scale})")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

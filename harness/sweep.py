@@ -77,8 +77,9 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
         metrics = dict(module.run(cfg, on_epoch=on_epoch))
         # A text value (a warning the experiment captured, a dtype) is a tag, not a metric.
         notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
-        metrics["peak_rss_mb"] = peak_rss_mb()
-        metrics["threads_used"] = torch.get_num_threads()
+        # A multi-process experiment reports its ranks' own figures; this process's are not them.
+        metrics.setdefault("peak_rss_mb", peak_rss_mb())
+        metrics.setdefault("threads_used", torch.get_num_threads())
         store.log_metrics(run_id, metrics)
         if notes:
             store.set_tags(run_id, {f"{NOTE_PREFIX}{k}": v[:5000] for k, v in notes.items()})

@@ -34,6 +34,29 @@ class SweepSpec:
     published: dict[str, Any] = field(default_factory=dict)
     checks: list[dict[str, Any]] = field(default_factory=list)
     path: Path | None = None
+    # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
+    scale_grids: dict[str, dict[str, list]] = field(default_factory=dict)
+
+    def axes(self) -> list[str]:
+        """The config fields the grid varies, compound axes flattened, over every scale."""
+        names: list[str] = []
+        for grid in (self.grid, *self.scale_grids.values()):
+            for axis, values in grid.items():
+                for name in (_compound_keys(values) or [axis]):
+                    if name not in names:
+                        names.append(name)
+        return names
+
+
+def _compound_keys(values: list) -> list[str]:
+    """A compound axis (values are tables, like `{world_size = 2, threads = 8}`) varies several
+    fields together; its name is only a label. Returns its fields, or [] for a plain axis."""
+    if not (isinstance(values, list) and values and all(isinstance(v, dict) for v in values)):
+        return []
+    keys: list[str] = []
+    for value in values:
+        keys += [k for k in value if k not in keys]
+    return keys
 
 
 @dataclass
@@ -75,11 +98,16 @@ def load(name_or_path: str) -> SweepSpec:
         )
     except KeyError as err:
         raise UserError(f"sweep file {path} lacks the required key {err}.") from None
-    for section in (spec.base, spec.grid, *spec.scales.values()):
+    for name, scale in spec.scales.items():
+        if isinstance(scale.get("grid"), dict):
+            spec.scale_grids[name] = scale.pop("grid")
+    for section in (spec.base, *spec.scales.values()):
         check_keys(section)
-    for axis, values in spec.grid.items():
-        if not isinstance(values, list) or not values:
-            raise UserError(f"grid axis '{axis}' in {path} must be a non-empty list.")
+    for grid in (spec.grid, *spec.scale_grids.values()):
+        check_keys([k for axis, values in grid.items() for k in (_compound_keys(values) or [axis])])
+        for axis, values in grid.items():
+            if not isinstance(values, list) or not values:
+                raise UserError(f"grid axis '{axis}' in {path} must be a non-empty list.")
     return spec
 
 
@@ -91,20 +119,24 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
         raise UserError(f"unknown scale '{scale}'; choose one of {', '.join(spec.scales)}.")
     overrides = dict(overrides or {})
     check_keys(overrides)
-    grid = dict(spec.grid)
+    grid = {**spec.grid, **spec.scale_grids.get(scale, {})}
     fixed = {"experiment": spec.experiment, **spec.base, **spec.scales[scale]}
     # A scale may narrow or widen a grid axis (a list replaces it, a single value pins it).
     for key, value in spec.scales[scale].items():
         if key in grid:
             grid[key] = value if isinstance(value, list) else [value]
+    compound = {k: axis for axis, values in grid.items() for k in _compound_keys(values)}
     for key, value in overrides.items():
+        if key in compound:
+            raise UserError(f"'{key}' is varied together with other fields by the grid axis "
+                            f"'{compound[key]}' of {spec.path}; edit that axis in the sweep file instead.")
         if isinstance(value, list):
             grid[key] = value
         elif key in grid:
             grid[key] = [value]
         else:
             fixed[key] = value
-    for key in grid:
+    for key in [*grid, *compound]:
         fixed.pop(key, None)
     make_config(fixed)  # a bad value shared by every cell fails the whole sweep, before anything runs
 
@@ -112,10 +144,12 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     axes = list(grid)
     for combo in itertools.product(*(grid[a] for a in axes)):
         for repeat in range(spec.repeats):
-            values = {**fixed, **dict(zip(axes, combo))}
+            values = dict(fixed)
+            for axis, value in zip(axes, combo):
+                values.update(value if axis in compound.values() else {axis: value})
             if spec.repeats > 1:
                 values["repeat"] = repeat
-            label = " ".join(f"{a}={v}" for a, v in zip(axes, combo)) or spec.name
+            label = " ".join(_label(a, v) for a, v in zip(axes, combo)) or spec.name
             if spec.repeats > 1:
                 label += f" r{repeat}"
             cell = Cell(values, label)
@@ -125,3 +159,9 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
                 cell.error = str(err)
             cells.append(cell)
     return cells
+
+
+def _label(axis: str, value) -> str:
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return f"{axis}={value}"

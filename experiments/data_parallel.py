@@ -1,0 +1,39 @@
+"""T9.1, T9.2/T9.3, T10.2, D12.6: train with threads, with several processes, or on several GPUs.
+
+world_size 1 trains in this process with `threads` threads. world_size N starts N ranks with
+torchrun (DistributedDataParallel, DistributedSampler + set_epoch, backend from the config), each
+pinned to its own cores or GPU; the ranks' result comes back here and is logged as this one cell.
+
+    harness run data_parallel --set dataset=digits --set epochs=2 --set world_size=2 --set threads=1
+"""
+
+from __future__ import annotations
+
+from harness.config import RunConfig
+from harness.distributed import ddp_train
+from harness.distributed.ddp_train import CLOCK
+from harness.distributed.launch import launch
+from harness.distributed.placement import check_can_run
+from harness.distributed.rank import RankContext
+from harness.train import EpochCallback, prepare
+
+__all__ = ["CLOCK", "run", "to_metrics"]
+
+TARGET = "harness.distributed.ddp_train:train"
+
+
+def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+    check_can_run(cfg)
+    if cfg.world_size == 1 and cfg.nnodes == 1:
+        result = ddp_train.train(cfg, RankContext(device=prepare(cfg)))
+    else:
+        result = launch(cfg, TARGET)
+    return to_metrics(result, on_epoch)
+
+
+def to_metrics(result: dict, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+    """The numbers as metrics; the per-epoch lists go to the epoch callback (MLflow steps)."""
+    if on_epoch is not None:
+        for i, (seconds, loss) in enumerate(zip(result["epoch_times"], result["epoch_losses"])):
+            on_epoch(i, {"epoch_time_s": seconds, "train_loss": loss})
+    return {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}

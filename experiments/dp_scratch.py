@@ -1,0 +1,196 @@
+"""D12.5 (d2l 12.5): data parallelism written by hand, beside DistributedDataParallel, each checked
+against one device training on the full batch.
+
+- dp_impl=scratch: one process holds world_size copies of LeNet's parameters (one per device: the
+  GPUs cuda:0..k-1, or k copies on the CPU when device=cpu, which keeps the arithmetic and runs the
+  copies one after the other); each global batch is split across the copies (`split_batch`), each
+  copy computes its shard's summed loss and gradients, a hand-written `allreduce` sums the gradients
+  and copies the sum back, and every copy takes the same SGD step (lr x gradient / global batch).
+- dp_impl=ddp: world_size torchrun ranks, each taking shard r of the same global batches, with the
+  same LeNet as an nn.Module under DDP (which averages gradients, so each rank's loss is scaled by
+  world_size / global batch to give the same step).
+
+Both then compare their parameters with one device trained on the full batches from the same
+initial parameters: `max_param_diff` (float rounding only) and `params_match`.
+
+    harness run dp_scratch --set dataset=digits --set epochs=1 --set world_size=2 --set dp_impl=scratch
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from harness.config import RunConfig
+from harness.data import Dataset, Split, load_splits
+from harness.distributed.launch import launch
+from harness.distributed.placement import check_can_run
+from harness.distributed.rank import RankContext
+from harness.errors import CellSkipped, UserError
+from harness.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
+from harness.timing import spread, timed
+from harness.train import EpochCallback, prepare
+
+CLOCK = ("training epochs only: splitting each global batch, per-copy forward/backward, the gradient "
+         "allreduce (hand-written or DDP's), the SGD step on every copy; the one-device reference run, "
+         "the comparison and evaluation are outside the clock")
+TARGET = "experiments.dp_scratch:ddp_target"
+MATCH_ATOL = 1e-5
+
+
+def split_batch(x: torch.Tensor, y: torch.Tensor, parts: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Even shards of one batch in order (what nn.parallel.scatter does), one per device."""
+    return list(zip(x.chunk(parts), y.chunk(parts)))
+
+
+def allreduce(grads: list[torch.Tensor]) -> None:
+    """Sum the gradients onto the first copy, then copy the sum back to every copy (d2l 12.5)."""
+    for g in grads[1:]:
+        grads[0][:] += g.to(grads[0].device)
+    for g in grads[1:]:
+        g[:] = grads[0].to(g.device)
+
+
+def global_batches(split: Split, batch_size: int, seed: int, epoch: int):
+    order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed * 1000 + epoch))
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        yield split.x[idx], split.y[idx]
+
+
+def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
+                 on_epoch: EpochCallback | None = None,
+                 max_steps: int | None = None) -> tuple[list[list[torch.Tensor]], list[float]]:
+    """d2l's `train(num_gpus, batch_size, lr)`: one parameter copy per device; returns the copies
+    and each timed epoch's seconds. With one device it is plain full-batch training. `max_steps`
+    stops after that many steps (the per-step equality check)."""
+    start = get_params(cfg.seed, data.num_classes)
+    copies = [[p.to(d, copy=True).requires_grad_() for p in start] for d in devices]  # own memory, even on one CPU
+    times = []
+    steps = 0
+    for epoch in range(cfg.warmup_epochs + cfg.epochs):
+        with timed(devices[0]) as clock:
+            for x, y in global_batches(data.train, cfg.batch_size, cfg.seed, epoch):
+                if max_steps is not None and steps >= max_steps:
+                    return copies, times
+                steps += 1
+                shards = split_batch(x, y, len(devices))
+                losses = [F.cross_entropy(lenet(xs.to(d), ps), ys.to(d), reduction="sum")
+                          for (xs, ys), d, ps in zip(shards, devices, copies)]
+                for loss in losses:  # queued on every device before any result is waited for
+                    loss.backward()
+                with torch.no_grad():
+                    for i in range(len(start)):
+                        allreduce([ps[i].grad for ps in copies])
+                    for ps in copies:
+                        for p in ps:
+                            p -= cfg.lr * p.grad / len(y)
+                            p.grad.zero_()
+        if epoch >= cfg.warmup_epochs:
+            times.append(clock.seconds)
+            if on_epoch is not None:
+                on_epoch(epoch - cfg.warmup_epochs, {"epoch_time_s": clock.seconds})
+    return copies, times
+
+
+def max_diff(params: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
+    return max((p.detach().cpu() - r.detach().cpu()).abs().max().item() for p, r in zip(params, reference))
+
+
+def compare(first_step: list[torch.Tensor], final: list[torch.Tensor], cfg: RunConfig, data: Dataset,
+            device: torch.device) -> dict[str, float]:
+    """d2l's claim is per step: one data-parallel step gives one full-batch step's parameters up to
+    float rounding (`params_match`, from `first_step_param_diff`). Over many steps those rounding
+    differences are amplified by training, so the end-of-training difference is reported as measured."""
+    one_step, _ = train_copies(cfg, data, [device], max_steps=1)
+    reference, _ = train_copies(cfg, data, [device])
+    first = max_diff(first_step, one_step[0])
+    return {"first_step_param_diff": first, "params_match": float(first <= MATCH_ATOL),
+            "max_param_diff": max_diff(final, reference[0])}
+
+
+@torch.no_grad()
+def accuracy(params: list[torch.Tensor], split: Split, device: torch.device) -> float:
+    correct = sum((lenet(x.to(device), params).argmax(1) == y.to(device)).sum().item()
+                  for x, y in global_batches(split, 1000, 0, 0))
+    return correct / len(split)
+
+
+def _data(cfg: RunConfig) -> Dataset:
+    return load_splits(cfg.dataset, cfg.data_dir, MODELS["lenet_d2l"].input_shape, seed=cfg.seed,
+                       train_limit=cfg.train_limit, test_limit=cfg.test_limit)
+
+
+def _devices(cfg: RunConfig) -> list[torch.device]:
+    if cfg.device.startswith("cuda"):
+        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if have < cfg.world_size:
+            raise CellSkipped(f"{cfg.world_size} parameter copies on GPUs need {cfg.world_size} GPUs; "
+                              f"this machine has {have}")
+        return [torch.device("cuda", i) for i in range(cfg.world_size)]
+    return [torch.device("cpu")] * cfg.world_size
+
+
+def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+    if cfg.model != "lenet_d2l":
+        raise UserError("dp_scratch trains d2l's plain-tensor LeNet; set model=lenet_d2l.")
+    if cfg.batch_size % cfg.world_size:
+        raise UserError(f"batch_size {cfg.batch_size} must split evenly over world_size {cfg.world_size}.")
+    if cfg.dp_impl == "ddp" and cfg.world_size > 1:
+        check_can_run(cfg)
+        result = launch(cfg, TARGET)
+        if on_epoch is not None:
+            for i, seconds in enumerate(result.pop("epoch_times")):
+                on_epoch(i, {"epoch_time_s": seconds})
+        return {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
+    prepare(cfg)
+    devices = _devices(cfg)
+    data = _data(cfg)
+    copies, times = train_copies(cfg, data, devices, on_epoch)
+    first_step, _ = train_copies(cfg, data, devices, max_steps=1)
+    metrics = compare(first_step[0], copies[0], cfg, data, devices[0])
+    # every copy must hold the same parameters after each allreduce + step
+    metrics["copies_identical"] = float(all(torch.equal(a.cpu(), b.cpu()) for ps in copies for a, b in zip(ps, copies[0])))
+    return {**metrics, **_summary(cfg, times, accuracy(copies[0], data.test, devices[0]), data)}
+
+
+def _summary(cfg: RunConfig, times: list[float], test_accuracy: float, data: Dataset) -> dict[str, float]:
+    epochs = spread(times)
+    return {"train_time_s": sum(times), "test_accuracy": test_accuracy,
+            "epoch_time_median_s": epochs["median"], "epoch_time_iqr_s": epochs["iqr"],
+            "samples_per_s": len(data.train) * cfg.epochs / sum(times),
+            "train_samples": len(data.train), "test_samples": len(data.test), "copies": cfg.world_size}
+
+
+def ddp_target(cfg: RunConfig, ctx: RankContext) -> dict:
+    """One rank of dp_impl=ddp: shard `rank` of every global batch, DDP's gradient averaging."""
+    data = _data(cfg)
+    net = DistributedDataParallel(TensorLeNet(get_params(cfg.seed, data.num_classes)).to(ctx.device))
+    optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr)
+    times, first_step = [], None
+    for epoch in range(cfg.warmup_epochs + cfg.epochs):
+        ctx.barrier()
+        with timed(ctx.device) as clock:
+            for x, y in global_batches(data.train, cfg.batch_size, cfg.seed, epoch):
+                xs, ys = split_batch(x, y, ctx.world_size)[ctx.rank]
+                optimizer.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(net(xs.to(ctx.device)), ys.to(ctx.device), reduction="sum")
+                (loss * ctx.world_size / len(y)).backward()  # DDP averages: this makes it the full-batch mean
+                optimizer.step()
+                ctx.beat()
+                if first_step is None:  # inside the clock once: a copy of ~130k floats, microseconds
+                    first_step = [p.detach().clone() for p in net.module.params]
+        if epoch >= cfg.warmup_epochs:
+            times.append(clock.seconds)
+    everyone = ctx.gather(times)
+    slowest = [max(ts) for ts in zip(*everyone)]
+    result = {}
+    if ctx.rank == 0:  # the one-device reference, off the clock, compared here where the parameters are
+        params = [p.detach() for p in net.module.params]
+        result = {**compare(first_step, params, cfg, data, ctx.device),
+                  **_summary(cfg, slowest, accuracy(params, data.test, ctx.device), data)}
+        result["train_time_s"] = max(sum(ts) for ts in everyone)
+        result.update({f"rank{i}_train_time_s": sum(ts) for i, ts in enumerate(everyone)})
+        result["epoch_times"] = slowest
+    return ctx.broadcast(result)

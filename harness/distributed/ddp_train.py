@@ -1,0 +1,153 @@
+"""Data-parallel training on one rank: DistributedDataParallel, DistributedSampler with set_epoch,
+the learning-rate scaling rule, the slowest rank's time, and accuracy on the full test set.
+
+The same function runs with world_size 1 in the sweep's own process (no process group, no DDP
+wrapper, the sampler hands that one rank every sample), so one worker and N workers differ only in
+what data parallelism adds.
+
+Inside the clock (each timed epoch, after a barrier so the ranks start together): taking this
+rank's mini-batches from memory, the host-to-device copy, forward, loss, backward with DDP's
+gradient allreduce, optimizer step. A cell's time is the slowest rank's sum of timed epochs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DistributedSampler
+
+from harness.config import RunConfig
+from harness.data import Split, load_splits
+from harness.distributed.rank import RankContext
+from harness.models import MODELS, build_model
+from harness.timing import peak_rss_mb, spread, timed
+from harness.train import evaluate, make_optimizer
+
+CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "
+         "host-to-device copy, forward, loss, backward with DDP's gradient allreduce, optimizer step; "
+         "process start, data loading, warm-up epochs and evaluation are outside the clock")
+
+
+class LrSchedule:
+    """lr per step: as given (none), times world_size (linear), or ramped linearly from lr to
+    lr x world_size over the first lr_warmup_epochs epochs of training (linear_warmup, Goyal et al.)."""
+
+    def __init__(self, cfg: RunConfig, world_size: int, steps_per_epoch: int):
+        self.base = cfg.lr
+        self.target = cfg.lr * (world_size if cfg.lr_scaling != "none" else 1)
+        ramp = cfg.lr_warmup_epochs * steps_per_epoch if cfg.lr_scaling == "linear_warmup" else 0
+        self.ramp_steps = max(int(ramp), 0)
+        self.step = 0
+
+    def next(self) -> float:
+        if self.step < self.ramp_steps:
+            lr = self.base + (self.target - self.base) * self.step / self.ramp_steps
+        else:
+            lr = self.target
+        self.step += 1
+        return lr
+
+
+def rank_batch_size(cfg: RunConfig, world_size: int) -> int:
+    return cfg.batch_size // world_size if cfg.batch_is_global else cfg.batch_size
+
+
+def param_digest(model: nn.Module) -> str:
+    """A hash of every parameter's bytes: equal digests mean bit-identical parameters."""
+    h = hashlib.sha1()
+    for p in model.parameters():
+        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def train(cfg: RunConfig, ctx: RankContext) -> dict:
+    data = load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
+                       train_limit=cfg.train_limit, test_limit=cfg.test_limit)
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
+    model = build_model(cfg.model, data.num_classes).to(ctx.device)
+    net = model
+    if ctx.distributed:
+        net = DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+    optimizer = make_optimizer(cfg, net)
+    # The sampler only needs a length: it hands out indices into the in-memory tensors.
+    sampler = DistributedSampler(range(len(data.train)), num_replicas=ctx.world_size, rank=ctx.rank,
+                                 shuffle=True, seed=cfg.seed)
+    batch = rank_batch_size(cfg, ctx.world_size)
+    steps_per_epoch = -(-len(sampler) // batch)
+    schedule = LrSchedule(cfg, ctx.world_size, steps_per_epoch)
+
+    def epoch(index: int) -> tuple[float, float]:
+        sampler.set_epoch(index)  # a new shuffle each epoch, the same on every rank
+        loss_sum = torch.zeros((), device=ctx.device)
+        ctx.barrier()
+        with timed(ctx.device) as clock:
+            order = torch.tensor(list(sampler))
+            for start in range(0, len(order), batch):
+                ctx.fault("first_step")
+                idx = order[start:start + batch]
+                loss_sum += _step(net, optimizer, data.train, idx, schedule.next(), ctx.device)
+                ctx.beat()
+            if index == cfg.warmup_epochs + cfg.epochs - 1:
+                ctx.fault("end_of_training")
+        return clock.seconds, loss_sum.item() / len(order)
+
+    warmup = [epoch(i)[0] for i in range(cfg.warmup_epochs)]
+    timed_epochs = [epoch(cfg.warmup_epochs + i) for i in range(cfg.epochs)]
+    my_times = [t for t, _ in timed_epochs]
+
+    with timed(ctx.device) as evaluation:
+        accuracy = evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=ctx.device) if ctx.rank == 0 else None
+    accuracy = ctx.broadcast(accuracy)
+    everyone = ctx.gather({"times": my_times, "losses": [loss for _, loss in timed_epochs],
+                           "digest": param_digest(model), "rss": peak_rss_mb(), "warmup": sum(warmup)})
+    return merge(cfg, ctx, everyone, accuracy, evaluation.seconds, len(data.train), len(data.test),
+                 batch, schedule.target)
+
+
+def _step(net, optimizer, split: Split, idx: torch.Tensor, lr: float, device: torch.device) -> torch.Tensor:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    x, y = split.x[idx].to(device, non_blocking=True), split.y[idx].to(device, non_blocking=True)
+    optimizer.zero_grad(set_to_none=True)
+    loss = nn.functional.cross_entropy(net(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss.detach() * len(y)
+
+
+def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: float, eval_seconds: float,
+          train_samples: int, test_samples: int, batch: int, final_lr: float) -> dict:
+    """One result for the cell: the slowest rank's time, every rank's time, rank 0's accuracy."""
+    totals = [sum(r["times"]) for r in everyone]
+    slowest_per_epoch = [max(ts) for ts in zip(*(r["times"] for r in everyone))]
+    train_time = max(totals)
+    epochs = spread(slowest_per_epoch)
+    result = {
+        "train_time_s": train_time,
+        "test_accuracy": accuracy,
+        "samples_per_s": train_samples * cfg.epochs / train_time,
+        "epoch_time_median_s": epochs["median"],
+        "epoch_time_iqr_s": epochs["iqr"],
+        "warmup_time_s": max(r["warmup"] for r in everyone),
+        "eval_time_s": eval_seconds,
+        "train_samples": train_samples,
+        "test_samples": test_samples,
+        "ranks": ctx.world_size,
+        "batch_per_rank": batch,
+        "global_batch": batch * ctx.world_size,
+        "final_lr": final_lr,
+        "threads_used": torch.get_num_threads(),
+        "ranks_params_identical": float(len({r["digest"] for r in everyone}) == 1),
+        "rank_time_spread_s": train_time - min(totals),
+        # lists and strings are not metrics: the experiment logs them separately
+        "epoch_times": slowest_per_epoch,
+        "epoch_losses": [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in everyone))],
+        "param_digests": [r["digest"] for r in everyone],
+    }
+    result.update({f"rank{i}_train_time_s": t for i, t in enumerate(totals)})
+    if ctx.distributed:  # in one process the sweep engine measures the peak itself
+        result["peak_rss_mb"] = max(r["rss"] for r in everyone)
+    return result
