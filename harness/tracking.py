@@ -28,6 +28,7 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT = (
     "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId",
 )
 OK, FAILED, SKIPPED, INTERRUPTED = "ok", "failed", "skipped", "interrupted"
+PRUNED = "pruned"  # a study trial stopped early by its pruner (issue 5)
 
 
 def resolve_uri(cli_value: str | None = None) -> str:
@@ -150,7 +151,8 @@ class Store:
         if reason:
             tags[REASON] = reason[:5000]
         self.set_tags(run_id, tags)
-        status = {OK: "FINISHED", SKIPPED: "FINISHED", FAILED: "FAILED", INTERRUPTED: "KILLED"}[outcome]
+        status = {OK: "FINISHED", SKIPPED: "FINISHED", PRUNED: "FINISHED", FAILED: "FAILED",
+                  INTERRUPTED: "KILLED"}[outcome]
         self.client.set_terminated(run_id, status)
 
     # --- what is already recorded --------------------------------------------------------------
