@@ -35,7 +35,6 @@ def sweep_shared(args, spec, store: Store, overrides: dict[str, Any]):
 
     url = storage_url(args, store)
     sharedb.check_url(url)
-    workers.refuse_sqlite_across_machines(url, store.uri)
     worker = workers.parse_worker(args.worker)
     if args.workers > 1 and worker is None:
         fixed = {k: v for k, v in {**spec.base, **spec.scales.get(args.scale, {}), **overrides}.items()
@@ -102,7 +101,6 @@ def study(args, store: Store, overrides: dict[str, Any]) -> int:
         print(study_report.build(spec, the_study).text)
         return 0
 
-    workers.refuse_sqlite_across_machines(url, store.uri)
     target = args.n_trials or spec.n_trials.get(args.scale, spec.n_trials.get("full", 20))
     shared = not sharedb.is_sqlite(url)
     salt = worker.index if worker else (os.getpid() if shared else 0)
@@ -150,7 +148,7 @@ def study(args, store: Store, overrides: dict[str, Any]) -> int:
     if worker is not None:
         return code
     report = study_report.build(spec, the_study)
-    paths = study_report.write(spec, report, store, parent)
+    paths = study_report.write(spec, report, store, parent, args.out)
     store.end_run(parent, OK)
     print(report.text)
     print("written: " + ", ".join(str(p) for p in paths))

@@ -257,6 +257,7 @@ def work(spec: StudySpec, study, store: Store, claims: Claims, *, scale: str, fi
             result.stopped_because = "timeout"
             break
         reap_dead_trials(study)
+        store.reap_stale_runs(experiment_id)  # the MLflow runs of a worker killed meanwhile
         held = claims.all(namespace)
         if sum(c.state == DONE for c in held.values()) >= target:
             result.stopped_because = "target reached"

@@ -71,13 +71,6 @@ def launch(argv: list[str], workers: int, token: str, parent_run_id: str | None,
         raise
 
 
-def refuse_sqlite_across_machines(url: str, tracking_uri: str) -> None:
-    if sharedb.is_sqlite(url) and tracking_uri.startswith(("http://", "https://")):
-        # Workers elsewhere would log to the server but keep their own study file: two studies.
-        raise UserError(f"the study storage {url} is a SQLite file, which only workers on this machine "
-                        "can share; with a tracking server, give --storage postgresql://... as well.")
-
-
 # --- grid sweeps over several workers ------------------------------------------------------------
 def run_sweep_shared(spec: SweepSpec, store, claims: Claims, *, scale: str, overrides: dict[str, Any],
                      show_progress: bool = False, log=print):
