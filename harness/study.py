@@ -60,13 +60,19 @@ def storage(url: str):
     if sharedb.is_sqlite(url):
         sharedb.patient_sqlite()
     _quiet_optuna()
-    try:
-        return RDBStorage(url, engine_kwargs=sharedb.engine_kwargs(url), heartbeat_interval=HEARTBEAT_S,
-                          grace_period=GRACE_S,
-                          heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY))
-    except optuna.exceptions.StorageInternalError as err:
-        raise UserError(f"cannot open the study storage {redact(url)}: "
-                        f"{sharedb.hide_password(_first_line(err.__cause__ or err), url)}") from None
+    for attempt in range(4):
+        try:
+            return RDBStorage(url, engine_kwargs=sharedb.engine_kwargs(url), heartbeat_interval=HEARTBEAT_S,
+                              grace_period=GRACE_S,
+                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY))
+        except Exception as err:
+            # Workers starting together on a new database race to create Optuna's tables; the
+            # loser finds them made on the next try.
+            if attempt < 3 and not isinstance(err, optuna.exceptions.StorageInternalError):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise UserError(f"cannot open the study storage {redact(url)}: "
+                            f"{sharedb.hide_password(_first_line(getattr(err, '__cause__', None) or err), url)}") from None
 
 
 def _quiet_optuna() -> None:

@@ -72,11 +72,29 @@ class Store:
         self.uri = resolve_uri(uri)
         self.artifact_root = self._artifact_root()
         self._probe()
-        self.client = MlflowClient(tracking_uri=self.uri)
         try:
-            self.client.search_experiments(max_results=1)
+            with self._creation_lock():
+                self.client = MlflowClient(tracking_uri=self.uri)
+                self.client.search_experiments(max_results=1)
         except Exception as err:  # any failure here means the store is not usable as given
             raise UserError(f"cannot open the tracking store {redact(self.uri)}: {_first_line(err)}") from None
+
+    def _creation_lock(self):
+        """Several workers opening a new SQLite store at once would race through MLflow's schema
+        migrations ("duplicate column"); one at a time, the later ones find it made (issue 5)."""
+        import contextlib
+        import fcntl
+
+        if self.artifact_root is None:
+            return contextlib.nullcontext()
+
+        @contextlib.contextmanager
+        def locked():
+            with open(self.artifact_root.parent / ".mlflow-db.lock", "w") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                yield
+
+        return locked()
 
     def _artifact_root(self) -> Path | None:
         if self.uri.startswith("sqlite:///"):
