@@ -80,9 +80,10 @@ def _quiet_optuna() -> None:
 
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # ERROR: Optuna would log each failed trial with a traceback; the worker prints one line instead.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    logging.getLogger("optuna").setLevel(logging.WARNING)
+    logging.getLogger("optuna").setLevel(logging.ERROR)
 
 
 def sampler(spec: StudySpec, seed: int):
@@ -224,6 +225,7 @@ def work(spec: StudySpec, study, store: Store, claims: Claims, *, scale: str, fi
 
     def objective(trial: optuna.Trial):
         trial.set_user_attr(OWNER_ATTR, owner_tag(trial.number))
+        last["number"] = trial.number
         retry_of = study._storage.get_trial_system_attrs(trial._trial_id).get("failed_trial")
         values = {**fixed, **{name: p.suggest(trial) for name, p in spec.space.items()}}
         label = f"trial {trial.number}: " + " ".join(f"{k}={_short(values[k])}" for k in spec.space)
@@ -245,7 +247,7 @@ def work(spec: StudySpec, study, store: Store, claims: Claims, *, scale: str, fi
 
         outcome = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent_id,
                            show_epochs=show_progress, epoch_hook=report)
-        last.update(number=trial.number, outcome=outcome.outcome, reason=outcome.reason)
+        last.update(outcome=outcome.outcome, reason=outcome.reason)
         trial.set_user_attr(RUN_ATTR, outcome.run_id)
         if outcome.outcome == PRUNED:
             raise optuna.TrialPruned(outcome.reason)
@@ -274,7 +276,13 @@ def work(spec: StudySpec, study, store: Store, claims: Claims, *, scale: str, fi
             result.stopped_because = "every remaining trial is running in another worker"
             break
         last.clear()
-        study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+        try:
+            study.optimize(objective, n_trials=1, catch=(TrialFailed,), gc_after_trial=False)
+        except KeyboardInterrupt:  # Ctrl-C / SIGTERM: the cut-off trial is queued to run again
+            if "number" in last:
+                _retry(study, last["number"])
+            claims.drop(namespace, slot)
+            raise
         frozen = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(
             study._study_id, last["number"])) if "number" in last else None
         state = frozen.state if frozen else TrialState.FAIL
@@ -294,6 +302,14 @@ def work(spec: StudySpec, study, store: Store, claims: Claims, *, scale: str, fi
                 result.stopped_because = f"{fails_in_a_row} trials in a row failed; last: {last.get('reason')}"
                 break
     return result
+
+
+def _retry(study, number: int) -> None:
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+    frozen = study._storage.get_trial(study._storage.get_trial_id_from_study_id_trial_number(study._study_id, number))
+    if frozen.state.name == "FAIL":
+        RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRY)(study, frozen)
 
 
 def _short(value) -> str:
