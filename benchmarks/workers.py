@@ -53,7 +53,7 @@ def measure(workers: int, trials: int, epochs: int, folder: Path) -> dict:
                     "--tracking-uri", uri, "--storage", url, "--no-progress", "--out", str(folder)],
                    check=True, env=env, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - started
-    done = [t for t in optuna.load_study(study_name="bench_workers-full", storage=url).trials
+    done = [t for t in optuna.load_study(study_name="study_bench_workers-full", storage=url).trials
             if t.state.name == "COMPLETE"]
     window = (max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)).total_seconds()
     return {"workers": workers, "trials": len(done), "wall_s": wall, "window_s": window,

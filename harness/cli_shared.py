@@ -119,6 +119,11 @@ def study(args, store: Store, overrides: dict[str, Any]) -> int:
               f"storage {sharedb_redacted(url)}; MLflow parent run {parent}", flush=True)
 
     code = 0
+    import signal
+
+    from harness.sweep import _raise_keyboard_interrupt
+
+    previous_handler = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # SIGTERM closes runs like Ctrl-C
     try:
         if launcher:
             Claims(url).close()  # the claims table exists before the workers race to create it
@@ -145,6 +150,8 @@ def study(args, store: Store, overrides: dict[str, Any]) -> int:
         if worker is None:
             store.end_run(parent, INTERRUPTED, "interrupted; run the same command again to resume")
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
     if worker is not None:
         return code
     report = study_report.build(spec, the_study)

@@ -59,6 +59,9 @@ def launch(argv: list[str], workers: int, token: str, parent_run_id: str | None,
     try:
         return [p.wait() for p in procs]
     except KeyboardInterrupt:
+        # A Ctrl-C at the terminal reached the workers too; give them a moment to close their runs,
+        # then pass it on to any that did not get it (the launcher alone was signalled).
+        time.sleep(3)
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
