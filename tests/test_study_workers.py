@@ -85,7 +85,9 @@ def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_
     _assert_unique_params(trials)  # and the sampler moved on instead of replaying the first run
     runs = _children(uri, "killed", "killed-full")
     assert not [r for r in runs if r.info.status == "RUNNING"]
-    assert sorted(r.data.tags[OUTCOME] for r in runs) == ["interrupted", "ok", "ok", "ok"]
+    outcomes = sorted(r.data.tags[OUTCOME] for r in runs)
+    # The killed trial's run is closed as interrupted (absent if the kill came before it was created).
+    assert outcomes in (["interrupted", "ok", "ok", "ok"], ["ok", "ok", "ok"])
 
 
 def _grid_sweep(sweep_file):
