@@ -1,7 +1,8 @@
 # torch-speed-harness: reproduce the published training-speed tables and compare runs in MLflow.
 #   make install             then   make sweep-sparsity SCALE=smoke   then   make report-sparsity
 # Knobs: SCALE=smoke|quick|full (default full, the document's scale), DATASET=, DATA_DIR=,
-#        TRACKING_URI= (default sqlite:///mlruns/mlflow.db), SET="key=value ..." extra overrides.
+#        TRACKING_URI= (default sqlite:///mlruns/mlflow.db), SET="key=value ..." extra overrides,
+#        DEVICE=cpu|cuda for the sweeps that take a device.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,6 +11,7 @@ HARNESS := $(BIN)/harness
 SCALE ?= full
 DATASET ?=
 DATA_DIR ?=
+DEVICE ?=
 TRACKING_URI ?=
 SET ?=
 ARGS ?=
@@ -19,17 +21,22 @@ STORAGE ?=
 TIMEOUT ?=
 
 OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
-             $(foreach s,$(SET),--set $(s))
+             $(if $(DEVICE),--set device=$(DEVICE)) $(foreach s,$(SET),--set $(s))
+# Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME` (a dash in a target is an
+# underscore in the file name: sweep-cpu-ddp runs sweeps/cpu_ddp.toml).
+SWEEPS := $(subst _,-,$(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml)))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
-STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(if $(WORKERS),--workers $(WORKERS)) \
-              $(if $(STORAGE),--storage $(STORAGE)) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
+WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE))
+STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast sweep-sparsity report-sparsity ui list bench-overhead clean-store \
+# sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
+.PHONY: help install install-system test test-fast report ui list bench-overhead clean-store \
         study-lr-batch study-sparsity-tradeoff bench-workers
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@echo "  sweeps: $(SWEEPS)"
 
 install: ## create .venv with the project, its pinned torch and every dependency
 	$(PYTHON) -m venv $(VENV)
@@ -37,14 +44,18 @@ install: ## create .venv with the project, its pinned torch and every dependency
 	$(BIN)/pip install --quiet -e '.[test]'
 	$(HARNESS) list > /dev/null && echo "installed: $(HARNESS)"
 
+install-system: ## Debian packages the browser test needs (chromium, chromedriver); run as root
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then echo "chromium and chromedriver present"; \
+	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
+
 test: ## the whole test suite (slow and multi-process tests included; a few minutes on 2 cores)
 	$(BIN)/pytest -q
 
 test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow"
 
-sweep-sparsity: ## T6.1 pruning sparsity vs time and accuracy (book ch. 6)
-	$(HARNESS) sweep sparsity --scale $(SCALE) $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE)) $(OVERRIDES) $(STORE)
+sweep-%: ## run a sweep: sweep-sparsity (T6.1), sweep-amp (T7), ... (`make help` lists them all)
+	$(HARNESS) sweep $(subst -,_,$*) --scale $(SCALE) $(WORKER_OPTS) $(OVERRIDES) $(STORE)
 
 study-lr-batch: ## Optuna study: best lr, batch size, optimizer for test accuracy (resumes; ARGS=--status)
 	$(HARNESS) study lr_batch --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
@@ -52,8 +63,11 @@ study-lr-batch: ## Optuna study: best lr, batch size, optimizer for test accurac
 study-sparsity-tradeoff: ## Optuna study: sparsity x batch size, Pareto front of accuracy vs train time
 	$(HARNESS) study sparsity_tradeoff --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
 
-report-sparsity: ## T6.1 table and plot beside the book's figures (reports/sparsity.*)
-	$(HARNESS) report sparsity $(STORE)
+report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)
+	$(HARNESS) report $(subst -,_,$*) $(STORE)
+
+report: ## reports/REPRODUCTION.md: every sweep beside the published tables, with verdicts
+	$(HARNESS) report $(STORE)
 
 ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
 	$(HARNESS) ui $(STORE)

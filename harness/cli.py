@@ -52,8 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_worker_args(p)
 
-    p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published figures")
-    p.add_argument("sweep")
+    p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published "
+                       "figures; without a sweep, reports/REPRODUCTION.md over every sweep")
+    p.add_argument("sweep", nargs="?")
     p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
     p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
 
@@ -131,19 +132,36 @@ def cmd_sweep(args) -> int:
         store = _store(args)
         result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
                            show_progress=not args.no_progress)
-    print(_summary(result))
+    print(_summary(result, spec.report.get("metrics")))
     if any(r.outcome == "failed" and r.cell.config is None for r in result.results):
         return EXIT_USAGE
     return EXIT_FAILED_CELLS if result.count("failed") else 0
 
 
-def _summary(result) -> str:
+def _summary(result, metrics: list[str] | None = None) -> str:
+    if metrics and metrics[:3] != ["train_time_s", "test_accuracy", "param_count"]:
+        return _summary_of(result, metrics[:3])
     lines = [f"{'cell':<24} {'outcome':<8} {'train_time_s':>12} {'test_accuracy':>13} {'param_count':>11}  note"]
     for r in result.results:
         m = r.metrics
         lines.append(f"{r.cell.label:<24} {r.outcome:<8} {m.get('train_time_s', float('nan')):>12.2f} "
                      f"{m.get('test_accuracy', float('nan')):>13.4f} {m.get('param_count', float('nan')):>11.0f}  "
                      f"{r.reason or ''}")
+    counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy", "elsewhere", "not run")
+                       if (n := result.count(o)))
+    lines.append(f"sweep {result.name} ({result.scale}): {len(result.results)} cells: {counts}, "
+                 f"in {result.seconds:.0f} s; parent run {result.parent_run_id}; "
+                 f"report: harness report {result.name}")
+    return "\n".join(lines)
+
+
+def _summary_of(result, metrics: list[str]) -> str:
+    """The summary for a sweep whose table is not training time / accuracy / parameters."""
+    widths = [max(len(m), 10) for m in metrics]
+    lines = [f"{'cell':<24} {'outcome':<8} " + " ".join(f"{m:>{w}}" for m, w in zip(metrics, widths)) + "  note"]
+    for r in result.results:
+        values = " ".join(f"{r.metrics.get(m, float('nan')):>{w}.4g}" for m, w in zip(metrics, widths))
+        lines.append(f"{r.cell.label:<24} {r.outcome:<8} {values}  {r.reason or ''}")
     counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy", "elsewhere", "not run")
                        if (n := result.count(o)))
     lines.append(f"sweep {result.name} ({result.scale}): {len(result.results)} cells: {counts}, "
@@ -162,11 +180,17 @@ def cmd_report(args) -> int:
     from pathlib import Path
 
     from harness import report, sweepspec
+    from harness.reproduction import write_reproduction
 
+    out_dir = Path(args.out) if args.out else report.REPORTS_DIR
+    if args.sweep is None:
+        path, summary = write_reproduction(_store(args), out_dir)
+        print(f"written: {path}\nsummary: {summary}")
+        return 0
     spec = sweepspec.load(args.sweep)
     store = _store(args)
     built = report.build(store, spec, args.scale)
-    paths = report.write(built, store, Path(args.out) if args.out else report.REPORTS_DIR)
+    paths = report.write(built, store, out_dir)
     print(built.markdown)
     print("written: " + ", ".join(str(p) for p in paths))
     return 0

@@ -50,6 +50,30 @@ class RunConfig(BaseModel):
         "nni", description="nni: L1NormPruner + ModelSpeedup (the book's tool); torch-pruning: DepGraph L1."
     )
 
+    # --- single-device speed methods (issue 3: T7 precision, D12.1 compiled vs eager, D12.2 async) ---
+    dtype: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="T7: dtype torch.autocast gives the forward and loss (fp32 = no autocast).")
+    grad_scaler: bool = Field(
+        True, description="T7: scale the fp16 loss with torch.amp.GradScaler (false = the book's notebook, "
+        "which ran fp16 without one); ignored for fp32 and bf16.")
+    cudnn_benchmark: bool = Field(False, description="T7: torch.backends.cudnn.benchmark (CUDA only; no effect on CPU).")
+    allow_tf32: bool = Field(
+        False, description="T7: TF32 for CUDA matmul and cuDNN (cuda.matmul.allow_tf32, cudnn.allow_tf32).")
+    reduced_precision_reduction: bool = Field(
+        False, description="T7: cuda.matmul.allow_fp16_/allow_bf16_reduced_precision_reduction.")
+    execution: Literal["eager", "script", "compile"] = Field(
+        "eager", description="D12.1: run the model eager, as torch.jit.script (deprecated) or torch.compile.")
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] = Field(
+        "default", description="D12.1: torch.compile mode (used only with execution=compile).")
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = Field(
+        "inductor", description="D12.1: torch.compile backend; inductor generates C++ on CPU (needs a compiler).")
+    forward_calls: int = Field(1000, description="D12.1: forward passes inside one timed measurement.")
+    warmup_calls: int = Field(20, ge=0, description="D12.1: untimed forward passes after the first call.")
+    matrix_size: int = Field(1000, description="D12.2: side of the random square matrix multiplied by itself.")
+    matmul_iterations: int = Field(10, description="D12.2: random-then-matmul iterations inside one measurement.")
+    timing_repeats: int = Field(
+        5, description="D12.1/D12.2: repeats of a short measurement inside a cell; median and IQR are logged.")
+
     # --- execution ---------------------------------------------------------------------------
     device: str = Field("cpu", description="cpu, cuda or cuda:N.")
     threads: int = Field(0, ge=0, description="Intra-op threads (torch.set_num_threads); 0 = all cores this process may use.")
@@ -61,7 +85,8 @@ class RunConfig(BaseModel):
         False, description="Also measure test accuracy after every timed epoch (off the clock), as the "
         "per-epoch metric `epoch_test_accuracy` a study's pruner reads to stop weak trials early.")
 
-    @field_validator("epochs", "batch_size", "eval_batch_size")
+    @field_validator("epochs", "batch_size", "eval_batch_size", "forward_calls", "matrix_size",
+                     "matmul_iterations", "timing_repeats")
     @classmethod
     def _positive_int(cls, value: int) -> int:
         if value <= 0:

@@ -4,7 +4,7 @@ sweep's latest parent run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +12,10 @@ import pandas as pd
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT
 from harness.sweepspec import SweepSpec
+from harness import checks
 from harness.tracking import CELL_ID, OK, OUTCOME, REASON, SCALE, Store
+
+FINGERPRINT = "fingerprint"
 
 REPORTS_DIR = REPO_ROOT / "reports"
 
@@ -26,9 +29,19 @@ class Report:
     machine: str
     parent_run_id: str
     markdown: str = ""
+    fingerprint: str = ""
+    verdicts: list[checks.Verdict] = field(default_factory=list)
 
 
-def build(store: Store, spec: SweepSpec, scale: str | None = None) -> Report:
+def build(store: Store, spec: SweepSpec, scale: str | None = None, fingerprint: str | None = None) -> Report:
+    """The table of one scale (default: the latest run's) measured on one machine and software setup
+    (default: the newest cell's). Cells from other setups are named, never merged into the table."""
+    return build_all(store, spec, scale, fingerprint)[0]
+
+
+def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
+              fingerprint: str | None = None) -> list[Report]:
+    """One report per machine/software fingerprint that has finished cells, newest first."""
     experiment = store.client.get_experiment_by_name(spec.name)
     parents = store.sweep_runs(experiment.experiment_id, spec.name, parents=True) if experiment else []
     if not parents:
@@ -45,60 +58,127 @@ def build(store: Store, spec: SweepSpec, scale: str | None = None) -> Report:
     if not ok:
         raise UserError(f"sweep '{spec.name}' at scale '{scale}' has no finished cell yet"
                         + (f" ({problems[0]})." if problems else "."))
-    machines = sorted({f"{r.data.tags.get('cpu.model')}, {r.data.tags.get('cpu.cores')} cores, "
-                       f"GPUs: {r.data.tags.get('gpu.names')}, torch {r.data.tags.get('torch.version')}"
-                       for r in ok})
-    table = _table(spec, ok)
-    report = Report(spec, scale, table, problems, "; ".join(machines), parents[0].info.run_id)
-    if len(machines) > 1:
-        report.problems.insert(0, f"cells were measured on {len(machines)} different machines or software "
-                                  "setups; times are not comparable across them")
-    report.markdown = to_markdown(report, ok[0])
-    return report
+    groups: dict[str, list] = {}
+    for run in ok:  # search results are newest first, so the first group is the newest setup
+        groups.setdefault(run.data.tags.get(FINGERPRINT, "unknown"), []).append(run)
+    if fingerprint is not None:
+        if fingerprint not in groups:
+            raise UserError(f"no finished cell of '{spec.name}' has fingerprint {fingerprint}; "
+                            f"known: {', '.join(groups)}.")
+        groups = {fingerprint: groups[fingerprint]}
+    reports = []
+    for key, runs in groups.items():
+        notes = list(problems)
+        others = [f"{k} ({_machine(r[0])}, {len(r)} cells)" for k, r in groups.items() if k != key]
+        if others:
+            notes.insert(0, "cells measured on other machines or software are reported separately: "
+                         + "; ".join(others))
+        report = Report(spec, scale, _table(spec, runs), notes, _machine(runs[0]), parents[0].info.run_id)
+        report.fingerprint = key
+        finished = report.table["repeats"].fillna(0)
+        for _, row in report.table[finished < spec.repeats].iterrows():
+            label = " ".join(f"{a}={row[a]}" for a in spec.grid)
+            report.problems.append(f"{label}: {0 if pd.isna(row['repeats']) else int(row['repeats'])} "
+                                   f"of {spec.repeats} repeats finished")
+        report.verdicts = checks.evaluate(spec.checks, report.table)
+        report.markdown = to_markdown(report, runs[0])
+        reports.append(report)
+    return reports
+
+
+def _machine(run) -> str:
+    t = run.data.tags
+    return (f"{t.get('cpu.model')}, {t.get('cpu.cores')} cores, GPUs: {t.get('gpu.names')}, "
+            f"torch {t.get('torch.version')}")
 
 
 def _table(spec: SweepSpec, runs) -> pd.DataFrame:
     axes = list(spec.grid)
     metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
+    time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
+    notes = spec.report.get("notes", [])
     rows = []
     for run in runs:
         row = {a: _number(run.data.params.get(a)) for a in axes}
         row.update({m: run.data.metrics.get(m) for m in metrics})
         row[CELL_ID] = run.data.tags.get(CELL_ID)
+        row["note"] = "; ".join(n["text"] for n in notes if _matches(run, n.get("when", {})))
         rows.append(row)
     cells = pd.DataFrame(rows)
     # One record per cell_id (the engine's guarantee); repeats of a grid point are grouped here.
     grouped = cells.groupby(axes, sort=True)
     table = grouped[metrics].median()
     table["repeats"] = grouped.size()
-    if "train_time_s" in metrics:
-        q = grouped["train_time_s"].quantile([0.25, 0.75]).unstack()
-        table["train_time_iqr_s"] = q[0.75] - q[0.25]
+    if time in metrics and (time == "train_time_s" or spec.repeats > 1):
+        q = grouped[time].quantile([0.25, 0.75]).unstack()
+        table[_iqr_name(time)] = q[0.75] - q[0.25]
+    if notes:
+        table["note"] = grouped["note"].first()
     table = table.reset_index()
 
     baseline = spec.report.get("baseline")
-    if baseline and "train_time_s" in metrics:
-        table["speedup"] = _speedup(table, baseline, "train_time_s")
+    if baseline and time in metrics:
+        table["speedup"] = _speedup(table, baseline, time, axes)
     published = pd.DataFrame(spec.published.get("rows", []))
     if not published.empty:
         published = published.rename(columns={c: f"book_{c}" for c in published.columns if c not in axes})
-        if baseline and "book_train_time_s" in published:
-            published["book_speedup"] = _speedup(published, baseline, "book_train_time_s")
-        table = table.merge(published, on=axes, how="outer").sort_values(axes)
-    ours = [c for c in ("train_time_s", "train_time_iqr_s", "speedup") if c in table]
-    ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_")]
-    book = [c for c in ("book_train_time_s", "book_speedup") if c in table]
+        if baseline and f"book_{time}" in published:
+            published["book_speedup"] = _speedup(published, baseline, f"book_{time}", axes)
+        table = table.merge(published, on=axes, how="outer")
+    table = _in_grid_order(table, spec)
+    ours = [c for c in (time, _iqr_name(time), "speedup") if c in table]
+    ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_") and c != "note"]
+    book = [c for c in (f"book_{time}", "book_speedup") if c in table]
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
-    return table[axes + ours + book].reset_index(drop=True)
+    tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
+    return table[axes + ours + book + tail].reset_index(drop=True)
 
 
-def _speedup(frame: pd.DataFrame, baseline: dict, column: str) -> pd.Series:
-    mask = pd.Series(True, index=frame.index)
-    for key, value in baseline.items():
-        mask &= frame[key] == value
-    if not mask.any():
-        return pd.Series(float("nan"), index=frame.index)
-    return frame.loc[mask, column].iloc[0] / frame[column]
+def _iqr_name(time: str) -> str:
+    return "train_time_iqr_s" if time == "train_time_s" else f"{time.removesuffix('_s')}_iqr_s"
+
+
+def _matches(run, when: dict) -> bool:
+    """A report note applies to a run when every `when` key equals the run's param, tag or metric."""
+    for key, want in when.items():
+        if key in run.data.metrics:
+            try:
+                if run.data.metrics[key] != float(want):
+                    return False
+            except (TypeError, ValueError):
+                return False
+            continue
+        have = run.data.params.get(key, run.data.tags.get(key))
+        if have is None or str(have).lower() != str(want).lower():
+            return False
+    return True
+
+
+def _in_grid_order(table: pd.DataFrame, spec: SweepSpec) -> pd.DataFrame:
+    """Numbers ascending; names (dtype, execution, device) in the order the grid lists them."""
+    def key(column: pd.Series) -> pd.Series:
+        if pd.api.types.is_numeric_dtype(column):
+            return column
+        order = {v: i for i, v in enumerate(spec.grid.get(column.name, []))}
+        rest = sorted({str(v) for v in column if v not in order})
+        return column.map(lambda v: order[v] if v in order else len(order) + rest.index(str(v)))
+    return table.sort_values(list(spec.grid), key=key)
+
+
+def _speedup(frame: pd.DataFrame, baseline: dict, column: str, axes: list[str] | None = None) -> pd.Series:
+    """baseline time / row time, the baseline taken among rows equal on the axes outside `baseline`
+    (with a model axis, each model is compared with its own eager run)."""
+    others = [a for a in (axes or []) if a not in baseline and a in frame]
+    result = pd.Series(float("nan"), index=frame.index)
+    groups = frame.groupby(others, dropna=False).groups.values() if others else [frame.index]
+    for index in groups:
+        part = frame.loc[index]
+        mask = pd.Series(True, index=part.index)
+        for key, value in baseline.items():
+            mask &= part[key] == value
+        if mask.any():
+            result.loc[index] = part.loc[mask, column].iloc[0] / part[column]
+    return result
 
 
 def _number(text):
@@ -112,24 +192,43 @@ def to_markdown(report: Report, sample_run) -> str:
     spec, t = report.spec, report.table
     lines = [f"# {spec.title}", "", f"Source: {spec.source}", ""]
     params = sample_run.data.params
-    lines += [
+    if spec.report.get("settings"):  # experiments that are not a training run name what to show
+        shown = ", ".join(f"{name} {_setting(sample_run, name)}" for name in spec.report["settings"])
+        scale_line = f"- Scale: **{report.scale}** ({shown})."
+    else:
+        scale_line = (
         f"- Scale: **{report.scale}** (dataset {params.get('dataset')}: "
         f"{sample_run.data.metrics.get('train_samples', 0):,.0f} train / "
         f"{sample_run.data.metrics.get('test_samples', 0):,.0f} test images, {params.get('epochs')} timed epochs, "
         f"batch {params.get('batch_size')}, lr {params.get('lr')}, "
         f"{sample_run.data.metrics.get('threads_used', params.get('threads')):.0f} threads, "
-        f"device {params.get('device')}).",
-        f"- Machine: {report.machine}.",
+        f"device {params.get('device')}).")
+    lines += [
+        scale_line,
+        f"- Machine: {report.machine} (fingerprint {report.fingerprint}).",
         f"- Clock: {sample_run.data.tags.get('harness.clock', 'not stated')}.",
     ]
     if spec.published.get("note"):
         lines.append(f"- Published figures: {spec.published['note']}.")
-    lines += ["- Speed-up: our baseline's time divided by the cell's time (the book's likewise); "
-              "absolute seconds from different hardware are shown, not compared.", ""]
+    if "speedup" in t:
+        lines.append("- Speed-up: our baseline's time divided by the cell's time (the book's likewise); "
+                     "absolute seconds from different hardware are shown, not compared.")
+    lines += [f"- {text}" for text in spec.report.get("comments", [])]
+    lines.append("")
     lines.append(_markdown_table(t))
+    if report.verdicts:
+        lines += ["", "| check | verdict | measured |", "|---|---|---|"]
+        lines += [f"| {v.check} | **{v.verdict}** | {v.detail} |" for v in report.verdicts]
     if report.problems:
         lines += ["", "Cells without a result:", *[f"- {p}" for p in report.problems]]
     return "\n".join(lines) + "\n"
+
+
+def _setting(run, name: str) -> str:
+    if name in run.data.params:
+        return run.data.params[name]
+    value = run.data.metrics.get(name)
+    return "?" if value is None else f"{value:g}"
 
 
 def _markdown_table(table: pd.DataFrame) -> str:
@@ -142,6 +241,8 @@ def _markdown_table(table: pd.DataFrame) -> str:
             return f"{int(value):,}"
         if "speedup" in column:
             return f"{value:.2f}x"
+        if isinstance(value, float) and column.startswith("book_") and abs(value) < 10:
+            return f"{value:.5g}"  # a published figure as printed (1.0981, 0.0011)
         if isinstance(value, float):
             return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
         return str(value)
@@ -160,16 +261,29 @@ def plot(report: Report, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     t = report.table
-    x = report.spec.report.get("x", list(report.spec.grid)[0])
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    panels = [("train_time_s", None, "our training time (s)"),
-              ("speedup", "book_speedup", "speed-up over baseline"),
-              ("test_accuracy", "book_test_accuracy", "test accuracy")]
-    for ax, (ours, book, title) in zip(axes, panels):
-        if ours in t:
-            ax.plot(t[x], t[ours], "o-", label=f"ours ({report.scale})")
-        if book and book in t:
-            ax.plot(t[x], t[book], "s--", label="published")
+    spec = report.spec
+    x = spec.report.get("x", list(spec.grid)[0])
+    time = spec.report.get("time", "train_time_s")
+    # Panels: [ours, published or "", title]; the sweep file may name its own.
+    panels = spec.report.get("plots") or [
+        [time, "", "our training time (s)" if time == "train_time_s" else f"our {time}"],
+        ["speedup", "book_speedup", "speed-up over baseline"],
+        ["test_accuracy", "book_test_accuracy", "test accuracy"]]
+    panels = [p for p in panels if p[0] in t or (p[1] and p[1] in t)] or panels[:1]
+    # One line per combination of the other axes (e.g. per model when x is the execution mode).
+    others = [a for a in spec.grid if a != x and a in t]
+    lines = list(t.groupby(others, sort=False)) if others else [((), t)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(14 if len(panels) == 3 else 4.7 * len(panels), 4),
+                             squeeze=False)
+    for ax, (ours, book, title) in zip(axes[0], panels):
+        for key, part in lines:
+            suffix = "" if not others else " " + " ".join(map(str, key if isinstance(key, tuple) else (key,)))
+            if ours in part:
+                ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[ours], "o-",
+                        label=f"ours ({report.scale}){suffix}")
+            if book and book in part and part[book].notna().any():
+                ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[book], "s--",
+                        label=f"published{suffix}")
         ax.set_xlabel(x)
         ax.set_title(title)
         ax.grid(alpha=0.3)
@@ -182,10 +296,10 @@ def plot(report: Report, path: Path) -> Path:
     return path
 
 
-def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR) -> list[Path]:
+def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:
     """Write <sweep>.md, .csv and .png, and log them to the sweep's latest parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / report.spec.name
+    stem = out_dir / f"{report.spec.name}{stem_suffix}"
     paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     paths[0].write_text(report.markdown)
     report.table.to_csv(paths[1], index=False)

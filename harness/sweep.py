@@ -26,7 +26,7 @@ from harness.errors import CellPruned, CellSkipped, UserError
 from harness.models import MODELS
 from harness.sweepspec import Cell, SweepSpec, expand
 from harness.timing import peak_rss_mb, reset_peak_rss
-from harness.tracking import CELL_ID, FAILED, INTERRUPTED, OK, PRUNED, SCALE, SKIPPED, SWEEP, Store
+from harness.tracking import CELL_ID, FAILED, INTERRUPTED, NOTE_PREFIX, OK, PRUNED, SCALE, SKIPPED, SWEEP, Store
 from harness.train import EpochCallback
 
 
@@ -68,7 +68,8 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     store.log_params(run_id, cfg.model_dump())
     store.client.log_dict(run_id, cfg.model_dump(), "config.json")
     store.set_tags(run_id, {"harness.clock": module.CLOCK})
-    bar = tqdm(total=cfg.epochs, desc=f"  {cell.label}", unit="epoch", leave=False, disable=not show_epochs)
+    bar = tqdm(total=cfg.epochs, desc=f"  {cell.label}", unit="epoch", leave=False,
+                disable=not (show_epochs and getattr(module, "TRAINS", True)))
 
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
         store.log_metrics(run_id, metrics, step=epoch)
@@ -79,9 +80,13 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     try:
         reset_peak_rss()
         metrics = dict(module.run(cfg, on_epoch=on_epoch))
+        # A text value (a warning the experiment captured, a dtype) is a tag, not a metric.
+        notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
         metrics["peak_rss_mb"] = peak_rss_mb()
         metrics["threads_used"] = torch.get_num_threads()
         store.log_metrics(run_id, metrics)
+        if notes:
+            store.set_tags(run_id, {f"{NOTE_PREFIX}{k}": v[:5000] for k, v in notes.items()})
         store.end_run(run_id, OK)
         return CellResult(cell, OK, metrics, run_id=run_id)
     except CellSkipped as err:
@@ -104,11 +109,12 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
 
 def preflight(cells: list[Cell]) -> None:
     """Load each dataset the sweep needs once, so a missing folder or an offline download fails
-    the whole sweep with one sentence before any run is created."""
+    the whole sweep with one sentence before any run is created. An experiment module that sets
+    `TRAINS = False` (it makes its own inputs) needs none."""
     seen = set()
     for cell in cells:
         cfg = cell.config
-        if cfg is None:
+        if cfg is None or not getattr(experiments.load(cfg.experiment), "TRAINS", True):
             continue
         key = (cfg.dataset, cfg.data_dir, cfg.model, cfg.train_limit, cfg.test_limit, cfg.seed)
         if key not in seen:

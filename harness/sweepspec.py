@@ -32,6 +32,7 @@ class SweepSpec:
     source: str = ""
     report: dict[str, Any] = field(default_factory=dict)
     published: dict[str, Any] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)
     path: Path | None = None
 
 
@@ -70,7 +71,7 @@ def load(name_or_path: str) -> SweepSpec:
             base=raw.get("base", {}), grid=raw.get("grid", {}),
             scales={s: raw.get("scales", {}).get(s, {}) for s in SCALES} | raw.get("scales", {}),
             repeats=int(raw.get("repeats", 1)), source=raw.get("source", ""), report=raw.get("report", {}),
-            published=raw.get("published", {}), path=path,
+            published=raw.get("published", {}), checks=raw.get("checks", []), path=path,
         )
     except KeyError as err:
         raise UserError(f"sweep file {path} lacks the required key {err}.") from None
@@ -83,14 +84,19 @@ def load(name_or_path: str) -> SweepSpec:
 
 
 def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None) -> list[Cell]:
-    """Every cell of the grid at a scale. An override of a grid axis replaces that axis (a list
-    becomes the axis, a single value pins it); any other override applies to every cell."""
+    """Every cell of the grid at a scale. A scale's value for a grid axis, and then an override of
+    it, replaces that axis (a list becomes the axis, a single value pins it); any other override
+    applies to every cell."""
     if scale not in spec.scales:
         raise UserError(f"unknown scale '{scale}'; choose one of {', '.join(spec.scales)}.")
     overrides = dict(overrides or {})
     check_keys(overrides)
     grid = dict(spec.grid)
     fixed = {"experiment": spec.experiment, **spec.base, **spec.scales[scale]}
+    # A scale may narrow or widen a grid axis (a list replaces it, a single value pins it).
+    for key, value in spec.scales[scale].items():
+        if key in grid:
+            grid[key] = value if isinstance(value, list) else [value]
     for key, value in overrides.items():
         if isinstance(value, list):
             grid[key] = value

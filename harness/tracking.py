@@ -28,6 +28,7 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT = (
     "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId",
 )
 OK, FAILED, SKIPPED, INTERRUPTED = "ok", "failed", "skipped", "interrupted"
+NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
 PRUNED = "pruned"  # a study trial stopped early by its pruner (issue 5)
 
 
@@ -132,7 +133,10 @@ class Store:
             return found.experiment_id
         location = (self.artifact_root / name).resolve().as_uri() if self.artifact_root else None
         try:
-            return self.client.create_experiment(name, artifact_location=location)
+            # The kind tag makes the MLflow UI open on the runs table (model development), not
+            # on its GenAI traces overview.
+            return self.client.create_experiment(name, artifact_location=location,
+                                                 tags={"mlflow.experimentKind": "custom_model_development"})
         except Exception:  # created by a concurrent process in the meantime
             found = self.client.get_experiment_by_name(name)
             if found is None:

@@ -9,7 +9,7 @@ synchronized before each reading (see timing.timed).
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
@@ -18,6 +18,9 @@ from harness.config import RunConfig
 from harness.data import Split, batches
 from harness.errors import CellSkipped
 from harness.timing import timed
+
+if TYPE_CHECKING:
+    from harness.precision import Precision
 
 CLOCK = ("training epochs only: batching from memory, host-to-device copy, forward, loss, backward, "
          "optimizer step; warm-up, pruning, evaluation and logging are outside the clock")
@@ -55,8 +58,11 @@ def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
 
 def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split, *, epochs: int,
                  batch_size: int, device: torch.device, generator: torch.Generator,
-                 on_epoch: EpochCallback | None = None, first_epoch: int = 0) -> list[float]:
-    """Train `epochs` epochs; return each epoch's seconds. `on_epoch(i, metrics)` runs off the clock."""
+                 on_epoch: EpochCallback | None = None, first_epoch: int = 0,
+                 precision: "Precision | None" = None) -> list[float]:
+    """Train `epochs` epochs; return each epoch's seconds. `on_epoch(i, metrics)` runs off the clock.
+    `precision` (harness.precision) puts autocast around forward and loss and a gradient scaler
+    around backward and step; None is the plain fp32 step."""
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     times = []
@@ -67,9 +73,14 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
             for x, y in batches(data, batch_size, generator):
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(model(x), y)
-                loss.backward()
-                optimizer.step()
+                if precision is None:
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+                else:
+                    with precision.autocast():
+                        loss = loss_fn(model(x), y)
+                    precision.backward_step(loss, optimizer)
                 loss_sum += loss.detach() * len(y)
         times.append(clock.seconds)
         if on_epoch is not None:

@@ -1,0 +1,68 @@
+"""T7 (book ch. 7): does automatic mixed precision cut training time, and does it cost accuracy?
+
+The book's procedure: EfficientNet-B7 (random init) on CIFAR-10, 50 epochs, batch 2048, Adam lr 1e-3,
+wd 0.005, on an A100; the backend flags on; `torch.autocast(device, dtype)` around forward and loss;
+a gradient scaler for fp16. Here the dtype is the `dtype` field; `grad_scaler=false` reproduces the
+notebook's scaler-less fp16 run.
+
+    harness run amp --set dtype=bf16 --set model=efficientnet_b0 --set dataset=digits --set epochs=1
+
+Before training, the experiment checks what autocast really produced in the first Linear/Conv of
+the forward: a cell whose forward did not run in the requested dtype fails rather than reporting an
+fp32 time as a bf16 one. A dtype autocast cannot run on the device is a skipped cell with its reason.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.config import RunConfig
+from harness.data import load_splits
+from harness.models import MODELS, build_model, count_parameters
+from harness.precision import Precision, backend_flags, native_support
+from harness.timing import spread, timed
+from harness.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs
+
+__all__ = ["CLOCK", "run"]
+
+
+def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:
+    device = prepare(cfg)
+    precision = Precision.for_device(device, cfg.dtype, cfg.grad_scaler)
+    data = load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
+                       train_limit=cfg.train_limit, test_limit=cfg.test_limit)
+    with backend_flags(cfg) as flags:
+        model = build_model(cfg.model, data.num_classes).to(device)
+        produced = precision.forward_dtype(model, data.train.x[:2].to(device))
+        if produced != precision.dtype:
+            raise RuntimeError(f"autocast was asked for {cfg.dtype} but the forward ran in {produced}")
+        order = torch.Generator().manual_seed(cfg.seed)
+        fit = dict(batch_size=cfg.batch_size, device=device, generator=order, precision=precision)
+        optimizer = make_optimizer(cfg, model)
+        warmup = train_epochs(model, optimizer, data.train, epochs=cfg.warmup_epochs, **fit)
+        epoch_times = train_epochs(model, optimizer, data.train, epochs=cfg.epochs, on_epoch=on_epoch, **fit)
+        # Evaluated in fp32: the question is what the mixed-precision training did to the weights.
+        with timed(device) as evaluation:
+            accuracy = evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device)
+
+    train_time = sum(epoch_times)
+    epochs = spread(epoch_times)
+    return {
+        "train_time_s": train_time,
+        "test_accuracy": accuracy,
+        "param_count": count_parameters(model),
+        "samples_per_s": len(data.train) * cfg.epochs / train_time,
+        "epoch_time_median_s": epochs["median"],
+        "epoch_time_iqr_s": epochs["iqr"],
+        "warmup_time_s": sum(warmup),
+        "eval_time_s": evaluation.seconds,
+        "train_samples": len(data.train),
+        "test_samples": len(data.test),
+        "dtype_native": float(native_support(device, cfg.dtype)),
+        "grad_scaler_used": float(precision.scaler is not None),
+        # The scale after the last step (1 read, outside the clock); it halves at every skipped step.
+        "grad_scale_final": precision.scaler.get_scale() if precision.scaler is not None else 1.0,
+        "scaler_skipped_steps": float(precision.skipped_steps()),
+        **flags,
+        "forward_dtype": str(produced).removeprefix("torch."),
+    }

@@ -1,0 +1,77 @@
+"""D12.2 (d2l 12.2): how much of an unsynchronized GPU time is only work being queued?
+
+d2l's benchmark: ten times `a = random normal 1000x1000; b = a @ a`, in numpy, then in torch on the
+device, the clock read without and then with `torch.cuda.synchronize()`. On a GPU the kernels are
+queued and the call returns at once, so the unsynchronized time is mostly launch time. A CPU device
+is synchronous: each call returns after its work is done, and the two readings agree up to noise.
+
+    harness run async --set device=cpu --set timing_repeats=3
+
+Each repeat reads the clock twice around the same torch work: once right after the last call
+returns (no sync: what a naive timer sees) and once after synchronizing the device (the real time).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from harness.config import RunConfig
+from harness.timing import spread, synchronize
+from harness.train import EpochCallback, prepare
+
+TRAINS = False  # makes its own inputs and has no epochs: no dataset preflight, no epoch progress bar
+
+__all__ = ["CLOCK", "run"]
+
+CLOCK = ("matmul_iterations x (random normal matrix, then its square): numpy on the host, and torch on "
+         "the device read twice, before and after synchronizing it; one untimed torch round first "
+         "(allocator, kernels, BLAS threads); timing_repeats repeats, median quoted")
+
+
+def numpy_round(n: int, iterations: int, rng: np.random.Generator) -> float:
+    start = time.perf_counter()
+    for _ in range(iterations):
+        a = rng.normal(size=(n, n))
+        a @ a
+    return time.perf_counter() - start
+
+
+def torch_round(n: int, iterations: int, device: torch.device) -> tuple[float, float]:
+    """(seconds when the last call returned, seconds once the device finished)."""
+    synchronize(device)  # nothing queued from before is inside this clock
+    start = time.perf_counter()
+    for _ in range(iterations):
+        a = torch.randn(n, n, device=device)
+        torch.mm(a, a)
+    returned = time.perf_counter() - start
+    synchronize(device)
+    return returned, time.perf_counter() - start
+
+
+def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+    device = prepare(cfg)
+    n, k = cfg.matrix_size, cfg.matmul_iterations
+    rng = np.random.default_rng(cfg.seed)
+    torch_round(n, 1, device)  # warm-up: allocator, kernel selection, BLAS thread pool
+    numpy_round(n, 1, rng)
+    numpy_times, nosync, synced = [], [], []
+    for _ in range(cfg.timing_repeats):
+        numpy_times.append(numpy_round(n, k, rng))
+        returned, finished = torch_round(n, k, device)
+        nosync.append(returned)
+        synced.append(finished)
+    np_t, ns_t, s_t = spread(numpy_times), spread(nosync), spread(synced)
+    return {
+        "numpy_time_s": np_t["median"],
+        "numpy_time_iqr_s": np_t["iqr"],
+        "torch_nosync_time_s": ns_t["median"],
+        "torch_nosync_time_iqr_s": ns_t["iqr"],
+        "torch_sync_time_s": s_t["median"],
+        "torch_sync_time_iqr_s": s_t["iqr"],
+        # Share of the real time a naive (unsynchronized) clock sees: about 1 on a synchronous device.
+        "nosync_share": float(np.median([a / b for a, b in zip(nosync, synced)])),
+        "numpy_over_torch": np_t["median"] / s_t["median"],
+    }

@@ -1,0 +1,137 @@
+"""Mixed precision as a small transform of the training step (T7): autocast around forward and loss,
+a gradient scaler around backward and the optimizer step, and the backend flags the book turns on.
+
+Usable on its own:
+
+    precision = Precision.for_device(device, "fp16", grad_scaler=True)
+    with precision.autocast():
+        loss = loss_fn(model(x), y)
+    precision.backward_step(loss, optimizer)
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from harness.errors import CellSkipped
+from harness.fingerprint import cpu_flags
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# CPU instructions that compute in the dtype itself; without them oneDNN converts to fp32 and back.
+NATIVE_CPU_FLAGS = {"bf16": {"avx512_bf16", "amx_bf16"}, "fp16": {"avx512_fp16", "amx_fp16"}}
+
+
+@dataclass
+class Precision:
+    device_type: str                         # "cpu" or "cuda"
+    name: str                                # fp32 | bf16 | fp16
+    scaler: torch.amp.GradScaler | None      # only for fp16 with grad_scaler on
+    _skipped: torch.Tensor | int = 0           # steps skipped by the scaler, summed on the device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.name]
+
+    @classmethod
+    def for_device(cls, device: torch.device, name: str, grad_scaler: bool = True) -> "Precision":
+        """Raise CellSkipped when autocast cannot produce `name` on this device at all."""
+        reason = autocast_unsupported(device, name)
+        if reason:
+            raise CellSkipped(reason)
+        scaler = torch.amp.GradScaler(device.type) if name == "fp16" and grad_scaler else None
+        return cls(device.type, name, scaler)
+
+    def autocast(self):
+        return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.name != "fp32")
+
+    def backward_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is None:
+            loss.backward()
+            optimizer.step()
+            return
+        # Scale the loss so small fp16 gradients do not flush to zero; step() unscales and skips the
+        # step when a gradient is inf/nan; update() lowers the scale after such a step, raises it later.
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        before = self.scaler._scale.clone()  # on the device: counting skips must not synchronize
+        self.scaler.update()
+        self._skipped = self._skipped + (self.scaler._scale < before).int()
+
+    def skipped_steps(self) -> int:
+        """Optimizer steps the scaler skipped because a gradient was inf/nan (reads the device once)."""
+        return int(self._skipped) if self.scaler is not None else 0
+
+    def forward_dtype(self, model: nn.Module, example: torch.Tensor) -> torch.dtype:
+        """The dtype of the first Linear/Conv output when `example` goes through `model` under this
+        autocast: what autocast really produced, not what was asked for."""
+        seen: list[torch.dtype] = []
+        layer = next(m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)))
+        handle = layer.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
+        try:
+            with torch.no_grad(), self.autocast():
+                model(example)
+        finally:
+            handle.remove()
+        return seen[0]
+
+
+def autocast_unsupported(device: torch.device, name: str) -> str | None:
+    """Why autocast cannot run `name` on `device`, or None. A tiny probe, because an unsupported
+    autocast dtype only warns and silently runs fp32."""
+    if name == "fp32":
+        return None
+    if device.type == "cuda" and name == "bf16" and not torch.cuda.is_bf16_supported():
+        return f"{torch.cuda.get_device_name(device)} does not support bf16"
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.autocast(device.type, dtype=DTYPES[name]):
+                out = nn.functional.linear(torch.ones(2, 2, device=device), torch.ones(2, 2, device=device))
+    except RuntimeError as err:
+        return f"torch.autocast cannot run {name} on {device.type}: {err}"
+    if out.dtype != DTYPES[name]:
+        said = "; ".join(str(w.message) for w in caught) or "no warning given"
+        return f"torch.autocast on {device.type} produced {out.dtype} when {name} was asked for ({said})"
+    return None
+
+
+def native_support(device: torch.device, name: str, flags: set[str] | None = None) -> bool:
+    """Whether the hardware computes in `name` itself (False = emulated through fp32 conversions)."""
+    if name == "fp32":
+        return True
+    if device.type == "cuda":
+        major, _ = torch.cuda.get_device_capability(device)
+        return major >= 8 if name == "bf16" else major >= 7  # Ampere for bf16, tensor cores for fp16
+    return bool((cpu_flags() if flags is None else flags) & NATIVE_CPU_FLAGS[name])
+
+
+# config field -> the torch.backends attributes it sets (the four flags of the book, TF32 as one)
+_FLAGS = {
+    "cudnn_benchmark": [(torch.backends.cudnn, "benchmark")],
+    "allow_tf32": [(torch.backends.cuda.matmul, "allow_tf32"), (torch.backends.cudnn, "allow_tf32")],
+    "reduced_precision_reduction": [(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction"),
+                                    (torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction")],
+}
+
+
+@contextmanager
+def backend_flags(cfg):
+    """Set the book's backend flags from the config for the duration of a cell, and restore them
+    after (they are process-wide, and a sweep runs many cells in one process). Yields the values
+    read back from torch, as 0/1 metrics."""
+    saved = [(obj, attr, getattr(obj, attr)) for pairs in _FLAGS.values() for obj, attr in pairs]
+    try:
+        for field, pairs in _FLAGS.items():
+            for obj, attr in pairs:
+                setattr(obj, attr, bool(getattr(cfg, field)))
+        yield {f"flag_{attr}": float(bool(getattr(obj, attr)))
+               for pairs in _FLAGS.values() for obj, attr in pairs}
+    finally:
+        for obj, attr, value in saved:
+            setattr(obj, attr, value)

@@ -1,0 +1,50 @@
+"""`make report`: every sweep's tables read back from the tracking store, beside the published
+figures, with the verdicts of their checks, in one file: reports/REPRODUCTION.md (+ one PNG a table).
+
+A sweep not run yet is listed as "not run" with the command that runs it; cells measured on
+different machines or software are reported as separate tables."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from harness import report, sweepspec
+from harness.errors import UserError
+from harness.fingerprint import fingerprint
+from harness.tracking import Store
+
+
+def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tuple[Path, str]:
+    """Write REPRODUCTION.md and the plots; return its path and its summary line."""
+    sections, verdicts, ran, not_run = [], Counter(), [], []
+    for name in sweepspec.available():
+        spec = sweepspec.load(name)
+        try:
+            reports = report.build_all(store, spec)
+        except UserError as err:
+            not_run.append(name)
+            sections.append(f"## {spec.title}\n\n**Not run** ({err}) Run it with "
+                            f"`make sweep-{name} SCALE=smoke` (or `SCALE=quick`, or the document's scale "
+                            f"with `make sweep-{name}`).\n")
+            continue
+        ran.append(name)
+        for i, built in enumerate(reports):
+            suffix = "" if i == 0 else f"-{built.fingerprint}"
+            paths = report.write(built, store, out_dir, stem_suffix=suffix)
+            verdicts.update(v.verdict for v in built.verdicts)
+            sections.append("#" + built.markdown + f"\n![{spec.title}]({paths[2].name})\n")
+    summary = (f"{len(ran)} of {len(ran) + len(not_run)} tables run"
+               + (f" (not run: {', '.join(not_run)})" if not_run else "")
+               + "; checks: " + (", ".join(f"{n} {k}" for k, n in sorted(verdicts.items())) or "none"))
+    this = fingerprint()
+    head = ["# Reproduction report", "",
+            f"Our figures beside the published ones, read back from the tracking store {store.uri}.",
+            f"Written on {this['host']} ({this['cpu.model']}, {this['cpu.cores']} cores, GPUs: "
+            f"{this['gpu.names']}, torch {this['torch.version']}); each table states the machine its "
+            "cells ran on. Checks judge exact facts, trends and ratios; absolute seconds from "
+            "different hardware are shown but never judged.", "", f"**Summary:** {summary}", ""]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "REPRODUCTION.md"
+    path.write_text("\n".join(head) + "\n" + "\n\n".join(sections))
+    return path, summary
