@@ -15,6 +15,10 @@ DEVICE ?=
 TRACKING_URI ?=
 SET ?=
 ARGS ?=
+N_TRIALS ?=
+WORKERS ?=
+STORAGE ?=
+TIMEOUT ?=
 
 # DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only.
 DEVICE_SET := $(if $(filter cpu,$(DEVICE)),--set device=cpu --set backend=gloo,$(if $(DEVICE),--set device=$(DEVICE)))
@@ -24,10 +28,13 @@ OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set da
 SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
+WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE))
+STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
 
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
-.PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store
+.PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
+        study-lr-batch study-sparsity-tradeoff bench-workers
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -50,7 +57,13 @@ test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow"
 
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ...
-	$(HARNESS) sweep $* --scale $(SCALE) $(OVERRIDES) $(STORE)
+	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(OVERRIDES) $(STORE)
+
+study-lr-batch: ## Optuna study: best lr, batch size, optimizer for test accuracy (resumes; ARGS=--status)
+	$(HARNESS) study lr_batch --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
+
+study-sparsity-tradeoff: ## Optuna study: sparsity x batch size, Pareto front of accuracy vs train time
+	$(HARNESS) study sparsity_tradeoff --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
 
 report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)
 	$(HARNESS) report $* $(STORE)
@@ -75,6 +88,9 @@ list: ## experiments, sweeps, models, datasets and config fields
 
 bench-overhead: ## harness vs bare training, and harness loop vs the notebook's DataLoader loop
 	$(BIN)/python benchmarks/overhead.py $(ARGS)
+
+bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute and the ratio
+	$(BIN)/python benchmarks/workers.py $(ARGS)
 
 clean-store: ## delete the default MLflow store (mlruns/) and reports
 	rm -rf mlruns reports/*.md reports/*.csv reports/*.png

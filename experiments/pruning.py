@@ -17,7 +17,12 @@ from harness.pruning import prune_conv_filters
 from harness.timing import spread, timed
 from harness.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs
 
-__all__ = ["CLOCK", "run"]
+__all__ = ["CLOCK", "METRICS", "run"]
+
+# What run() returns (studies check their objective names against this before any trial runs).
+METRICS = ("train_time_s", "test_accuracy", "param_count", "param_count_before", "samples_per_s",
+           "epoch_time_median_s", "epoch_time_iqr_s", "warmup_time_s", "prune_time_s", "eval_time_s",
+           "train_samples", "test_samples")
 
 
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
@@ -35,6 +40,8 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         example = data.train.x[: cfg.batch_size].to(device)
         prune_conv_filters(model, cfg.sparsity, example, cfg.pruning_backend)
 
+    if cfg.eval_every_epoch and on_epoch is not None:
+        on_epoch = _with_test_accuracy(on_epoch, model, data.test, cfg.eval_batch_size, device)
     # The book builds a new optimizer for the pruned model (its parameters are new tensors).
     epoch_times = train_epochs(model, make_optimizer(cfg, model), data.train, epochs=cfg.epochs,
                                on_epoch=on_epoch, **fit)
@@ -57,3 +64,12 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         "train_samples": len(data.train),
         "test_samples": len(data.test),
     }
+
+
+def _with_test_accuracy(on_epoch: EpochCallback, model, test, batch_size: int, device) -> EpochCallback:
+    """Adds `epoch_test_accuracy` to each epoch's metrics, for a study's pruner. train_epochs calls
+    on_epoch after reading the clock, so this evaluation stays outside the timed epochs."""
+    def with_accuracy(epoch: int, metrics: dict) -> None:
+        metrics["epoch_test_accuracy"] = evaluate(model, test, batch_size=batch_size, device=device)
+        on_epoch(epoch, metrics)
+    return with_accuracy

@@ -1,4 +1,4 @@
-"""`harness` command line: run one experiment, run a sweep, report a sweep, list what exists, open the UI.
+"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI.
 
 Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
 failed at run time exits 1 after recording them; Ctrl-C exits 130.
@@ -40,6 +40,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
     p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_worker_args(p)
+
+    p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")
+    p.add_argument("study", help="study name (see `harness list`) or path of a study_*.toml file")
+    p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
+    p.add_argument("--n-trials", type=int, help="finished trials the study should reach (default: the file's, per scale)")
+    p.add_argument("--timeout", type=float, help="start no new trial after this many seconds")
+    p.add_argument("--status", action="store_true", help="show trials done, running, failed, pruned and the best so far")
+    p.add_argument("--out", help="folder for the study's .md, .csv and .png (default: reports/)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_worker_args(p)
 
     p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published "
                        "figures; without a sweep, reports/REPRODUCTION.md over every sweep")
@@ -52,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
     p.add_argument("--port", type=int, default=5000)
     return parser
+
+
+def _add_worker_args(p) -> None:
+    p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
+    p.add_argument("--storage", help="database the workers share: sqlite:///file.db (one machine; default "
+                                     "optuna.db beside the MLflow store) or postgresql://user:pw@host/db")
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:TOKEN[:PARENT], given by the launcher
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,9 +120,18 @@ def cmd_sweep(args) -> int:
     from harness.sweep import run_sweep
 
     spec = sweepspec.load(args.sweep)
-    store = _store(args)
-    result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
-                       show_progress=not args.no_progress)
+    if args.workers < 1:
+        raise UserError(f"--workers must be at least 1 (got {args.workers}).")
+    if args.workers > 1 or args.storage or args.worker:
+        from harness.cli_shared import sweep_shared
+
+        result = sweep_shared(args, spec, _store(args), _overrides(args.sets))
+        if result is None:
+            return EXIT_USAGE
+    else:
+        store = _store(args)
+        result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
+                           show_progress=not args.no_progress)
     print(_summary(result, spec.report.get("metrics")))
     if any(r.outcome == "failed" and r.cell.config is None for r in result.results):
         return EXIT_USAGE
@@ -120,7 +147,7 @@ def _summary(result, metrics: list[str] | None = None) -> str:
         lines.append(f"{r.cell.label:<24} {r.outcome:<8} {m.get('train_time_s', float('nan')):>12.2f} "
                      f"{m.get('test_accuracy', float('nan')):>13.4f} {m.get('param_count', float('nan')):>11.0f}  "
                      f"{r.reason or ''}")
-    counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy")
+    counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy", "elsewhere", "not run")
                        if (n := result.count(o)))
     lines.append(f"sweep {result.name} ({result.scale}): {len(result.results)} cells: {counts}, "
                  f"in {result.seconds:.0f} s; parent run {result.parent_run_id}; "
@@ -135,12 +162,18 @@ def _summary_of(result, metrics: list[str]) -> str:
     for r in result.results:
         values = " ".join(f"{r.metrics.get(m, float('nan')):>{w}.4g}" for m, w in zip(metrics, widths))
         lines.append(f"{r.cell.label:<24} {r.outcome:<8} {values}  {r.reason or ''}")
-    counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy")
+    counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy", "elsewhere", "not run")
                        if (n := result.count(o)))
     lines.append(f"sweep {result.name} ({result.scale}): {len(result.results)} cells: {counts}, "
                  f"in {result.seconds:.0f} s; parent run {result.parent_run_id}; "
                  f"report: harness report {result.name}")
     return "\n".join(lines)
+
+
+def cmd_study(args) -> int:
+    from harness.cli_shared import study
+
+    return study(args, _store(args), _overrides(args.sets))
 
 
 def cmd_report(args) -> int:
@@ -176,6 +209,11 @@ def cmd_list(args) -> int:
     print("sweeps (harness sweep NAME --scale smoke|quick|full):")
     for name in sweepspec.available():
         print(f"  {name:<16} {sweepspec.load(name).title}")
+    from harness import studyspec
+
+    print("studies (harness study NAME --scale smoke|quick|full [--n-trials N] [--workers K]):")
+    for name in studyspec.available():
+        print(f"  {name:<16} {studyspec.load(name).title}")
     print("models:")
     for name, spec in MODELS.items():
         print(f"  {name:<16} {spec.description}")
@@ -195,7 +233,7 @@ def cmd_ui(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "report": cmd_report, "list": cmd_list, "ui": cmd_ui}
+COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list, "ui": cmd_ui}
 
 
 def entry() -> None:

@@ -107,6 +107,11 @@ class RunConfig(BaseModel):
     seed: int = Field(0, description="Seed for model init, data order and synthetic data.")
     repeat: int = Field(0, ge=0, description="Repeat index of an otherwise identical cell (timing repeats).")
 
+    # --- studies (issue 5) --------------------------------------------------------------------
+    eval_every_epoch: bool = Field(
+        False, description="Also measure test accuracy after every timed epoch (off the clock), as the "
+        "per-epoch metric `epoch_test_accuracy` a study's pruner reads to stop weak trials early.")
+
     @field_validator("epochs", "batch_size", "eval_batch_size", "forward_calls", "matrix_size",
                      "matmul_iterations", "timing_repeats")
     @classmethod

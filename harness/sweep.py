@@ -22,17 +22,18 @@ import experiments
 from harness import tracking
 from harness.config import RunConfig
 from harness.data import load_splits
-from harness.errors import CellSkipped, UserError
+from harness.errors import CellPruned, CellSkipped, UserError
 from harness.models import MODELS
 from harness.sweepspec import Cell, SweepSpec, expand
 from harness.timing import peak_rss_mb, reset_peak_rss
-from harness.tracking import CELL_ID, FAILED, INTERRUPTED, NOTE_PREFIX, OK, SCALE, SKIPPED, SWEEP, Store
+from harness.tracking import CELL_ID, FAILED, INTERRUPTED, NOTE_PREFIX, OK, PRUNED, SCALE, SKIPPED, SWEEP, Store
+from harness.train import EpochCallback
 
 
 @dataclass
 class CellResult:
     cell: Cell
-    outcome: str                     # ok | failed | skipped | reused | busy
+    outcome: str                     # ok | failed | skipped | reused | busy | pruned
     metrics: dict[str, float] = field(default_factory=dict)
     reason: str | None = None
     run_id: str | None = None
@@ -51,9 +52,11 @@ class SweepResult:
 
 
 def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, str],
-             parent_id: str | None = None, show_epochs: bool = True) -> CellResult:
+             parent_id: str | None = None, show_epochs: bool = True,
+             epoch_hook: EpochCallback | None = None) -> CellResult:
     """Run one cell in its own MLflow run; every outcome is recorded, and Ctrl-C/SIGTERM mark the
-    run interrupted before propagating."""
+    run interrupted before propagating. `epoch_hook(epoch, metrics)` runs after each epoch is logged
+    (a study's pruner); raising CellPruned there ends the cell as pruned."""
     run_id = store.start_run(experiment_id, cell.label, {**tags, CELL_ID: cell.cell_id}, parent_id)
     if cell.config is None:
         store.log_params(run_id, cell.values)
@@ -71,6 +74,8 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
         store.log_metrics(run_id, metrics, step=epoch)
         bar.update(1)
+        if epoch_hook is not None:
+            epoch_hook(epoch, metrics)
 
     try:
         reset_peak_rss()
@@ -88,6 +93,9 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     except CellSkipped as err:
         store.end_run(run_id, SKIPPED, str(err))
         return CellResult(cell, SKIPPED, reason=str(err), run_id=run_id)
+    except CellPruned as err:
+        store.end_run(run_id, PRUNED, str(err))
+        return CellResult(cell, PRUNED, reason=str(err), run_id=run_id)
     except Exception as err:  # a failing cell must not end the sweep; its reason is kept
         reason = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
         store.client.log_text(run_id, traceback.format_exc(), "traceback.txt")

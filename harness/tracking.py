@@ -29,6 +29,7 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT = (
 )
 OK, FAILED, SKIPPED, INTERRUPTED = "ok", "failed", "skipped", "interrupted"
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
+PRUNED = "pruned"  # a study trial stopped early by its pruner (issue 5)
 
 
 def resolve_uri(cli_value: str | None = None) -> str:
@@ -72,11 +73,29 @@ class Store:
         self.uri = resolve_uri(uri)
         self.artifact_root = self._artifact_root()
         self._probe()
-        self.client = MlflowClient(tracking_uri=self.uri)
         try:
-            self.client.search_experiments(max_results=1)
+            with self._creation_lock():
+                self.client = MlflowClient(tracking_uri=self.uri)
+                self.client.search_experiments(max_results=1)
         except Exception as err:  # any failure here means the store is not usable as given
             raise UserError(f"cannot open the tracking store {redact(self.uri)}: {_first_line(err)}") from None
+
+    def _creation_lock(self):
+        """Several workers opening a new SQLite store at once would race through MLflow's schema
+        migrations ("duplicate column"); one at a time, the later ones find it made (issue 5)."""
+        import contextlib
+        import fcntl
+
+        if self.artifact_root is None:
+            return contextlib.nullcontext()
+
+        @contextlib.contextmanager
+        def locked():
+            with open(self.artifact_root.parent / ".mlflow-db.lock", "w") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                yield
+
+        return locked()
 
     def _artifact_root(self) -> Path | None:
         if self.uri.startswith("sqlite:///"):
@@ -154,7 +173,8 @@ class Store:
         if reason:
             tags[REASON] = reason[:5000]
         self.set_tags(run_id, tags)
-        status = {OK: "FINISHED", SKIPPED: "FINISHED", FAILED: "FAILED", INTERRUPTED: "KILLED"}[outcome]
+        status = {OK: "FINISHED", SKIPPED: "FINISHED", PRUNED: "FINISHED", FAILED: "FAILED",
+                  INTERRUPTED: "KILLED"}[outcome]
         self.client.set_terminated(run_id, status)
 
     # --- what is already recorded --------------------------------------------------------------

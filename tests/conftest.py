@@ -53,3 +53,69 @@ def sweep_file(tmp_path):
     def make(name, grid, **kwargs):
         return write_sweep(tmp_path, name, grid, **kwargs)
     return make
+
+
+# --- studies (issue 5) ---------------------------------------------------------------------------
+TINY_STUDY_BASE = {**TINY_BASE, "warmup_epochs": 0, "pruning_backend": "torch-pruning"}
+
+
+def write_study(folder: Path, name: str, *, space: str, metrics=("test_accuracy",), directions=("maximize",),
+                n_trials: int = 4, base: dict | None = None, extra: str = "") -> Path:
+    """A study file like the shipped ones, shrunk to the tiny CNN on synthetic data."""
+    def toml(value):
+        return repr(value).replace("'", '"').replace("True", "true").replace("False", "false")
+
+    text = textwrap.dedent(f"""\
+        name = "{name}"
+        experiment = "pruning"
+        metrics = {toml(list(metrics))}
+        directions = {toml(list(directions))}
+        n_trials = {n_trials}
+        """) + extra + "\n[space]\n" + textwrap.dedent(space) + "\n[base]\n"
+    text += "".join(f"{k} = {toml(v)}\n" for k, v in {**TINY_STUDY_BASE, **(base or {})}.items())
+    path = folder / f"study_{name}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def study_file(tmp_path):
+    def make(name, **kwargs):
+        return write_study(tmp_path, name, **kwargs)
+    return make
+
+
+# A real PostgreSQL server: .ci/run installs and starts one and creates this role.
+POSTGRES_URL = os.environ.get("HARNESS_TEST_POSTGRES", "postgresql://harness_ci:harness_ci@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    try:
+        import psycopg
+
+        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except Exception as err:  # no server, no role, no driver: these tests cannot run here
+        from harness.tracking import redact
+
+        message = (f"no PostgreSQL server at {redact(POSTGRES_URL)} ({type(err).__name__}); "
+                   ".ci/run installs and starts one (or set HARNESS_TEST_POSTGRES)")
+        if os.environ.get("CI"):  # CI provides the server: its absence is a failure, not a skip
+            pytest.fail(message)
+        pytest.skip(message)
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def postgres_db(postgres_server):
+    """A database of the test's own, dropped afterwards; yields its URL."""
+    import uuid
+
+    import psycopg
+
+    name = f"harness_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield postgres_server.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(postgres_server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -1,0 +1,180 @@
+"""Who runs what, when several workers share a sweep or a study: a claims table in the shared
+database (SQLite on one machine, PostgreSQL across machines).
+
+A claim is one row keyed by (namespace, key): a grid cell's `cell_id`, or a study's trial slot.
+Taking a free key is an INSERT, which the primary key makes atomic: of two workers racing for a
+cell exactly one gets it. A key whose holder died can be taken over with a compare-and-set UPDATE
+(only if the row is still the one that was read), so a dead worker's cell is run by another and
+still by only one. A holder is dead when it ran on this host and its process is gone, or ran
+elsewhere and its heartbeat is older than STALE_S.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import psutil
+import sqlalchemy as sa
+
+from harness import sharedb
+from harness.tracking import _process_alive
+
+RUNNING, DONE, FAILED = "running", "done", "failed"
+HEARTBEAT_S = 10.0
+STALE_S = 120.0
+
+_metadata = sa.MetaData()
+CLAIMS = sa.Table(
+    "harness_claims", _metadata,
+    sa.Column("namespace", sa.String(255), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("owner", sa.String(64), nullable=False),     # one worker process
+    sa.Column("token", sa.String(64), nullable=False),     # one invocation (a launcher and its workers)
+    sa.Column("host", sa.String(255)),
+    sa.Column("pid", sa.Integer),
+    sa.Column("pid_start", sa.Float),
+    sa.Column("heartbeat", sa.Float, nullable=False),
+    sa.Column("note", sa.String(255)),
+)
+
+
+@dataclass
+class Claim:
+    namespace: str
+    key: str
+    state: str
+    owner: str
+    token: str
+    host: str | None
+    pid: int | None
+    pid_start: float | None
+    heartbeat: float
+    note: str | None
+
+
+class Claims:
+    """The claims of one worker process."""
+
+    def __init__(self, url: str, token: str | None = None):
+        if sharedb.is_sqlite(url):
+            sharedb.patient_sqlite()
+        self.engine = sa.create_engine(url, **sharedb.engine_kwargs(url))
+        self.owner = uuid.uuid4().hex
+        self.token = token or uuid.uuid4().hex
+        self.host = socket.gethostname()
+        me = psutil.Process()
+        self.pid, self.pid_start = me.pid, me.create_time()
+        self._held: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._create_table()
+        self._beat = threading.Thread(target=self._heartbeat_loop, name="claims-heartbeat", daemon=True)
+        self._beat.start()
+
+    def _create_table(self) -> None:
+        for attempt in range(5):
+            try:
+                _metadata.create_all(self.engine, checkfirst=True)
+                return
+            except sa.exc.DBAPIError:  # another worker created it between the check and the CREATE
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._beat.join(timeout=2)
+        self.engine.dispose()
+
+    # --- reading --------------------------------------------------------------------------------
+    def all(self, namespace: str) -> dict[str, Claim]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(CLAIMS).where(CLAIMS.c.namespace == namespace)).fetchall()
+        return {r.key: Claim(**r._mapping) for r in rows}
+
+    def holder_alive(self, claim: Claim) -> bool:
+        if claim.host == self.host:
+            return _process_alive(str(claim.pid), f"{claim.pid_start}" if claim.pid_start else None)
+        return time.time() - claim.heartbeat < STALE_S
+
+    def takeable(self, claim: Claim, *, retake_done: bool) -> bool:
+        """May this worker take the key? Never a live holder's; never a key that failed in this same
+        invocation (each invocation tries a failing cell once); a finished one only if asked."""
+        if claim.state == RUNNING:
+            return not self.holder_alive(claim)
+        if claim.state == FAILED:
+            return claim.token != self.token
+        return retake_done
+
+    # --- taking and releasing -------------------------------------------------------------------
+    def claim(self, namespace: str, key: str, *, retake_done: bool = False, note: str = "") -> bool:
+        """True when this worker now holds the key (and must run it)."""
+        values = dict(state=RUNNING, owner=self.owner, token=self.token, host=self.host, pid=self.pid,
+                      pid_start=self.pid_start, heartbeat=time.time(), note=note[:255])
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(sa.insert(CLAIMS).values(namespace=namespace, key=key, **values))
+        except sa.exc.IntegrityError:
+            current = self.all_one(namespace, key)
+            if current is None or not self.takeable(current, retake_done=retake_done):
+                return False
+            with self.engine.begin() as conn:  # compare-and-set: only if nobody took it since we read
+                taken = conn.execute(
+                    sa.update(CLAIMS)
+                    .where(CLAIMS.c.namespace == namespace, CLAIMS.c.key == key,
+                           CLAIMS.c.owner == current.owner, CLAIMS.c.state == current.state,
+                           CLAIMS.c.heartbeat == current.heartbeat)
+                    .values(**values)).rowcount
+            if taken != 1:
+                return False
+        with self._lock:
+            self._held.add((namespace, key))
+        return True
+
+    def all_one(self, namespace: str, key: str) -> Claim | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(CLAIMS).where(CLAIMS.c.namespace == namespace,
+                                                       CLAIMS.c.key == key)).fetchone()
+        return Claim(**row._mapping) if row else None
+
+    def release(self, namespace: str, key: str, state: str, note: str = "") -> None:
+        """Mark a held key done or failed (failed keys are taken again by the next invocation)."""
+        with self._lock:
+            self._held.discard((namespace, key))
+        with self.engine.begin() as conn:
+            conn.execute(sa.update(CLAIMS)
+                         .where(CLAIMS.c.namespace == namespace, CLAIMS.c.key == key,
+                                CLAIMS.c.owner == self.owner)
+                         .values(state=state, heartbeat=time.time(), note=note[:255]))
+
+    def drop(self, namespace: str, key: str) -> None:
+        """Give a held key back unused (a study's failed trial leaves its slot to the next one)."""
+        with self._lock:
+            self._held.discard((namespace, key))
+        with self.engine.begin() as conn:
+            conn.execute(sa.delete(CLAIMS).where(CLAIMS.c.namespace == namespace, CLAIMS.c.key == key,
+                                                 CLAIMS.c.owner == self.owner))
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with self._lock:
+                held = list(self._held)
+            for namespace, key in held:
+                try:
+                    with self.engine.begin() as conn:
+                        conn.execute(sa.update(CLAIMS)
+                                     .where(CLAIMS.c.namespace == namespace, CLAIMS.c.key == key,
+                                            CLAIMS.c.owner == self.owner)
+                                     .values(heartbeat=time.time()))
+                except Exception:  # a missed beat is retried in HEARTBEAT_S; STALE_S allows many
+                    pass
+
+
+def new_token() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,237 @@
+"""Several worker processes on one study or one grid, and a study killed mid-trial then resumed:
+real processes, real SQLite and PostgreSQL databases, a real `mlflow server`."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from harness.study import STUDY
+from harness.tracking import OUTCOME, PARENT
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+
+LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
+# The book's CNN on synthetic data: a few seconds a trial, long enough to be killed inside one.
+SLOW_TRIAL = {"model": "cnn", "train_limit": 384, "epochs": 4}
+
+
+def harness(*args, **kwargs):
+    return [sys.executable, "-m", "harness", *args, "--no-progress"]
+
+
+def _trials(name, url):
+    return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+
+
+def _children(uri, experiment, study_name):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], f"tags.`{STUDY}` = '{study_name}'")
+    return [r for r in runs if PARENT in r.data.tags]
+
+
+def _wait_for_running_after_complete(name, url, proc, seconds=150):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        assert proc.poll() is None, "the study ended before it could be killed"
+        try:
+            trials = _trials(name, url)
+        except KeyError:  # not created yet
+            trials = []
+        states = [t.state for t in trials]
+        if TrialState.COMPLETE in states and trials[-1].state == TrialState.RUNNING:
+            return trials[-1].number
+        time.sleep(0.2)
+    pytest.fail("never saw a finished trial and a running one")
+
+
+def _assert_unique_params(trials):
+    finished = [t for t in trials if t.state == TrialState.COMPLETE]
+    keys = [tuple(sorted(t.params.items())) for t in finished]
+    assert len(keys) == len(set(keys)), "a parameter set ran twice"
+
+
+def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_file, tmp_path):
+    path = study_file("killed", space=LR, n_trials=3, base=SLOW_TRIAL)
+    uri, url = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
+    command = harness("study", str(path), "--tracking-uri", uri)
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        killed = _wait_for_running_after_complete("killed-full", url, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = {t.number: t.params for t in _trials("killed-full", url) if t.state == TrialState.COMPLETE}
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    trials = _trials("killed-full", url)
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert trials[killed].state == TrialState.FAIL
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") == killed]
+    assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
+    assert retried[0].params == trials[killed].params  # the killed trial is rerun with its parameters
+    for number, params in before.items():  # finished trials kept
+        assert trials[number].params == params and trials[number].state == TrialState.COMPLETE
+    _assert_unique_params(trials)  # and the sampler moved on instead of replaying the first run
+    runs = _children(uri, "killed", "killed-full")
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    outcomes = sorted(r.data.tags[OUTCOME] for r in runs)
+    # The killed trial's run is closed as interrupted (absent if the kill came before it was created).
+    assert outcomes in (["interrupted", "ok", "ok", "ok"], ["ok", "ok", "ok"])
+
+
+def _grid_sweep(sweep_file):
+    return sweep_file("shared", {"sparsity": [0.0, 0.3, 0.6], "lr": [0.01, 0.02]},
+                      base={"pruning_backend": "torch-pruning", "epochs": 1})
+
+
+def _check_grid(uri, cells=6):
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("shared")
+    runs = [r for r in client.search_runs([exp.experiment_id], "") if PARENT in r.data.tags]
+    ids = [r.data.tags["harness.cell_id"] for r in runs]
+    assert len(ids) == cells and len(set(ids)) == cells, "a cell ran twice or not at all"
+    assert {r.data.tags[OUTCOME] for r in runs} == {"ok"}
+    return runs
+
+
+def test_two_workers_on_one_sqlite_file_study_and_grid(study_file, sweep_file, tmp_path):
+    path = study_file("pair", space=LR + 'sparsity = { type = "float", low = 0.0, high = 0.8 }\n', n_trials=4)
+    uri, url = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
+    out = subprocess.run(harness("study", str(path), "--workers", "2", "--tracking-uri", uri),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "locked" not in out.stderr
+    trials = _trials("pair-full", url)
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    _assert_unique_params(trials)
+    assert len({t.user_attrs["harness.owner"].split("|")[1] for t in trials}) == 2  # both workers ran trials
+    assert len(_children(uri, "pair", "pair-full")) == 4
+
+    out = subprocess.run(harness("sweep", str(_grid_sweep(sweep_file)), "--workers", "2", "--tracking-uri", uri),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "locked" not in out.stderr
+    _check_grid(uri)
+
+
+def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_file, sweep_file, tmp_path):
+    """Two independent workers (as on two machines) on one PostgreSQL study; one is SIGKILLed
+    mid-trial; the other finishes: exactly the target, nothing RUNNING, the lost trial rerun."""
+    path = study_file("pg", space=LR, n_trials=4, base=SLOW_TRIAL)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    command = harness("study", str(path), "--storage", postgres_db, "--tracking-uri", uri)
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        deadline = time.time() + 150
+        victim = None
+        while time.time() < deadline and victim is None:
+            try:
+                trials = _trials("pg-full", postgres_db)
+            except KeyError:
+                trials = []
+            done = any(t.state == TrialState.COMPLETE for t in trials)
+            for t in trials:
+                if done and t.state == TrialState.RUNNING and \
+                        t.user_attrs.get("harness.owner", "").split("|")[1:2] == [str(first.pid)]:
+                    victim = t.number
+            time.sleep(0.2)
+        assert victim is not None, "the first worker never ran a trial after one had finished"
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+        out, err = second.communicate(timeout=300)
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert second.returncode == 0, err[-2000:]
+    trials = _trials("pg-full", postgres_db)
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 4
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert trials[victim].state == TrialState.FAIL
+    assert any(t.system_attrs.get("failed_trial") == victim and t.state == TrialState.COMPLETE for t in trials)
+    _assert_unique_params(trials)
+    runs = _children(uri, "pg", "pg-full")
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    assert sum(r.data.tags[OUTCOME] == "ok" for r in runs) == 4
+
+    # A grid over the same database with two workers: every cell once.
+    out = subprocess.run(harness("sweep", str(_grid_sweep(sweep_file)), "--workers", "2", "--storage", postgres_db,
+                                 "--tracking-uri", uri), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = _check_grid(uri)
+    assert len({r.data.tags["harness.pid"] for r in runs}) == 2  # both workers took cells
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path, request):
+    """A real `mlflow server` on 127.0.0.1 with a database backend: PostgreSQL when there is one,
+    else SQLite."""
+    try:
+        backend = request.getfixturevalue("postgres_db")
+    except pytest.skip.Exception:
+        backend = f"sqlite:///{tmp_path / 'server.db'}"
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+                             "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
+                             "--port", str(port), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import requests
+
+        deadline = time.time() + 120
+        while True:
+            try:
+                if requests.get(url + "/health", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"mlflow server did not start: {proc.stderr.read()[-2000:] if proc.poll() is not None else 'timeout'}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_two_workers_log_to_a_real_mlflow_server(mlflow_server, study_file, tmp_path):
+    path = study_file("served", space=LR, n_trials=4)
+    out = subprocess.run(harness("study", str(path), "--workers", "2", "--tracking-uri", mlflow_server,
+                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--out", str(tmp_path)),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    client = MlflowClient(mlflow_server)
+    exp = client.get_experiment_by_name("served")
+    runs = client.search_runs([exp.experiment_id], "")
+    parents = [r for r in runs if PARENT not in r.data.tags]
+    children = [r for r in runs if PARENT in r.data.tags]
+    assert len(parents) == 1 and len(children) == 4
+    assert {r.data.tags[PARENT] for r in children} == {parents[0].info.run_id}
+    assert len({r.data.tags["harness.pid"] for r in children}) == 2  # logged by both workers
+    assert all("lr" in r.data.params and "test_accuracy" in r.data.metrics for r in children)
+    assert {a.path for a in client.list_artifacts(parents[0].info.run_id, "study")} >= {"study/served-full.png"}

@@ -1,0 +1,106 @@
+"""Study files and the study command's mistakes: one sentence, exit 2, no password echoed."""
+
+import pytest
+
+from harness import studyspec
+from harness.cli import main
+from harness.errors import UserError
+
+LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
+
+
+@pytest.mark.parametrize("name", studyspec.available())
+def test_shipped_studies_load_and_every_range_end_is_a_valid_config(name):
+    spec = studyspec.load(name)
+    assert spec.space and spec.n_trials["smoke"] > 0
+    for scale in ("smoke", "quick", "full"):
+        spec.fixed(scale)
+
+
+def test_shipped_studies_are_hidden_from_sweeps_and_named_either_way():
+    from harness import sweepspec
+
+    assert not any(n.startswith("study") for n in sweepspec.available())
+    assert studyspec.load("lr_batch").path == studyspec.load("study_lr_batch").path
+    tradeoff = studyspec.load("sparsity_tradeoff")
+    assert tradeoff.metrics == ["test_accuracy", "train_time_s"] and tradeoff.multi_objective
+
+
+def test_space_kinds_and_study_names(study_file):
+    spec = studyspec.load(str(study_file("kinds", space=LR + 'batch_size = { type = "int", low = 16, high = 64 }\n'
+                                                       'optimizer = { choices = ["adam", "sgd"] }\n')))
+    assert [p.kind for p in spec.space.values()] == ["float", "int", "categorical"]
+    assert spec.space["lr"].log
+    assert spec.study_name("smoke") == "kinds-smoke"
+    assert spec.study_name("smoke", {"epochs": "3"}) != spec.study_name("smoke", {"epochs": "4"})
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"space": 'lr = { type = "float", low = 0.1, high = 0.01 }\n'}, ["lr", "empty or inverted"]),
+    ({"space": 'lr = { type = "float", low = 0.1, high = 0.1 }\n'}, ["lr", "empty or inverted"]),
+    ({"space": 'lr = { type = "float", low = 0.0, high = 0.1, log = true }\n'}, ["log-scaled"]),
+    ({"space": 'epochs = { type = "int", low = 5, high = 2 }\n'}, ["epochs", "empty or inverted"]),
+    ({"space": 'optimizer = { type = "categorical", choices = [] }\n'}, ["non-empty list"]),
+    ({"space": 'colour = { choices = ["red"] }\n'}, ["unknown config key 'colour'"]),
+    ({"space": 'sparsity = { type = "float", low = 0.0, high = 1.5 }\n'}, ["sparsity=1.5", "[0, 1)"]),
+    ({"space": LR, "metrics": ["test_acc"]}, ["unknown metric 'test_acc'", "test_accuracy"]),
+    ({"space": LR, "metrics": ["test_accuracy"], "directions": ["minimize"]},
+     ["minimize test_accuracy", "should be maximize"]),
+    ({"space": LR, "metrics": ["test_accuracy", "train_time_s"], "directions": ["maximize"]},
+     ["2 metric(s)", "1 direction(s)"]),
+    ({"space": LR, "directions": ["upward"]}, ["'upward'", "maximize or minimize"]),
+    ({"space": LR, "metrics": ["test_accuracy", "train_time_s"], "directions": ["maximize", "minimize"],
+      "extra": '[pruner]\nname = "median"\n'}, ["pruner", "single-objective"]),
+    ({"space": LR, "extra": '[pruner]\nname = "median"\n'}, ["eval_every_epoch = true"]),
+    ({"space": LR, "extra": '[sampler]\nname = "genetic"\n'}, ["unknown sampler 'genetic'"]),
+])
+def test_bad_study_files_are_one_sentence(study_file, kwargs, words):
+    path = study_file("bad", **kwargs)
+    with pytest.raises(UserError) as err:
+        studyspec.load(str(path))
+    for word in words:
+        assert word in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory):
+    return f"sqlite:///{tmp_path_factory.mktemp('studycli') / 'mlflow.db'}"
+
+
+@pytest.mark.parametrize("args, words", [
+    (["study", "nope"], ["unknown study 'nope'", "lr_batch"]),
+    (["study", "lr_batch", "--scale", "enormous"], ["unknown scale 'enormous'"]),
+    (["study", "lr_batch", "--set", "lr=0.1"], ["'lr' is searched"]),
+    (["study", "lr_batch", "--set", "epochs=0"], ["epochs", "positive"]),
+    (["study", "lr_batch", "--n-trials", "0"], ["--n-trials"]),
+    (["study", "lr_batch", "--workers", "0"], ["--workers"]),
+    (["study", "lr_batch", "--scale", "smoke", "--status"], ["has not been run"]),
+    (["study", "lr_batch", "--storage", "redis://x"], ["not a database URL"]),
+    (["sweep", "sparsity", "--workers", "0"], ["--workers"]),
+])
+def test_study_command_mistakes_exit_2(args, words, uri, capsys):
+    assert main([*args, "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("harness: error:") and "\n" not in err, err
+    for word in words:
+        assert word in err
+
+
+@pytest.mark.parametrize("command", ["study lr_batch", "sweep sparsity --workers 2"])
+def test_unreachable_storage_is_named_without_its_password(command, uri, capsys):
+    url = "postgresql://alice:s3cret@127.0.0.1:9/studies"
+    assert main([*command.split(), "--scale", "smoke", "--storage", url, "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert "postgresql://alice:***@127.0.0.1:9/studies" in err and "s3cret" not in err
+    assert err.count("\n") == 1
+
+
+def test_a_direction_changed_after_the_study_exists_is_refused(study_file, uri, capsys):
+    path = study_file("flip", space=LR, n_trials=1, base={"epochs": 1})
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress"]) == 0
+    path.write_text(path.read_text().replace('metrics = ["test_accuracy"]', 'metrics = ["train_time_s"]')
+                    .replace('directions = ["maximize"]', 'directions = ["minimize"]'))
+    capsys.readouterr()
+    assert main(["study", str(path), "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert "was created to ['maximize']" in err and "['minimize']" in err
