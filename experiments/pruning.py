@@ -14,8 +14,9 @@ from harness.config import RunConfig
 from harness.data import load_splits
 from harness.models import MODELS, build_model, count_parameters
 from harness.pruning import prune_conv_filters
-from harness.timing import spread, timed
-from harness.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs
+from harness.timing import timed
+from harness.train import (CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs,
+                           training_metrics)
 
 __all__ = ["CLOCK", "METRICS", "run"]
 
@@ -48,21 +49,12 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
     with timed(device) as evaluation:
         accuracy = evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device)
 
-    train_time = sum(epoch_times)
-    epochs = spread(epoch_times)
     return {
-        "train_time_s": train_time,
-        "test_accuracy": accuracy,
+        **training_metrics(epoch_times, warmup, train_samples=len(data.train), test_samples=len(data.test),
+                           accuracy=accuracy, eval_seconds=evaluation.seconds),
         "param_count": count_parameters(model),
         "param_count_before": param_count_before,
-        "samples_per_s": len(data.train) * cfg.epochs / train_time,
-        "epoch_time_median_s": epochs["median"],
-        "epoch_time_iqr_s": epochs["iqr"],
-        "warmup_time_s": sum(warmup),
         "prune_time_s": pruning.seconds,
-        "eval_time_s": evaluation.seconds,
-        "train_samples": len(data.train),
-        "test_samples": len(data.test),
     }
 
 

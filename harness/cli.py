@@ -139,28 +139,13 @@ def cmd_sweep(args) -> int:
 
 
 def _summary(result, metrics: list[str] | None = None) -> str:
-    if metrics and metrics[:3] != ["train_time_s", "test_accuracy", "param_count"]:
-        return _summary_of(result, metrics[:3])
-    lines = [f"{'cell':<24} {'outcome':<8} {'train_time_s':>12} {'test_accuracy':>13} {'param_count':>11}  note"]
-    for r in result.results:
-        m = r.metrics
-        lines.append(f"{r.cell.label:<24} {r.outcome:<8} {m.get('train_time_s', float('nan')):>12.2f} "
-                     f"{m.get('test_accuracy', float('nan')):>13.4f} {m.get('param_count', float('nan')):>11.0f}  "
-                     f"{r.reason or ''}")
-    counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy", "elsewhere", "not run")
-                       if (n := result.count(o)))
-    lines.append(f"sweep {result.name} ({result.scale}): {len(result.results)} cells: {counts}, "
-                 f"in {result.seconds:.0f} s; parent run {result.parent_run_id}; "
-                 f"report: harness report {result.name}")
-    return "\n".join(lines)
-
-
-def _summary_of(result, metrics: list[str]) -> str:
-    """The summary for a sweep whose table is not training time / accuracy / parameters."""
+    """One line per cell with the first three metrics of the sweep's report (default: time,
+    accuracy, parameters), then the counts."""
+    metrics = (metrics or ["train_time_s", "test_accuracy", "param_count"])[:3]
     widths = [max(len(m), 10) for m in metrics]
     lines = [f"{'cell':<24} {'outcome':<8} " + " ".join(f"{m:>{w}}" for m, w in zip(metrics, widths)) + "  note"]
     for r in result.results:
-        values = " ".join(f"{r.metrics.get(m, float('nan')):>{w}.4g}" for m, w in zip(metrics, widths))
+        values = " ".join(f"{r.metrics.get(m, float('nan')):>{w}.6g}" for m, w in zip(metrics, widths))
         lines.append(f"{r.cell.label:<24} {r.outcome:<8} {values}  {r.reason or ''}")
     counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy", "elsewhere", "not run")
                        if (n := result.count(o)))

@@ -17,7 +17,7 @@ from torch import nn
 from harness.config import RunConfig
 from harness.data import Split, batches
 from harness.errors import CellSkipped
-from harness.timing import timed
+from harness.timing import spread, timed
 
 if TYPE_CHECKING:
     from harness.precision import Precision
@@ -97,3 +97,22 @@ def evaluate(model: nn.Module, data: Split, *, batch_size: int, device: torch.de
         correct += (model(x.to(device)).argmax(dim=1) == y.to(device)).sum().item()
     model.train()
     return correct / len(data)
+
+
+def training_metrics(epoch_times: list[float], warmup_times: list[float], *, train_samples: int,
+                     test_samples: int, accuracy: float, eval_seconds: float) -> dict[str, float]:
+    """The metrics every training experiment logs under the same names: the sum of the timed
+    epochs, their median and IQR, throughput, accuracy, and the untimed parts."""
+    train_time = sum(epoch_times)
+    epochs = spread(epoch_times)
+    return {
+        "train_time_s": train_time,
+        "test_accuracy": accuracy,
+        "samples_per_s": train_samples * len(epoch_times) / train_time,
+        "epoch_time_median_s": epochs["median"],
+        "epoch_time_iqr_s": epochs["iqr"],
+        "warmup_time_s": sum(warmup_times),
+        "eval_time_s": eval_seconds,
+        "train_samples": train_samples,
+        "test_samples": test_samples,
+    }

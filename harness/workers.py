@@ -17,9 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness import sharedb
 from harness.claims import DONE, FAILED, Claims
-from harness.errors import UserError
 from harness.sweepspec import SweepSpec, expand
 from harness.train import available_cores
 
@@ -80,9 +78,8 @@ def run_sweep_shared(spec: SweepSpec, store, claims: Claims, *, scale: str, over
     """One worker's share of a sweep: every cell not finished yet and not claimed by a live worker.
     A cell is claimed before it runs, so no two workers run the same cell; the record-keeping
     (reuse of finished cells, one record per cell) is the single-worker engine's."""
-    from harness import tracking
     from harness.sweep import CellResult, SweepResult, _finished, _run_or_reuse, preflight
-    from harness.tracking import CELL_ID, INTERRUPTED, OK, SCALE, SWEEP
+    from harness.tracking import INTERRUPTED, OK, SCALE, SWEEP
 
     cells = expand(spec, scale, overrides)
     experiment_id = store.experiment_id(spec.name)

@@ -3,7 +3,6 @@ and D12.5's hand-written data parallel checked against one device."""
 
 from __future__ import annotations
 
-import textwrap
 
 import pytest
 import torch
