@@ -145,7 +145,7 @@ def _summary(result, metrics: list[str] | None = None) -> str:
     widths = [max(len(m), 10) for m in metrics]
     lines = [f"{'cell':<24} {'outcome':<8} " + " ".join(f"{m:>{w}}" for m, w in zip(metrics, widths)) + "  note"]
     for r in result.results:
-        values = " ".join(f"{r.metrics.get(m, float('nan')):>{w}.6g}" for m, w in zip(metrics, widths))
+        values = " ".join(_cell_value(r.metrics.get(m, float("nan")), w) for m, w in zip(metrics, widths))
         lines.append(f"{r.cell.label:<24} {r.outcome:<8} {values}  {r.reason or ''}")
     counts = ", ".join(f"{n} {o}" for o in ("ok", "reused", "skipped", "failed", "busy", "elsewhere", "not run")
                        if (n := result.count(o)))
@@ -159,6 +159,12 @@ def cmd_study(args) -> int:
     from harness.cli_shared import study
 
     return study(args, _store(args), _overrides(args.sets))
+
+
+def _cell_value(value: float, width: int) -> str:
+    if value == value and float(value).is_integer() and abs(value) >= 1e5:  # counts: every digit
+        return f"{value:>{width}.0f}"
+    return f"{value:>{width}.6g}"
 
 
 def cmd_report(args) -> int:

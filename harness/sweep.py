@@ -57,17 +57,18 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     """Run one cell in its own MLflow run; every outcome is recorded, and Ctrl-C/SIGTERM mark the
     run interrupted before propagating. `epoch_hook(epoch, metrics)` runs after each epoch is logged
     (a study's pruner); raising CellPruned there ends the cell as pruned."""
-    run_id = store.start_run(experiment_id, cell.label, {**tags, CELL_ID: cell.cell_id}, parent_id)
     if cell.config is None:
+        run_id = store.start_run(experiment_id, cell.label, {**tags, CELL_ID: cell.cell_id}, parent_id)
         store.log_params(run_id, cell.values)
         store.end_run(run_id, FAILED, cell.error)
         return CellResult(cell, FAILED, reason=cell.error, run_id=run_id)
 
     cfg = cell.config
     module = experiments.load(cfg.experiment)
+    run_id = store.start_run(experiment_id, cell.label,
+                             {**tags, CELL_ID: cell.cell_id, "harness.clock": module.CLOCK}, parent_id)
     store.log_params(run_id, cfg.model_dump())
     store.client.log_dict(run_id, cfg.model_dump(), "config.json")
-    store.set_tags(run_id, {"harness.clock": module.CLOCK})
     bar = tqdm(total=cfg.epochs, desc=f"  {cell.label}", unit="epoch", leave=False,
                 disable=not (show_epochs and getattr(module, "TRAINS", True)))
 
@@ -85,10 +86,8 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
         # A multi-process experiment reports its ranks' own figures; this process's are not them.
         metrics.setdefault("peak_rss_mb", peak_rss_mb())
         metrics.setdefault("threads_used", torch.get_num_threads())
-        store.log_metrics(run_id, metrics)
-        if notes:
-            store.set_tags(run_id, {f"{NOTE_PREFIX}{k}": v[:5000] for k, v in notes.items()})
-        store.end_run(run_id, OK)
+        store.end_run(run_id, OK, metrics=metrics,
+                      tags={f"{NOTE_PREFIX}{k}": v[:5000] for k, v in notes.items()})
         return CellResult(cell, OK, metrics, run_id=run_id)
     except CellSkipped as err:
         store.end_run(run_id, SKIPPED, str(err))
@@ -146,9 +145,8 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
             results.append(_run_or_reuse(store, experiment_id, cell, records.get(cell.cell_id, []),
                                          tags, parent, show_progress))
             bar.update(1)
-        store.log_metrics(parent, {f"cells_{o}": sum(r.outcome == o for r in results)
-                                   for o in (OK, FAILED, SKIPPED, "reused", "busy")})
-        store.end_run(parent, OK)
+        store.end_run(parent, OK, metrics={f"cells_{o}": sum(r.outcome == o for r in results)
+                                           for o in (OK, FAILED, SKIPPED, "reused", "busy")})
     except BaseException:
         store.end_run(parent, INTERRUPTED, f"interrupted after {len(results)} of {len(cells)} cells")
         raise

@@ -73,6 +73,10 @@ class Store:
         self.uri = resolve_uri(uri)
         self.artifact_root = self._artifact_root()
         self._probe()
+        if self.uri.startswith("sqlite:"):
+            from harness.sharedb import patient_sqlite
+
+            patient_sqlite()  # WAL: the UI and other workers read while a sweep writes
         try:
             with self._creation_lock():
                 self.client = MlflowClient(tracking_uri=self.uri)
@@ -168,11 +172,17 @@ class Store:
 
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
-    def end_run(self, run_id: str, outcome: str, reason: str | None = None) -> None:
-        tags = {OUTCOME: outcome}
+    def end_run(self, run_id: str, outcome: str, reason: str | None = None, *,
+                metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
+        """Record the outcome (with the run's last metrics and tags, in one write) and close the run."""
+        from mlflow.entities import Metric, RunTag
+
+        tags = {**(tags or {}), OUTCOME: outcome}
         if reason:
             tags[REASON] = reason[:5000]
-        self.set_tags(run_id, tags)
+        now = int(time.time() * 1000)
+        self.client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+                              tags=[RunTag(k, str(v)) for k, v in tags.items()])
         status = {OK: "FINISHED", SKIPPED: "FINISHED", PRUNED: "FINISHED", FAILED: "FAILED",
                   INTERRUPTED: "KILLED"}[outcome]
         self.client.set_terminated(run_id, status)
