@@ -76,8 +76,8 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         report = Report(spec, scale, _table(spec, runs), notes, _machine(runs[0]), parents[0].info.run_id)
         report.fingerprint = key
         finished = report.table["repeats"].fillna(0)
-        for _, row in report.table[finished < spec.repeats].iterrows():
-            label = " ".join(f"{a}={row[a]}" for a in spec.grid)
+        for _, row in report.table[finished < spec.repeats].astype(object).iterrows():
+            label = " ".join(f"{a}={row[a]}" for a in spec.axes())
             report.problems.append(f"{label}: {0 if pd.isna(row['repeats']) else int(row['repeats'])} "
                                    f"of {spec.repeats} repeats finished")
         report.verdicts = checks.evaluate(spec.checks, report.table)

@@ -85,3 +85,21 @@ def test_bound_checks_our_own_figure():
     inside = _one({"kind": "bound", "metric": "test_accuracy", "min": 0.4, "max": 0.6})
     above = _one({"kind": "bound", "metric": "test_accuracy", "where": {"sparsity": 0.0}, "max": 0.45})
     assert (inside.verdict, above.verdict) == ("PASS", "FAIL")
+
+
+def test_report_of_a_compound_axis_names_unrun_published_rows(store, tmp_path):
+    """Published rows with no cell are named by the fields a compound axis varies (regression:
+    the grid's axis name is not a column of the table)."""
+    from harness import report
+    from harness.sweepspec import SweepSpec
+
+    from conftest import TINY_BASE
+
+    spec = SweepSpec(name="compound", title="compound", experiment="pruning", base=dict(TINY_BASE),
+                     grid={"layout": [{"sparsity": 0.0, "batch_size": 32}, {"sparsity": 0.5, "batch_size": 64}]},
+                     scales={"full": {}}, report={"x": "sparsity", "baseline": {"sparsity": 0.0}},
+                     published={"rows": [{"sparsity": 0.8, "batch_size": 64, "train_time_s": 1.0}]})
+    run_sweep(spec, store, show_progress=False)
+    built = report.build(store, spec)
+    assert list(built.table["sparsity"]) == [0.0, 0.5, 0.8]
+    assert "sparsity=0.8 batch_size=64: 0 of 1 repeats finished" in built.markdown
