@@ -8,13 +8,14 @@ worker (`--workers 1` with a shared `--storage`, or started by a launcher) does 
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from harness import sharedb
 from harness.config import make_config
 from harness.errors import UserError
-from harness.tracking import INTERRUPTED, OK, Store
+from harness.tracking import INTERRUPTED, OK, Store, redact
 
 EXIT_USAGE, EXIT_INCOMPLETE = 2, 1
 
@@ -43,9 +44,9 @@ def sweep_shared(args, spec, store: Store, overrides: dict[str, Any]):
         overrides = workers.thread_overrides(overrides, threads, args.workers)
         Claims(url).close()  # creates the claims table once, before the workers race to
         argv = ["sweep", str(spec.path), "--scale", args.scale, "--storage", url, "--tracking-uri", store.uri,
-                *_set_args({k: (_json(v) if isinstance(v, list) else v) for k, v in overrides.items()})]
+                *_set_args({k: (json.dumps(v) if isinstance(v, list) else v) for k, v in overrides.items()})]
         print(f"sweep {spec.name} ({args.scale}): {args.workers} workers, {overrides.get('threads', threads)} "
-              f"thread(s) each, cells claimed in {sharedb_redacted(url)}", flush=True)
+              f"thread(s) each, cells claimed in {redact(url)}", flush=True)
         import time
         started = time.perf_counter()
         codes = workers.launch(argv, args.workers, new_token(), None, overrides.get("threads", 1))
@@ -59,18 +60,6 @@ def sweep_shared(args, spec, store: Store, overrides: dict[str, Any]):
                                         show_progress=not args.no_progress)
     finally:
         claims.close()
-
-
-def _json(value) -> str:
-    import json
-
-    return json.dumps(value)
-
-
-def sharedb_redacted(url: str) -> str:
-    from harness.tracking import redact
-
-    return redact(url)
 
 
 # --- harness study NAME ---------------------------------------------------------------------------
@@ -112,11 +101,11 @@ def study(args, store: Store, overrides: dict[str, Any]) -> int:
                                 {"study": name, "study_file": spec.path, "scale": args.scale,
                                  "metrics": spec.metrics, "directions": spec.directions,
                                  "sampler": spec.sampler or {"name": "tpe"}, "pruner": spec.pruner or {"name": "none"},
-                                 "overrides": overrides, "storage": sharedb_redacted(url)}))
+                                 "overrides": overrides, "storage": redact(url)}))
     if worker is None:
         done = engine.counts(the_study)
         print(f"study {name}: target {target} finished trials, {done['complete'] + done['pruned']} already; "
-              f"storage {sharedb_redacted(url)}; MLflow parent run {parent}", flush=True)
+              f"storage {redact(url)}; MLflow parent run {parent}", flush=True)
 
     code = 0
     import signal

@@ -188,15 +188,22 @@ class Store:
         self.client.set_terminated(run_id, status)
 
     # --- what is already recorded --------------------------------------------------------------
-    def sweep_runs(self, experiment_id: str, sweep: str, *, parents: bool = False) -> list:
-        """Every live run of a sweep: its cells, or (parents=True) its invocations, newest first."""
+    def sweep_runs(self, experiment_id: str, sweep: str, *, parents: bool = False,
+                   cell_id: str | None = None) -> list:
+        """Every live run of a sweep (or of one of its cells): its cells, or (parents=True) its
+        invocations, newest first."""
         # MLflow's filter grammar cannot test a tag's absence, so parents are told apart here.
-        runs = self._search(experiment_id, f"tags.`{SWEEP}` = '{_quote(sweep)}'")
+        query = f"tags.`{SWEEP}` = '{_quote(sweep)}'"
+        if cell_id is not None:
+            query += f" and tags.`{CELL_ID}` = '{_quote(cell_id)}'"
+        runs = self._search(experiment_id, query)
         return [r for r in runs if (PARENT not in r.data.tags) == parents]
 
-    def cell_records(self, experiment_id: str, sweep: str) -> dict[str, list[CellRecord]]:
+    def cell_records(self, experiment_id: str, sweep: str,
+                     cell_id: str | None = None) -> dict[str, list[CellRecord]]:
+        """The sweep's cell runs by cell_id (only that cell's, when one is given)."""
         records: dict[str, list[CellRecord]] = {}
-        for run in self.sweep_runs(experiment_id, sweep):
+        for run in self.sweep_runs(experiment_id, sweep, cell_id=cell_id):
             t = run.data.tags
             pid = t.get(PID)
             records.setdefault(t.get(CELL_ID, ""), []).append(CellRecord(

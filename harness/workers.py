@@ -84,6 +84,10 @@ def run_sweep_shared(spec: SweepSpec, store, claims: Claims, *, scale: str, over
     cells = expand(spec, scale, overrides)
     experiment_id = store.experiment_id(spec.name)
     store.reap_stale_runs(experiment_id)
+
+    def records_of(cell):
+        return store.cell_records(experiment_id, spec.name, cell.cell_id).get(cell.cell_id, [])
+
     namespace = f"sweep:{spec.name}"
     started = time.perf_counter()
     tags = {SWEEP: spec.name, SCALE: scale}
@@ -94,7 +98,7 @@ def run_sweep_shared(spec: SweepSpec, store, claims: Claims, *, scale: str, over
     results: list[CellResult] = []
     try:
         for cell in cells:
-            records = _cell_records(store, experiment_id, spec.name, cell.cell_id)
+            records = records_of(cell)
             done = _finished(records)
             if done:
                 results.append(CellResult(cell, "reused", done.metrics, run_id=done.run_id))
@@ -102,7 +106,7 @@ def run_sweep_shared(spec: SweepSpec, store, claims: Claims, *, scale: str, over
             if not claims.claim(namespace, cell.cell_id, retake_done=True, note=cell.label):
                 results.append(CellResult(cell, "elsewhere", reason="claimed by another worker"))
                 continue
-            records = _cell_records(store, experiment_id, spec.name, cell.cell_id)  # finished meanwhile?
+            records = records_of(cell)  # finished meanwhile?
             for r in records:  # we hold the claim: a RUNNING record is a dead worker's (any host)
                 if r.status == "RUNNING":
                     store.end_run(r.run_id, INTERRUPTED, "its worker stopped without closing this run")
@@ -114,30 +118,12 @@ def run_sweep_shared(spec: SweepSpec, store, claims: Claims, *, scale: str, over
                            note=cell.label)
             log(f"  {cell.label}: {result.outcome} {result.reason or ''}")
             results.append(result)
-        store.log_metrics(parent, {f"cells_{o}": sum(r.outcome == o for r in results)
-                                   for o in (OK, "failed", "skipped", "reused", "elsewhere")})
-        store.end_run(parent, OK)
+        store.end_run(parent, OK, metrics={f"cells_{o}": sum(r.outcome == o for r in results)
+                                           for o in (OK, "failed", "skipped", "reused", "elsewhere")})
     except BaseException:
         store.end_run(parent, INTERRUPTED, f"interrupted after {len(results)} of {len(cells)} cells")
         raise
     return SweepResult(spec.name, scale, parent, results, time.perf_counter() - started)
-
-
-def _cell_records(store, experiment_id: str, sweep: str, cell_id: str):
-    from harness.tracking import CELL_ID, PARENT, SWEEP, CellRecord, _quote
-
-    runs = store._search(experiment_id, f"tags.`{SWEEP}` = '{_quote(sweep)}' and "
-                                        f"tags.`{CELL_ID}` = '{_quote(cell_id)}'")
-    out = []
-    for run in runs:
-        t = run.data.tags
-        if PARENT not in t:
-            continue
-        pid = t.get("harness.pid")
-        out.append(CellRecord(run.info.run_id, run.info.status, t.get("harness.outcome"), t.get("harness.reason"),
-                              t.get("harness.host"), int(pid) if pid and pid.isdigit() else None,
-                              dict(run.data.metrics)))
-    return out
 
 
 def sweep_outcomes(store, spec: SweepSpec, scale: str, overrides: dict[str, Any]):
@@ -147,7 +133,7 @@ def sweep_outcomes(store, spec: SweepSpec, scale: str, overrides: dict[str, Any]
     experiment_id = store.experiment_id(spec.name)
     results = []
     for cell in expand(spec, scale, overrides):
-        records = _cell_records(store, experiment_id, spec.name, cell.cell_id)
+        records = store.cell_records(experiment_id, spec.name, cell.cell_id).get(cell.cell_id, [])
         done = _finished(records)
         if done:
             results.append(CellResult(cell, "ok", done.metrics, run_id=done.run_id))

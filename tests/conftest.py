@@ -119,3 +119,14 @@ def postgres_db(postgres_server):
     yield postgres_server.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(postgres_server, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def assert_one_sentence_exit_2(argv: list[str], words: list[str], capsys) -> None:
+    """`harness ARGV` ends in exit 2 with one line on stderr containing every word."""
+    from harness.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("harness: error:") and "\n" not in err, err
+    for word in words:
+        assert word in err

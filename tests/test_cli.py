@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import assert_one_sentence_exit_2
 
 from harness.cli import main
 
@@ -35,11 +36,7 @@ def uri(tmp_path_factory):
     (["frobnicate"], ["invalid choice", "--help"]),
 ])
 def test_user_mistakes_end_in_one_sentence_and_exit_2(args, words, uri, capsys):
-    assert main([*args, "--tracking-uri", uri]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("harness: error:") and "\n" not in err, err
-    for word in words:
-        assert word in err
+    assert_one_sentence_exit_2([*args, "--tracking-uri", uri], words, capsys)
 
 
 def test_unreachable_tracking_server_is_named_without_its_password(capsys):

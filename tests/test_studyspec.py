@@ -1,6 +1,7 @@
 """Study files and the study command's mistakes: one sentence, exit 2, no password echoed."""
 
 import pytest
+from conftest import assert_one_sentence_exit_2
 
 from harness import studyspec
 from harness.cli import main
@@ -79,11 +80,7 @@ def uri(tmp_path_factory):
     (["sweep", "sparsity", "--workers", "0"], ["--workers"]),
 ])
 def test_study_command_mistakes_exit_2(args, words, uri, capsys):
-    assert main([*args, "--tracking-uri", uri]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("harness: error:") and "\n" not in err, err
-    for word in words:
-        assert word in err
+    assert_one_sentence_exit_2([*args, "--tracking-uri", uri], words, capsys)
 
 
 @pytest.mark.parametrize("command", ["study lr_batch", "sweep sparsity --workers 2"])
