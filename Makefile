@@ -26,6 +26,8 @@ OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set da
              $(DEVICE_SET) $(foreach s,$(SET),--set $(s))
 # Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME`.
 SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml))))
+# Every sweeps/study_NAME.toml has `make study-NAME` (underscores written as hyphens).
+STUDIES := $(subst _,-,$(patsubst study_%,%,$(basename $(notdir $(wildcard sweeps/study_*.toml)))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
 WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE))
@@ -34,11 +36,12 @@ STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIM
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
-        study-lr-batch study-sparsity-tradeoff bench-workers
+        bench-workers bench-cells
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 	@echo "  sweeps: $(SWEEPS)"
+	@echo "  studies: $(STUDIES)"
 
 install: ## create .venv with the project, its pinned torch and every dependency
 	$(PYTHON) -m venv $(VENV)
@@ -59,11 +62,8 @@ test-fast: ## the suite without the tests marked slow
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ...
 	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(OVERRIDES) $(STORE)
 
-study-lr-batch: ## Optuna study: best lr, batch size, optimizer for test accuracy (resumes; ARGS=--status)
-	$(HARNESS) study lr_batch --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
-
-study-sparsity-tradeoff: ## Optuna study: sparsity x batch size, Pareto front of accuracy vs train time
-	$(HARNESS) study sparsity_tradeoff --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
+study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity-tradeoff (ARGS=--status)
+	$(HARNESS) study $(subst -,_,$*) --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
 
 report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)
 	$(HARNESS) report $* $(STORE)
@@ -91,6 +91,9 @@ bench-overhead: ## harness vs bare training, and harness loop vs the notebook's 
 
 bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute and the ratio
 	$(BIN)/python benchmarks/workers.py $(ARGS)
+
+bench-cells: ## the harness's own seconds per cell outside run(cfg), by part (goal <= 0.3 s on SQLite)
+	$(BIN)/python benchmarks/cell_cost.py $(ARGS)
 
 clean-store: ## delete the default MLflow store (mlruns/) and reports
 	rm -rf mlruns reports/*.md reports/*.csv reports/*.png

@@ -28,10 +28,10 @@ from torch import nn
 from harness.config import make_config
 from harness.data import batches, load_splits
 from harness.models import build_model
-from harness.sweep import run_sweep
-from harness.sweepspec import SweepSpec
+from harness.sweeps.engine import run_sweep
+from harness.sweeps.spec import SweepSpec
 from harness.timing import spread
-from harness.tracking import Store
+from harness.store import Store
 from harness.train import available_cores, make_optimizer, train_epochs
 
 BASE = {"model": "cnn", "dataset": "synthetic", "warmup_epochs": 0, "batch_size": 64, "lr": 1e-5,

@@ -25,3 +25,22 @@ EXPERIMENTS: dict[str, tuple[str, str]] = {
 
 def load(name: str) -> ModuleType:
     return importlib.import_module(EXPERIMENTS[name][0])
+
+
+# --- temporary bridge to the descriptor interface (replaced by the descriptors branch) ---------
+from types import SimpleNamespace  # noqa: E402
+
+
+def names() -> list[str]:
+    return list(EXPERIMENTS)
+
+
+def get(name: str):
+    module = load(name)
+    return SimpleNamespace(name=name, title=EXPERIMENTS[name][1], run=module.run, clock=module.CLOCK,
+                           needs_dataset=getattr(module, "TRAINS", True),
+                           metrics=getattr(module, "METRICS", ("train_time_s", "test_accuracy")))
+
+
+def check_reads(name: str, keys) -> None:
+    return None

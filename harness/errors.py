@@ -1,4 +1,9 @@
-"""Exceptions with a meaning for the user and for the sweep engine."""
+"""Exceptions with a meaning for the user and for the engines, and the one way an exception becomes
+a line of text."""
+
+from __future__ import annotations
+
+import re
 
 
 class UserError(Exception):
@@ -13,3 +18,11 @@ class CellSkipped(Exception):
 class CellPruned(Exception):
     """A study's pruner stopped this trial early (its per-epoch accuracy was too weak). Recorded as
     pruned, not failed."""
+
+
+def first_line(err: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message, whitespace collapsed: what a user is shown of a
+    library's multi-line error (MLflow and SQLAlchemy append pages of context)."""
+    text = str(err).strip().splitlines()
+    line = text[0] if text else type(err).__name__
+    return re.sub(r"\s+", " ", line)[:limit]

@@ -14,7 +14,7 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
 @pytest.fixture(scope="session")
 def store(tmp_path_factory):
-    from harness.tracking import Store
+    from harness.store.tracking import Store
 
     return Store(f"sqlite:///{tmp_path_factory.mktemp('mlruns') / 'mlflow.db'}")
 
@@ -96,7 +96,7 @@ def postgres_server():
 
         psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
     except Exception as err:  # no server, no role, no driver: these tests cannot run here
-        from harness.tracking import redact
+        from harness.store import redact
 
         message = (f"no PostgreSQL server at {redact(POSTGRES_URL)} ({type(err).__name__}); "
                    ".ci/run installs and starts one (or set HARNESS_TEST_POSTGRES)")
@@ -130,3 +130,11 @@ def assert_one_sentence_exit_2(argv: list[str], words: list[str], capsys) -> Non
     assert err.startswith("harness: error:") and "\n" not in err, err
     for word in words:
         assert word in err
+
+
+def mlflow_client(store):
+    """MLflow's own client on the test's store: tests check what MLflow holds independently of the
+    harness's Store (the harness itself reaches MLflow only through Store)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=store.uri)

@@ -1,8 +1,9 @@
 import pandas as pd
 
-from harness import checks, sweepspec
-from harness.reproduction import write_reproduction
-from harness.sweep import run_sweep
+from harness.report import checks
+from harness.sweeps import spec as sweepspec
+from harness.report.reproduction import write_reproduction
+from harness.sweeps.engine import run_sweep
 
 TABLE = pd.DataFrame({
     "sparsity": [0.0, 0.5, 0.8],
@@ -68,12 +69,13 @@ text = "tiny CNN has 9,802 parameters"
 
 
 def test_cells_from_another_machine_are_reported_separately(store, sweep_file, monkeypatch):
-    from harness import fingerprint as fp_module, report
+    from harness import fingerprint as fp_module
+    from harness.report import tables as report
 
     spec = sweepspec.load(str(sweep_file("two_machines", {"sparsity": [0.0, 0.5]})))
     run_sweep(spec, store, overrides={"sparsity": [0.0]}, show_progress=False)
     other = {**fp_module.fingerprint(), "fingerprint": "otherbox01", "cpu.model": "Other CPU"}
-    monkeypatch.setattr("harness.tracking.fingerprint", lambda: other)
+    monkeypatch.setattr("harness.store.tracking.fingerprint", lambda: other)
     run_sweep(spec, store, show_progress=False)  # 0.5 runs on "the other machine"
     reports = report.build_all(store, spec)
     assert len(reports) == 2
@@ -90,8 +92,8 @@ def test_bound_checks_our_own_figure():
 def test_report_of_a_compound_axis_names_unrun_published_rows(store, tmp_path):
     """Published rows with no cell are named by the fields a compound axis varies (regression:
     the grid's axis name is not a column of the table)."""
-    from harness import report
-    from harness.sweepspec import SweepSpec
+    from harness.report import tables as report
+    from harness.sweeps.spec import SweepSpec
 
     from conftest import TINY_BASE
 

@@ -53,7 +53,7 @@ def test_plain_file_store_is_refused_with_the_alternatives(capsys, tmp_path):
 
 
 def test_tracking_uri_comes_from_the_environment(monkeypatch, tmp_path):
-    from harness.tracking import resolve_uri
+    from harness.store import resolve_tracking_uri as resolve_uri
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/env.db")
     assert resolve_uri() == f"sqlite:///{tmp_path}/env.db"

@@ -18,8 +18,9 @@ from harness.distributed import placement
 from harness.distributed.ddp_train import LrSchedule
 from harness.distributed.launch import LaunchFailed, launch, torchrun_command
 from harness.errors import CellSkipped, UserError
-from harness.sweep import run_single
-from harness.tracking import OUTCOME, REASON
+from harness.cells import run_single
+from harness.store.tracking import OUTCOME, REASON
+from conftest import mlflow_client
 
 TINY = {"experiment": "data_parallel", "model": "tiny_cnn", "dataset": "synthetic", "train_limit": 128,
         "test_limit": 64, "epochs": 2, "warmup_epochs": 0, "batch_size": 32, "lr": 0.01, "threads": 1,
@@ -45,14 +46,14 @@ def test_two_gloo_ranks_end_identical_and_the_logged_time_is_the_slowest_ranks(s
     monkeypatch.setenv("HARNESS_TEST_FAULT", "delay:1:1.5")
     result = run_single(_cfg(), store)
     assert result.outcome == "ok", result.reason
-    metrics = store.client.get_run(result.run_id).data.metrics
+    metrics = mlflow_client(store).get_run(result.run_id).data.metrics
     assert metrics["ranks"] == 2 and metrics["ranks_params_identical"] == 1.0
     rank0, rank1 = metrics["rank0_train_time_s"], metrics["rank1_train_time_s"]
     assert rank1 - rank0 > 1.0
     assert metrics["train_time_s"] == pytest.approx(max(rank0, rank1))
     assert metrics["threads_used"] == 1  # the ranks' thread count, not the sweep process's
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["test_samples"] == 64
-    history = store.client.get_metric_history(result.run_id, "epoch_time_s")
+    history = mlflow_client(store).get_metric_history(result.run_id, "epoch_time_s")
     assert [m.step for m in history] == [0, 1]
 
 
@@ -146,7 +147,7 @@ def test_too_few_gpus_for_the_ranks_is_a_skip(two_cores, monkeypatch):
 def test_a_skipped_cell_is_recorded_with_its_reason(store):
     result = run_single(_cfg(backend="mpi"), store)
     assert result.outcome == "skipped"
-    tags = store.client.get_run(result.run_id).data.tags
+    tags = mlflow_client(store).get_run(result.run_id).data.tags
     assert tags[OUTCOME] == "skipped" and "mpi" in tags[REASON]
 
 

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from harness.tracking import OUTCOME, Store
+from harness.store.tracking import OUTCOME, Store
+from conftest import mlflow_client
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +26,9 @@ def test_sigkill_mid_cell_then_rerun(sweep_file, tmp_path):
     deadline = time.time() + 120
     try:
         while time.time() < deadline:
-            exp = store.client.get_experiment_by_name("killme")
-            runs = store.sweep_runs(exp.experiment_id, "killme") if exp else []
-            if any(r.info.status == "FINISHED" for r in runs) and any(r.info.status == "RUNNING" for r in runs):
+            exp = store.find_experiment("killme")
+            runs = store.sweep_runs(exp, "killme") if exp else []
+            if any(r.status == "FINISHED" for r in runs) and any(r.status == "RUNNING" for r in runs):
                 break
             time.sleep(0.2)
         else:
@@ -35,18 +36,18 @@ def test_sigkill_mid_cell_then_rerun(sweep_file, tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    finished_before = {r.data.tags["harness.cell_id"]: r.info.run_id
-                       for r in store.sweep_runs(exp.experiment_id, "killme") if r.info.status == "FINISHED"}
+    finished_before = {r.tags["harness.cell_id"]: r.run_id
+                       for r in store.sweep_runs(exp, "killme") if r.status == "FINISHED"}
 
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    cells = store.sweep_runs(exp.experiment_id, "killme")
-    assert len(cells) == 3 and {r.data.tags[OUTCOME] for r in cells} == {"ok"}
-    assert all(r.info.status == "FINISHED" for r in cells)
+    cells = store.sweep_runs(exp, "killme")
+    assert len(cells) == 3 and {r.tags[OUTCOME] for r in cells} == {"ok"}
+    assert all(r.status == "FINISHED" for r in cells)
     for cell_id, run_id in finished_before.items():  # kept, not rerun
-        assert any(r.info.run_id == run_id for r in cells if r.data.tags["harness.cell_id"] == cell_id)
+        assert any(r.run_id == run_id for r in cells if r.tags["harness.cell_id"] == cell_id)
     assert "reused" in rerun.stdout
-    parents = store.sweep_runs(exp.experiment_id, "killme", parents=True)
-    assert sorted(p.info.status for p in parents) == ["FINISHED", "KILLED"]
-    running = store.client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'")
+    parents = store.sweep_runs(exp, "killme", parents=True)
+    assert sorted(p.status for p in parents) == ["FINISHED", "KILLED"]
+    running = mlflow_client(store).search_runs([exp], "attributes.status = 'RUNNING'")
     assert not running

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from experiments import dp_scratch
-from harness import report, sweepspec
+from harness.report import tables as report
+from harness.sweeps import spec as sweepspec
 from harness.config import make_config
 from harness.errors import CellSkipped, UserError
-from harness.sweep import run_sweep
+from harness.sweeps.engine import run_sweep
 
 LAYOUT_SWEEP = """\
 name = "{name}"

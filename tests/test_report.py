@@ -1,8 +1,10 @@
 import pytest
 
-from harness import report, sweepspec
+from harness.report import tables as report
+from harness.sweeps import spec as sweepspec
 from harness.errors import UserError
-from harness.sweep import run_sweep
+from harness.sweeps.engine import run_sweep
+from conftest import mlflow_client
 
 PUBLISHED = """[published]
 note = "test figures"
@@ -28,7 +30,7 @@ def test_report_sets_ours_beside_the_published_figures(store, sweep_file, tmp_pa
     paths = report.write(built, store, tmp_path)
     assert sorted(p.suffix for p in paths) == [".csv", ".md", ".png"]
     assert paths[2].stat().st_size > 10_000
-    logged = {a.path for a in store.client.list_artifacts(built.parent_run_id, "report")}
+    logged = {a.path for a in mlflow_client(store).list_artifacts(built.parent_run_id, "report")}
     assert logged == {"report/rep_table.md", "report/rep_table.csv", "report/rep_table.png"}
 
 

@@ -19,14 +19,16 @@ from torch import nn
 import experiments.amp
 import experiments.asynchronous
 import experiments.hybridize
-from harness import report, sweepspec
+from harness.report import tables as report
+from harness.sweeps import spec as sweepspec
 from harness.cli import main
 from harness.config import make_config
 from harness.errors import UserError
 from harness.models import D2lMLP, TinyCNN
 from harness.precision import Precision, backend_flags, native_support
-from harness.sweep import run_sweep
-from harness.tracking import NOTE_PREFIX
+from harness.sweeps.engine import run_sweep
+from harness.store.tracking import NOTE_PREFIX
+from conftest import mlflow_client
 
 CPU = torch.device("cpu")
 
@@ -156,7 +158,7 @@ def test_amp_sweep_logs_dtype_scaler_and_the_emulated_note(store, tmp_path, monk
     assert by_dtype["bf16"].metrics["grad_scaler_used"] == 0.0
     assert by_dtype["fp32"].metrics["dtype_native"] == 1.0 and by_dtype["bf16"].metrics["dtype_native"] == 0.0
     for dtype, r in by_dtype.items():
-        tags = store.client.get_run(r.run_id).data.tags
+        tags = mlflow_client(store).get_run(r.run_id).data.tags
         assert tags[NOTE_PREFIX + "forward_dtype"] == {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[dtype]
         assert "forward_dtype" not in r.metrics
 
@@ -251,7 +253,7 @@ def test_hybridize_sweep_keeps_the_jit_warning_off_the_screen_and_on_the_run(sto
     assert "deprecated" not in capfd.readouterr().err
     script = next(r for r in result.results if r.cell.config.execution == "script")
     assert script.metrics["max_abs_diff_vs_eager"] <= 1e-5 and script.metrics["warnings_captured"] >= 1
-    assert "deprecated" in store.client.get_run(script.run_id).data.tags[NOTE_PREFIX + "captured_warnings"]
+    assert "deprecated" in mlflow_client(store).get_run(script.run_id).data.tags[NOTE_PREFIX + "captured_warnings"]
     t = report.build(store, spec).table.set_index("execution")
     assert t.loc["eager", "speedup"] == pytest.approx(1.0)
     assert t.loc["script", "speedup"] == pytest.approx(t.loc["eager", "per_call_us"] / t.loc["script", "per_call_us"])

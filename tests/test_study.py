@@ -5,8 +5,9 @@ import pytest
 from optuna.trial import TrialState
 
 from harness.cli import main
-from harness.study import STUDY, TRIAL
-from harness.tracking import CELL_ID, OUTCOME, PARENT, Store
+from harness.studies.engine import STUDY, TRIAL
+from harness.store.tracking import CELL_ID, OUTCOME, PARENT, Store
+from conftest import mlflow_client
 
 LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
 
@@ -19,8 +20,8 @@ def _run(path, folder, *args):
 
 
 def _children(store, experiment, study_name):
-    exp = store.client.get_experiment_by_name(experiment)
-    runs = store.client.search_runs([exp.experiment_id], f"tags.`{STUDY}` = '{study_name}'")
+    exp = mlflow_client(store).get_experiment_by_name(experiment)
+    runs = mlflow_client(store).search_runs([exp.experiment_id], f"tags.`{STUDY}` = '{study_name}'")
     return [r for r in runs if PARENT in r.data.tags], [r for r in runs if PARENT not in r.data.tags]
 
 
@@ -52,7 +53,7 @@ def test_trials_are_child_runs_named_like_grid_cells_and_a_rerun_continues(study
     assert len(set(lrs)) == 5, "a resumed study replayed parameters"
     children, parents = _children(store, "resume", "resume-full")
     assert len(children) == 5 and len(parents) == 1 and parents[0].info.status == "FINISHED"
-    assert parents[0].data.metrics["trials_complete"] == 5
+    assert parents[0].data.tags["harness.trials_complete"] == "5"
 
     capsys.readouterr()
     assert main(["study", str(path), "--status", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 0
@@ -74,7 +75,7 @@ def test_a_pruned_trial_is_recorded_as_pruned_not_failed(study_file, tmp_path):
     assert {r.data.tags[OUTCOME] for r in children} == {"pruned"}
     assert {r.info.status for r in children} == {"FINISHED"}
     run = children[0]
-    history = store.client.get_metric_history(run.info.run_id, "epoch_test_accuracy")
+    history = mlflow_client(store).get_metric_history(run.info.run_id, "epoch_test_accuracy")
     assert [m.step for m in history] == [0]  # stopped after one of three epochs
 
 
@@ -90,7 +91,7 @@ def test_multi_objective_study_logs_its_pareto_front(study_file, tmp_path):
                         for o in study.trials)
         assert (t.number in front) == (not dominated)
     _, parents = _children(store, "pareto", "pareto-full")
-    logged = {a.path for a in store.client.list_artifacts(parents[0].info.run_id, "study")}
+    logged = {a.path for a in mlflow_client(store).list_artifacts(parents[0].info.run_id, "study")}
     assert logged == {"study/pareto-full.md", "study/pareto-full.csv", "study/pareto-full.png"}
     table = (tmp_path / "reports" / "pareto-full.md").read_text()
     assert "Pareto front (maximize test_accuracy, minimize train_time_s)" in table

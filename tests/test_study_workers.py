@@ -13,8 +13,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from harness.study import STUDY
-from harness.tracking import OUTCOME, PARENT
+from harness.studies.engine import RETRY_OF, STUDY
+from harness.store.tracking import OUTCOME, PARENT
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -77,7 +77,7 @@ def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     assert trials[killed].state == TrialState.FAIL
-    retried = [t for t in trials if t.system_attrs.get("failed_trial") == killed]
+    retried = [t for t in trials if t.user_attrs.get(RETRY_OF) == killed]
     assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
     assert retried[0].params == trials[killed].params  # the killed trial is rerun with its parameters
     for number, params in before.items():  # finished trials kept
@@ -162,7 +162,7 @@ def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_f
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 4
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     assert trials[victim].state == TrialState.FAIL
-    assert any(t.system_attrs.get("failed_trial") == victim and t.state == TrialState.COMPLETE for t in trials)
+    assert any(t.user_attrs.get(RETRY_OF) == victim and t.state == TrialState.COMPLETE for t in trials)
     _assert_unique_params(trials)
     runs = _children(uri, "pg", "pg-full")
     assert not [r for r in runs if r.info.status == "RUNNING"]

@@ -3,7 +3,7 @@
 import pytest
 from conftest import assert_one_sentence_exit_2
 
-from harness import studyspec
+from harness.studies import spec as studyspec
 from harness.cli import main
 from harness.errors import UserError
 
@@ -19,7 +19,7 @@ def test_shipped_studies_load_and_every_range_end_is_a_valid_config(name):
 
 
 def test_shipped_studies_are_hidden_from_sweeps_and_named_either_way():
-    from harness import sweepspec
+    from harness.sweeps import spec as sweepspec
 
     assert not any(n.startswith("study") for n in sweepspec.available())
     assert studyspec.load("lr_batch").path == studyspec.load("study_lr_batch").path
@@ -30,7 +30,7 @@ def test_shipped_studies_are_hidden_from_sweeps_and_named_either_way():
 def test_space_kinds_and_study_names(study_file):
     spec = studyspec.load(str(study_file("kinds", space=LR + 'batch_size = { type = "int", low = 16, high = 64 }\n'
                                                        'optimizer = { choices = ["adam", "sgd"] }\n')))
-    assert [p.kind for p in spec.space.values()] == ["float", "int", "categorical"]
+    assert [p.type for p in spec.space.values()] == ["float", "int", "categorical"]
     assert spec.space["lr"].log
     assert spec.study_name("smoke") == "kinds-smoke"
     assert spec.study_name("smoke", {"epochs": "3"}) != spec.study_name("smoke", {"epochs": "4"})
@@ -49,7 +49,7 @@ def test_space_kinds_and_study_names(study_file):
      ["minimize test_accuracy", "should be maximize"]),
     ({"space": LR, "metrics": ["test_accuracy", "train_time_s"], "directions": ["maximize"]},
      ["2 metric(s)", "1 direction(s)"]),
-    ({"space": LR, "directions": ["upward"]}, ["'upward'", "maximize or minimize"]),
+    ({"space": LR, "directions": ["upward"]}, ["'upward'", "'maximize' or 'minimize'"]),
     ({"space": LR, "metrics": ["test_accuracy", "train_time_s"], "directions": ["maximize", "minimize"],
       "extra": '[pruner]\nname = "median"\n'}, ["pruner", "single-objective"]),
     ({"space": LR, "extra": '[pruner]\nname = "median"\n'}, ["eval_every_epoch = true"]),

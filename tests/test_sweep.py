@@ -3,15 +3,15 @@
 import pytest
 
 import experiments.pruning
-from harness import sweepspec
+from harness.sweeps import spec as sweepspec
 from harness.errors import UserError
-from harness.sweep import run_sweep
-from harness.tracking import CELL_ID, OUTCOME, REASON
+from harness.sweeps.engine import run_sweep
+from harness.store.tracking import CELL_ID, OUTCOME, REASON
+from conftest import mlflow_client
 
 
 def _cells(store, name):
-    exp = store.client.get_experiment_by_name(name)
-    return store.sweep_runs(exp.experiment_id, name)
+    return store.sweep_runs(store.find_experiment(name), name)
 
 
 def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sweep_file):
@@ -20,23 +20,23 @@ def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sw
     assert [r.outcome for r in result.results] == ["ok", "ok"]
     runs = _cells(store, "logged")
     assert len(runs) == 2
-    run = next(r for r in runs if r.data.params["sparsity"] == "0.5")
-    assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
-    assert run.info.run_name == "sparsity=0.5"
+    run = next(r for r in runs if r.params["sparsity"] == "0.5")
+    assert run.tags["mlflow.parentRunId"] == result.parent_run_id
+    assert run.name == "sparsity=0.5"
     for key in ("experiment", "model", "dataset", "epochs", "batch_size", "lr", "sparsity", "seed",
                 "device", "threads", "pruning_backend", "weight_decay"):
-        assert key in run.data.params
+        assert key in run.params
     for key in ("train_time_s", "test_accuracy", "param_count", "samples_per_s", "peak_rss_mb", "epoch_time_s"):
-        assert key in run.data.metrics
-    assert 0.0 <= run.data.metrics["test_accuracy"] <= 1.0
-    assert run.data.metrics["param_count"] < run.data.metrics["param_count_before"]
+        assert key in run.metrics
+    assert 0.0 <= run.metrics["test_accuracy"] <= 1.0
+    assert run.metrics["param_count"] < run.metrics["param_count_before"]
     for key in (CELL_ID, "git.commit", "git.dirty", "torch.version", "torch.cuda", "cpu.model", "cpu.cores",
                 "gpu.names", "host", "harness.clock"):
-        assert run.data.tags.get(key), key
-    history = store.client.get_metric_history(run.info.run_id, "epoch_time_s")
+        assert run.tags.get(key), key
+    history = mlflow_client(store).get_metric_history(run.run_id, "epoch_time_s")
     assert [m.step for m in history] == [0, 1]
-    assert sum(m.value for m in history) == pytest.approx(run.data.metrics["train_time_s"])
-    config = store.client.download_artifacts(run.info.run_id, "config.json")
+    assert sum(m.value for m in history) == pytest.approx(run.metrics["train_time_s"])
+    config = mlflow_client(store).download_artifacts(run.run_id, "config.json")
     assert '"sparsity": 0.5' in open(config).read()
 
 
@@ -57,9 +57,9 @@ def test_a_bad_cell_is_recorded_with_its_reason_and_the_sweep_goes_on(store, swe
     spec = sweepspec.load(str(sweep_file("badcell", {"sparsity": [0.0, 1.5, 0.5]})))
     result = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in result.results] == ["ok", "failed", "ok"]
-    failed = [r for r in _cells(store, "badcell") if r.data.tags[OUTCOME] == "failed"]
-    assert len(failed) == 1 and "[0, 1)" in failed[0].data.tags[REASON]
-    assert failed[0].info.status == "FAILED"
+    failed = [r for r in _cells(store, "badcell") if r.tags[OUTCOME] == "failed"]
+    assert len(failed) == 1 and "[0, 1)" in failed[0].tags[REASON]
+    assert failed[0].status == "FAILED"
 
 
 def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep_file, monkeypatch):
@@ -79,7 +79,7 @@ def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep
     second = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in second.results] == ["reused", "ok"]
     runs = _cells(store, "crash")
-    assert len(runs) == 2 and {r.data.tags[OUTCOME] for r in runs} == {"ok"}
+    assert len(runs) == 2 and {r.tags[OUTCOME] for r in runs} == {"ok"}
 
 
 def test_a_run_left_running_by_a_dead_process_is_closed(store, sweep_file):
@@ -94,9 +94,9 @@ def test_a_run_left_running_by_a_dead_process_is_closed(store, sweep_file):
         store.set_tags(run_id, dead)
     result = run_sweep(spec, store, show_progress=False)
     assert result.results[0].outcome == "ok"
-    assert store.client.get_run(parent).info.status == "KILLED"
-    assert store.client.get_run(orphan).info.lifecycle_stage == "deleted"
-    assert store.client.get_run(orphan).info.status == "KILLED"
+    assert mlflow_client(store).get_run(parent).info.status == "KILLED"
+    assert mlflow_client(store).get_run(orphan).info.lifecycle_stage == "deleted"
+    assert mlflow_client(store).get_run(orphan).info.status == "KILLED"
 
 
 def test_repeats_expand_and_scales_override(sweep_file):

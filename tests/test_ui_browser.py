@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness import sweepspec
-from harness.sweep import run_sweep
-from harness.tracking import Store
+from harness.sweeps import spec as sweepspec
+from harness.sweeps.engine import run_sweep
+from harness.store.tracking import Store
+from conftest import mlflow_client
 
 pytestmark = pytest.mark.slow
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
@@ -81,7 +82,7 @@ def ui(tmp_path_factory):
     else:
         server.kill()
         pytest.fail("harness ui did not answer /health within 180 s")
-    experiment_id = store.client.get_experiment_by_name("sparsity").experiment_id
+    experiment_id = mlflow_client(store).get_experiment_by_name("sparsity").experiment_id
     yield base, experiment_id, result
     os.killpg(server.pid, 15)
     server.wait(timeout=30)

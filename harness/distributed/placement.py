@@ -87,3 +87,8 @@ def check_can_run(cfg: RunConfig) -> None:
         shape = f"{local} rank(s) x {threads} thread(s)" if distributed else f"{threads} threads"
         raise CellSkipped(f"{shape} need {local * threads} cores with one thread per core; "
                           f"this process may use {cores}")
+
+
+def worker_gpu_env(index: int, workers: int, visible: list[str] | None = None) -> dict[str, str]:
+    """Placeholder until the GPU-slicing work lands: no GPU environment for workers."""
+    return {}

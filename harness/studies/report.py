@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.report import REPORTS_DIR
-from harness.studyspec import StudySpec
+from harness.report.tables import REPORTS_DIR
+from harness.studies.spec import StudySpec
 
 STATES = ("complete", "pruned", "fail", "running", "waiting")
 
@@ -91,13 +91,16 @@ def write(spec: StudySpec, report: StudyReport, store, parent_run_id: str,
     if len(report.trials) and len(spec.metrics) >= 1:
         paths.append(_plot(spec, report, stem.with_suffix(".png")))
     for path in paths:
-        store.client.log_artifact(parent_run_id, str(path), "study")
-    metrics = {f"trials_{k}": v for k, v in report.counts.items()}
+        store.log_artifact(parent_run_id, path, "study")
+    # Trial counts are bookkeeping (tags); only the study's findings are metrics, for the UI's charts.
+    store.set_tags(parent_run_id, {f"harness.trials_{k}": v for k, v in report.counts.items()})
+    metrics = {}
     if len(report.front) and not spec.multi_objective:
         metrics[f"best_{spec.metrics[0]}"] = float(report.front[spec.metrics[0]].iloc[0])
     if spec.multi_objective:
         metrics["pareto_size"] = len(report.front)
-    store.log_metrics(parent_run_id, metrics)
+    if metrics:
+        store.log_metrics(parent_run_id, metrics)
     return paths
 
 

@@ -4,38 +4,47 @@ ours. This module reads a file and expands it into cells; it runs nothing."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
-import tomllib
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from harness.config import RunConfig, check_keys, make_config
+from pydantic import Field, field_validator, model_validator
+
+from harness import specfile
+from harness.cells import Cell
+from harness.config import check_keys, make_config
 from harness.errors import UserError
-from harness.fingerprint import REPO_ROOT
+from harness.specfile import SCALES, SWEEPS_DIR, SpecFile
 
-SWEEPS_DIR = REPO_ROOT / "sweeps"
-SCALES = ("smoke", "quick", "full")
+__all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "load"]
 
 
-@dataclass
-class SweepSpec:
-    name: str
-    title: str
-    experiment: str
-    base: dict[str, Any]
-    grid: dict[str, list]
-    scales: dict[str, dict[str, Any]]
-    repeats: int = 1
-    source: str = ""
-    report: dict[str, Any] = field(default_factory=dict)
-    published: dict[str, Any] = field(default_factory=dict)
-    checks: list[dict[str, Any]] = field(default_factory=list)
-    path: Path | None = None
+class SweepSpec(SpecFile):
+    grid: dict[str, list] = {}
+    repeats: int = Field(1, ge=1)
+    report: dict[str, Any] = {}
+    published: dict[str, Any] = {}
+    checks: list[dict[str, Any]] = []
     # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
-    scale_grids: dict[str, dict[str, list]] = field(default_factory=dict)
+    scale_grids: dict[str, dict[str, list]] = {}
+
+    @field_validator("grid")
+    @classmethod
+    def _axes_not_empty(cls, grid: dict[str, list]) -> dict[str, list]:
+        for axis, values in grid.items():
+            if not values:
+                raise ValueError(f"grid axis '{axis}' must be a non-empty list")
+        return grid
+
+    @model_validator(mode="after")
+    def _split_scale_grids(self) -> "SweepSpec":
+        for name, scale in self.scales.items():
+            grid = scale.get("grid")
+            if grid is None:
+                continue
+            if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+                raise ValueError(f"[scales.{name}.grid] must map each axis to a non-empty list")
+            self.scale_grids[name] = grid
+        return self
 
     def axes(self) -> list[str]:
         """The config fields the grid varies, compound axes flattened, over every scale."""
@@ -59,55 +68,19 @@ def _compound_keys(values: list) -> list[str]:
     return keys
 
 
-@dataclass
-class Cell:
-    values: dict[str, Any]          # what the cell asks for, before validation
-    label: str                      # readable run name, e.g. "sparsity=0.5"
-    config: RunConfig | None = None
-    error: str | None = None        # why the values are not a valid config
-
-    @property
-    def cell_id(self) -> str:
-        if self.config is not None:
-            return self.config.cell_id()
-        return hashlib.sha1(json.dumps(self.values, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def available() -> list[str]:
-    return sorted(p.stem for p in SWEEPS_DIR.glob("*.toml") if not p.stem.startswith("study"))
+    return sorted(p.stem for p in SWEEPS_DIR.glob("*.toml") if not p.stem.startswith("study_"))
 
 
 def load(name_or_path: str) -> SweepSpec:
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" and path.is_file()):
-        path = SWEEPS_DIR / f"{name_or_path}.toml"
-    if not path.is_file():
-        raise UserError(f"unknown sweep '{name_or_path}'; choose one of {', '.join(available())} "
-                        "or give the path of a sweep .toml file.")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise UserError(f"sweep file {path} is not valid TOML: {err}.") from None
-    try:
-        spec = SweepSpec(
-            name=raw["name"], title=raw.get("title", raw["name"]), experiment=raw["experiment"],
-            base=raw.get("base", {}), grid=raw.get("grid", {}),
-            scales={s: raw.get("scales", {}).get(s, {}) for s in SCALES} | raw.get("scales", {}),
-            repeats=int(raw.get("repeats", 1)), source=raw.get("source", ""), report=raw.get("report", {}),
-            published=raw.get("published", {}), checks=raw.get("checks", []), path=path,
-        )
-    except KeyError as err:
-        raise UserError(f"sweep file {path} lacks the required key {err}.") from None
-    for name, scale in spec.scales.items():
-        if isinstance(scale.get("grid"), dict):
-            spec.scale_grids[name] = scale.pop("grid")
-    for section in (spec.base, *spec.scales.values()):
-        check_keys(section)
+    path = specfile.find(name_or_path, folder=SWEEPS_DIR, prefix="", kind="sweep", available=available())
+    spec = specfile.read(path, SweepSpec, "sweep")
+    spec.title = spec.title or spec.name
+    spec.check_fields()
     for grid in (spec.grid, *spec.scale_grids.values()):
-        check_keys([k for axis, values in grid.items() for k in (_compound_keys(values) or [axis])])
-        for axis, values in grid.items():
-            if not isinstance(values, list) or not values:
-                raise UserError(f"grid axis '{axis}' in {path} must be a non-empty list.")
+        keys = [k for axis, values in grid.items() for k in (_compound_keys(values) or [axis])]
+        check_keys(keys)
+        spec.check_read(keys)
     return spec
 
 
@@ -115,14 +88,14 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     """Every cell of the grid at a scale. A scale's value for a grid axis, and then an override of
     it, replaces that axis (a list becomes the axis, a single value pins it); any other override
     applies to every cell."""
-    if scale not in spec.scales:
-        raise UserError(f"unknown scale '{scale}'; choose one of {', '.join(spec.scales)}.")
     overrides = dict(overrides or {})
     check_keys(overrides)
+    spec.check_read(overrides)
+    scale_values = spec.scale_values(scale)
     grid = {**spec.grid, **spec.scale_grids.get(scale, {})}
-    fixed = {"experiment": spec.experiment, **spec.base, **spec.scales[scale]}
+    fixed = spec.fixed(scale)
     # A scale may narrow or widen a grid axis (a list replaces it, a single value pins it).
-    for key, value in spec.scales[scale].items():
+    for key, value in scale_values.items():
         if key in grid:
             grid[key] = value if isinstance(value, list) else [value]
     compound = {k: axis for axis, values in grid.items() for k in _compound_keys(values)}
@@ -131,6 +104,8 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
             raise UserError(f"'{key}' is varied together with other fields by the grid axis "
                             f"'{compound[key]}' of {spec.path}; edit that axis in the sweep file instead.")
         if isinstance(value, list):
+            if not value:
+                raise UserError(f"--set {key}=[] leaves the sweep no cell to run; give at least one value.")
             grid[key] = value
         elif key in grid:
             grid[key] = [value]
@@ -152,12 +127,7 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
             label = " ".join(_label(a, v) for a, v in zip(axes, combo)) or spec.name
             if spec.repeats > 1:
                 label += f" r{repeat}"
-            cell = Cell(values, label)
-            try:
-                cell.config = make_config(values)
-            except UserError as err:
-                cell.error = str(err)
-            cells.append(cell)
+            cells.append(Cell.build(values, label))
     return cells
 
 

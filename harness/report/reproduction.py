@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from harness import report, sweepspec
 from harness.errors import UserError
 from harness.fingerprint import fingerprint
-from harness.tracking import Store
+from harness.report import tables as report
+from harness.store import Store
+from harness.sweeps import spec as sweepspec
 
 
 def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tuple[Path, str]:

@@ -1,6 +1,6 @@
-"""The database that several workers share: the Optuna study storage and the claims table.
+"""The database that several processes share: Optuna's study tables and the claims table.
 
-Default: SQLite beside the MLflow store (`mlruns/optuna.db`), for workers on ONE machine. SQLite
+Default: SQLite beside the MLflow store (`mlruns/optuna.db`), for processes on ONE machine. SQLite
 serializes writers; to make that safe for a few worker processes every SQLite connection the
 process opens (Optuna's, MLflow's, the claims') gets a long busy timeout and write-ahead logging,
 so a writer waits its turn instead of failing with "database is locked". Several machines need a
@@ -12,23 +12,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from harness.errors import UserError
-from harness.fingerprint import REPO_ROOT
-from harness.tracking import _first_line, redact
+from harness.errors import UserError, first_line
+from harness.store.uris import hide_password, is_sqlite, redact
 
 BUSY_TIMEOUT_MS = 120_000
 _installed = False
-
-
-def default_url(tracking_uri: str) -> str:
-    """SQLite next to a SQLite MLflow store; under the project's mlruns/ otherwise."""
-    if tracking_uri.startswith("sqlite:///"):
-        return f"sqlite:///{Path(tracking_uri.removeprefix('sqlite:///')).parent / 'optuna.db'}"
-    return f"sqlite:///{REPO_ROOT / 'mlruns' / 'optuna.db'}"
-
-
-def is_sqlite(url: str) -> bool:
-    return url.startswith("sqlite:")
 
 
 def patient_sqlite() -> None:
@@ -64,6 +52,15 @@ def engine_kwargs(url: str) -> dict:
     return {}
 
 
+def create_engine(url: str):
+    """A SQLAlchemy engine on the shared database, patient with SQLite's single writer."""
+    import sqlalchemy
+
+    if is_sqlite(url):
+        patient_sqlite()
+    return sqlalchemy.create_engine(url, **engine_kwargs(url))
+
+
 def check_url(url: str) -> None:
     """One sentence (password hidden) when the URL cannot be used, before anything is created."""
     if is_sqlite(url):
@@ -72,27 +69,18 @@ def check_url(url: str) -> None:
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:
-                raise UserError(f"cannot create the folder of the study storage {url}: {err.strerror}.") from None
+                raise UserError(f"cannot create the folder of the shared database {url}: {err.strerror}.") from None
         return
     if not url.startswith(("postgresql", "mysql")):
-        raise UserError(f"study storage {redact(url)} is not a database URL; use sqlite:///path.db "
+        raise UserError(f"shared database {redact(url)} is not a database URL; use sqlite:///path.db "
                         "(one machine) or postgresql://user:password@host/db (several machines).")
-    import sqlalchemy
-
     try:
-        engine = sqlalchemy.create_engine(url, **engine_kwargs(url))
+        engine = create_engine(url)
         with engine.connect():
             pass
         engine.dispose()
     except ModuleNotFoundError as err:
-        raise UserError(f"study storage {redact(url)} needs the Python driver '{err.name}', which is not "
+        raise UserError(f"shared database {redact(url)} needs the Python driver '{err.name}', which is not "
                         "installed; `make install` installs psycopg for PostgreSQL.") from None
     except Exception as err:  # any connect failure: name the URL, never its password
-        raise UserError(f"cannot reach the study storage {redact(url)}: {hide_password(_first_line(err), url)}") from None
-
-
-def hide_password(text: str, url: str) -> str:
-    from urllib.parse import urlsplit
-
-    password = urlsplit(url).password
-    return text.replace(password, "***") if password else text
+        raise UserError(f"cannot reach the shared database {redact(url)}: {hide_password(first_line(err), url)}") from None

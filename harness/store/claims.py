@@ -1,5 +1,6 @@
-"""Who runs what, when several workers share a sweep or a study: a claims table in the shared
-database (SQLite on one machine, PostgreSQL across machines).
+"""Who runs what: a claims table in the shared database (SQLite on one machine, PostgreSQL across
+machines). Every grid cell and every study trial slot is claimed before it runs, by every process,
+so two sweeps started on one store, or K workers of one sweep, never run a cell twice.
 
 A claim is one row keyed by (namespace, key): a grid cell's `cell_id`, or a study's trial slot.
 Taking a free key is an INSERT, which the primary key makes atomic: of two workers racing for a
@@ -11,18 +12,15 @@ elsewhere and its heartbeat is older than STALE_S.
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 
-import psutil
 import sqlalchemy as sa
 
-from harness import sharedb
-from harness.tracking import _process_alive
+from harness.store import shared_db
+from harness.store.process import process_alive, this_process
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
 HEARTBEAT_S = 10.0
@@ -45,6 +43,11 @@ CLAIMS = sa.Table(
 
 
 @dataclass
+class Grant:
+    previous: "Claim | None"  # the row this claim replaced: a dead holder's, a failed or finished one
+
+
+@dataclass
 class Claim:
     namespace: str
     key: str
@@ -62,14 +65,11 @@ class Claims:
     """The claims of one worker process."""
 
     def __init__(self, url: str, token: str | None = None):
-        if sharedb.is_sqlite(url):
-            sharedb.patient_sqlite()
-        self.engine = sa.create_engine(url, **sharedb.engine_kwargs(url))
+        self.engine = shared_db.create_engine(url)
         self.owner = uuid.uuid4().hex
-        self.token = token or uuid.uuid4().hex
-        self.host = socket.gethostname()
-        me = psutil.Process()
-        self.pid, self.pid_start = me.pid, me.create_time()
+        self.token = token or new_token()
+        me = this_process()
+        self.host, self.pid, self.pid_start = me.host, me.pid, me.started
         self._held: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -100,7 +100,7 @@ class Claims:
 
     def holder_alive(self, claim: Claim) -> bool:
         if claim.host == self.host:
-            return _process_alive(str(claim.pid), f"{claim.pid_start}" if claim.pid_start else None)
+            return process_alive(claim.pid, claim.pid_start)
         return time.time() - claim.heartbeat < STALE_S
 
     def takeable(self, claim: Claim, *, retake_done: bool) -> bool:
@@ -113,17 +113,19 @@ class Claims:
         return retake_done
 
     # --- taking and releasing -------------------------------------------------------------------
-    def claim(self, namespace: str, key: str, *, retake_done: bool = False, note: str = "") -> bool:
-        """True when this worker now holds the key (and must run it)."""
+    def claim(self, namespace: str, key: str, *, retake_done: bool = False, note: str = "") -> Grant | None:
+        """A Grant when this worker now holds the key (and must run it), else None. The grant says
+        who held the key before (None for a key never claimed), so a taker-over can clean up."""
         values = dict(state=RUNNING, owner=self.owner, token=self.token, host=self.host, pid=self.pid,
                       pid_start=self.pid_start, heartbeat=time.time(), note=note[:255])
         try:
             with self.engine.begin() as conn:
                 conn.execute(sa.insert(CLAIMS).values(namespace=namespace, key=key, **values))
+            current = None
         except sa.exc.IntegrityError:
-            current = self.all_one(namespace, key)
+            current = self.get(namespace, key)
             if current is None or not self.takeable(current, retake_done=retake_done):
-                return False
+                return None
             with self.engine.begin() as conn:  # compare-and-set: only if nobody took it since we read
                 taken = conn.execute(
                     sa.update(CLAIMS)
@@ -132,12 +134,12 @@ class Claims:
                            CLAIMS.c.heartbeat == current.heartbeat)
                     .values(**values)).rowcount
             if taken != 1:
-                return False
+                return None
         with self._lock:
             self._held.add((namespace, key))
-        return True
+        return Grant(current)
 
-    def all_one(self, namespace: str, key: str) -> Claim | None:
+    def get(self, namespace: str, key: str) -> Claim | None:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(CLAIMS).where(CLAIMS.c.namespace == namespace,
                                                        CLAIMS.c.key == key)).fetchone()
@@ -177,4 +179,6 @@ class Claims:
 
 
 def new_token() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    """One invocation's id: the launcher and all its workers share it."""
+    me = this_process()
+    return f"{me.host}-{me.pid}-{uuid.uuid4().hex[:8]}"

@@ -11,9 +11,10 @@ import pandas as pd
 
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT
-from harness.sweepspec import SweepSpec
-from harness import checks
-from harness.tracking import CELL_ID, OK, OUTCOME, REASON, SCALE, Store
+from harness.report import checks
+from harness.store import Outcome, RunRecord, Store
+from harness.store.tracking import CELL_ID, SCALE
+from harness.sweeps.spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
 
@@ -42,25 +43,25 @@ def build(store: Store, spec: SweepSpec, scale: str | None = None, fingerprint: 
 def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
               fingerprint: str | None = None) -> list[Report]:
     """One report per machine/software fingerprint that has finished cells, newest first."""
-    experiment = store.client.get_experiment_by_name(spec.name)
-    parents = store.sweep_runs(experiment.experiment_id, spec.name, parents=True) if experiment else []
+    experiment_id = store.find_experiment(spec.name)
+    parents = store.sweep_runs(experiment_id, spec.name, parents=True) if experiment_id else []
     if not parents:
         raise UserError(f"sweep '{spec.name}' has not been run in {store.uri}; "
                         f"run `make sweep-{spec.name} SCALE=smoke` first.")
-    scale = scale or parents[0].data.tags.get(SCALE, "full")
-    parents = [p for p in parents if p.data.tags.get(SCALE) == scale]
+    scale = scale or parents[0].tags.get(SCALE, "full")
+    parents = [p for p in parents if p.tags.get(SCALE) == scale]
     if not parents:
         raise UserError(f"sweep '{spec.name}' has no run at scale '{scale}'.")
-    cells = [r for r in store.sweep_runs(experiment.experiment_id, spec.name) if r.data.tags.get(SCALE) == scale]
-    ok = [r for r in cells if r.data.tags.get(OUTCOME) == OK]
-    problems = [f"{r.info.run_name}: {r.data.tags.get(OUTCOME, r.info.status.lower())}: "
-                f"{r.data.tags.get(REASON, '')}" for r in cells if r.data.tags.get(OUTCOME) != OK]
+    cells = [r for r in store.sweep_runs(experiment_id, spec.name) if r.tags.get(SCALE) == scale]
+    ok = [r for r in cells if r.outcome == Outcome.OK]
+    problems = [f"{r.name}: {r.outcome or r.status.lower()}: {r.reason or ''}"
+                for r in cells if r.outcome != Outcome.OK]
     if not ok:
         raise UserError(f"sweep '{spec.name}' at scale '{scale}' has no finished cell yet"
                         + (f" ({problems[0]})." if problems else "."))
     groups: dict[str, list] = {}
     for run in ok:  # search results are newest first, so the first group is the newest setup
-        groups.setdefault(run.data.tags.get(FINGERPRINT, "unknown"), []).append(run)
+        groups.setdefault(run.tags.get(FINGERPRINT, "unknown"), []).append(run)
     if fingerprint is not None:
         if fingerprint not in groups:
             raise UserError(f"no finished cell of '{spec.name}' has fingerprint {fingerprint}; "
@@ -73,7 +74,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         if others:
             notes.insert(0, "cells measured on other machines or software are reported separately: "
                          + "; ".join(others))
-        report = Report(spec, scale, _table(spec, runs), notes, _machine(runs[0]), parents[0].info.run_id)
+        report = Report(spec, scale, _table(spec, runs), notes, _machine(runs[0]), parents[0].run_id)
         report.fingerprint = key
         finished = report.table["repeats"].fillna(0)
         for _, row in report.table[finished < spec.repeats].astype(object).iterrows():
@@ -86,8 +87,8 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
     return reports
 
 
-def _machine(run) -> str:
-    t = run.data.tags
+def _machine(run: RunRecord) -> str:
+    t = run.tags
     return (f"{t.get('cpu.model')}, {t.get('cpu.cores')} cores, GPUs: {t.get('gpu.names')}, "
             f"torch {t.get('torch.version')}")
 
@@ -99,9 +100,9 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
     notes = spec.report.get("notes", [])
     rows = []
     for run in runs:
-        row = {a: _number(run.data.params.get(a)) for a in axes}
-        row.update({m: run.data.metrics.get(m) for m in metrics})
-        row[CELL_ID] = run.data.tags.get(CELL_ID)
+        row = {a: _number(run.params.get(a)) for a in axes}
+        row.update({m: run.metrics.get(m) for m in metrics})
+        row[CELL_ID] = run.tags.get(CELL_ID)
         row["note"] = "; ".join(n["text"] for n in notes if _matches(run, n.get("when", {})))
         rows.append(row)
     cells = pd.DataFrame(rows)
@@ -148,17 +149,17 @@ def _iqr_name(time: str) -> str:
     return "train_time_iqr_s" if time == "train_time_s" else f"{time.removesuffix('_s')}_iqr_s"
 
 
-def _matches(run, when: dict) -> bool:
+def _matches(run: RunRecord, when: dict) -> bool:
     """A report note applies to a run when every `when` key equals the run's param, tag or metric."""
     for key, want in when.items():
-        if key in run.data.metrics:
+        if key in run.metrics:
             try:
-                if run.data.metrics[key] != float(want):
+                if run.metrics[key] != float(want):
                     return False
             except (TypeError, ValueError):
                 return False
             continue
-        have = run.data.params.get(key, run.data.tags.get(key))
+        have = run.params.get(key, run.tags.get(key))
         if have is None or str(have).lower() != str(want).lower():
             return False
     return True
@@ -207,25 +208,25 @@ def _number(text):
         return text
 
 
-def to_markdown(report: Report, sample_run) -> str:
+def to_markdown(report: Report, sample_run: RunRecord) -> str:
     spec, t = report.spec, report.table
     lines = [f"# {spec.title}", "", f"Source: {spec.source}", ""]
-    params = sample_run.data.params
+    params = sample_run.params
     if spec.report.get("settings"):  # experiments that are not a training run name what to show
         shown = ", ".join(f"{name} {_setting(sample_run, name)}" for name in spec.report["settings"])
         scale_line = f"- Scale: **{report.scale}** ({shown})."
     else:
         scale_line = (
         f"- Scale: **{report.scale}** (dataset {params.get('dataset')}: "
-        f"{sample_run.data.metrics.get('train_samples', 0):,.0f} train / "
-        f"{sample_run.data.metrics.get('test_samples', 0):,.0f} test images, {params.get('epochs')} timed epochs, "
+        f"{sample_run.metrics.get('train_samples', 0):,.0f} train / "
+        f"{sample_run.metrics.get('test_samples', 0):,.0f} test images, {params.get('epochs')} timed epochs, "
         f"batch {params.get('batch_size')}, lr {params.get('lr')}, "
-        f"{sample_run.data.metrics.get('threads_used', params.get('threads')):.0f} threads, "
+        f"{float(sample_run.metrics.get('threads_used', params.get('threads'))):.0f} threads, "
         f"device {params.get('device')}).")
     lines += [
         scale_line,
         f"- Machine: {report.machine} (fingerprint {report.fingerprint}).",
-        f"- Clock: {sample_run.data.tags.get('harness.clock', 'not stated')}.",
+        f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.",
     ]
     if spec.published.get("note"):
         lines.append(f"- Published figures: {spec.published['note']}.")
@@ -243,10 +244,10 @@ def to_markdown(report: Report, sample_run) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _setting(run, name: str) -> str:
-    if name in run.data.params:
-        return run.data.params[name]
-    value = run.data.metrics.get(name)
+def _setting(run: RunRecord, name: str) -> str:
+    if name in run.params:
+        return run.params[name]
+    value = run.metrics.get(name)
     return "?" if value is None else f"{value:g}"
 
 
@@ -353,5 +354,5 @@ def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR, stem_suffix
     report.table.to_csv(paths[1], index=False)
     paths.append(plot(report, stem.with_suffix(".png")))
     for path in paths:
-        store.client.log_artifact(report.parent_run_id, str(path), "report")
+        store.log_artifact(report.parent_run_id, path, "report")
     return paths

@@ -1,0 +1,153 @@
+"""One cell: one resolved config, run once through its experiment's `run(cfg)` into one MLflow run.
+
+A grid cell and a study trial are both cells: the sweep engine and the study engine call
+`run_cell`, so a cell's params, metrics, tags, clock text and every outcome (ok, failed with its
+reason and traceback, skipped, pruned, interrupted) are recorded the same way whichever engine ran it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from harness.config import RunConfig, make_config
+from harness.errors import CellPruned, CellSkipped, UserError
+from harness.store import Outcome, Store
+from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
+
+EpochHook = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class Cell:
+    values: dict[str, Any]          # what the cell asks for, before validation
+    label: str                      # readable run name, e.g. "sparsity=0.5"
+    config: RunConfig | None = None
+    error: str | None = None        # why the values are not a valid config
+
+    @classmethod
+    def build(cls, values: dict[str, Any], label: str) -> "Cell":
+        """A cell whose values are validated now; invalid values are kept as the cell's error, so
+        the cell is recorded as failed with the reason and the sweep goes on."""
+        cell = cls(values, label)
+        try:
+            cell.config = make_config(values)
+        except UserError as err:
+            cell.error = str(err)
+        return cell
+
+    @property
+    def cell_id(self) -> str:
+        if self.config is not None:
+            return self.config.cell_id()
+        return hashlib.sha1(json.dumps(self.values, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    outcome: Outcome
+    metrics: dict[str, float] = field(default_factory=dict)
+    reason: str | None = None
+    run_id: str | None = None
+
+
+def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, str],
+             parent_id: str | None = None, show_epochs: bool = True,
+             epoch_hook: EpochHook | None = None) -> CellResult:
+    """Run one cell in its own MLflow run; every outcome is recorded, and Ctrl-C/SIGTERM mark the
+    run interrupted before propagating. `epoch_hook(epoch, metrics)` runs after each epoch is logged
+    (a study's pruner); raising CellPruned there ends the cell as pruned."""
+    import experiments
+
+    tags = {**tags, CELL_ID: cell.cell_id}
+    if cell.config is None:
+        run_id = store.start_run(experiment_id, cell.label, tags, parent_id)
+        store.log_params(run_id, cell.values)
+        store.end_run(run_id, Outcome.FAILED, cell.error)
+        return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
+
+    cfg = cell.config
+    experiment = experiments.get(cfg.experiment)
+    run_id = store.start_run(experiment_id, cell.label, {**tags, CLOCK: experiment.clock}, parent_id)
+    try:
+        return _run(store, run_id, cell, experiment, show_epochs, epoch_hook)
+    except (KeyboardInterrupt, SystemExit):
+        store.end_run(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running")
+        raise
+
+
+def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
+         epoch_hook: EpochHook | None) -> CellResult:
+    import torch
+    from tqdm import tqdm
+
+    from harness.timing import peak_rss_mb, reset_peak_rss
+
+    cfg = cell.config
+    bar = tqdm(total=cfg.epochs, desc=f"  {cell.label}", unit="epoch", leave=False,
+               disable=not (show_epochs and experiment.needs_dataset))
+
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        store.log_metrics(run_id, metrics, step=epoch)
+        bar.update(1)
+        if epoch_hook is not None:
+            epoch_hook(epoch, metrics)
+
+    try:
+        store.log_params(run_id, cfg.model_dump())
+        store.log_dict(run_id, cfg.model_dump(), "config.json")
+        reset_peak_rss()
+        metrics = dict(experiment.run(cfg, on_epoch))
+        # A text value (a warning the experiment captured, a dtype) is a tag, not a metric.
+        notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
+        # A multi-process experiment reports its ranks' own figures; this process's are not them.
+        metrics.setdefault("peak_rss_mb", peak_rss_mb())
+        metrics.setdefault("threads_used", torch.get_num_threads())
+        store.end_run(run_id, Outcome.OK, metrics=metrics,
+                      tags={f"{NOTE_PREFIX}{k}": v[:REASON_LIMIT] for k, v in notes.items()})
+        return CellResult(cell, Outcome.OK, metrics, run_id=run_id)
+    except CellSkipped as err:
+        store.end_run(run_id, Outcome.SKIPPED, str(err))
+        return CellResult(cell, Outcome.SKIPPED, reason=str(err), run_id=run_id)
+    except CellPruned as err:
+        store.end_run(run_id, Outcome.PRUNED, str(err))
+        return CellResult(cell, Outcome.PRUNED, reason=str(err), run_id=run_id)
+    except Exception as err:  # a failing cell must not end the sweep; its reason is kept
+        reason = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
+        store.log_text(run_id, traceback.format_exc(), "traceback.txt")
+        store.end_run(run_id, Outcome.FAILED, reason)
+        return CellResult(cell, Outcome.FAILED, reason=reason, run_id=run_id)
+    finally:
+        bar.close()
+
+
+def preflight(configs: list[RunConfig]) -> None:
+    """Load each dataset the cells need once, so a missing folder or an offline download fails
+    the whole invocation with one sentence before any run is created. An experiment that makes its
+    own inputs needs none."""
+    import experiments
+    from harness.data import load_splits
+    from harness.models import MODELS
+
+    seen = set()
+    for cfg in configs:
+        if not experiments.get(cfg.experiment).needs_dataset:
+            continue
+        key = (cfg.dataset, cfg.data_dir, cfg.model, cfg.train_limit, cfg.test_limit, cfg.seed)
+        if key not in seen:
+            seen.add(key)
+            load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
+                        train_limit=cfg.train_limit, test_limit=cfg.test_limit)
+
+
+def run_single(cfg: RunConfig, store: Store) -> CellResult:
+    """`harness run`: one cell, always run, in an MLflow experiment named after the experiment."""
+    experiment_id = store.experiment_id(cfg.experiment)
+    store.reap_stale_runs(experiment_id)
+    preflight([cfg])
+    cell = Cell(cfg.model_dump(), f"{cfg.experiment} {cfg.cell_id()[:6]}", cfg)
+    return run_cell(store, experiment_id, cell, tags={"harness.kind": "single"})

@@ -1,0 +1,90 @@
+"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI.
+
+Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
+failed at run time exits 1 after recording them; Ctrl-C exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from typing import Sequence
+
+from harness.errors import UserError
+
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line instead of argparse's usage block
+        raise UserError(f"{message} (see `{self.prog} --help`).")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, "
+                                               "else sqlite:///mlruns/mlflow.db in the project)")
+    sets = argparse.ArgumentParser(add_help=False)
+    sets.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a config field (repeatable); in a sweep, KEY=[a,b] makes it an axis")
+
+    parser = _Parser(prog="harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", parents=[common, sets], help="run one experiment once and log it")
+    p.add_argument("experiment")
+
+    p = sub.add_parser("sweep", parents=[common, sets], help="run a sweep (grid) and log every cell")
+    p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
+    p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_worker_args(p)
+
+    p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")
+    p.add_argument("study", help="study name (see `harness list`) or path of a study_*.toml file")
+    p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
+    p.add_argument("--n-trials", type=int, help="finished trials the study should reach (default: the file's, per scale)")
+    p.add_argument("--timeout", type=float, help="start no new trial after this many seconds")
+    p.add_argument("--status", action="store_true", help="show trials done, running, failed, pruned and the best so far")
+    p.add_argument("--out", help="folder for the study's .md, .csv and .png (default: reports/)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    _add_worker_args(p)
+
+    p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published "
+                       "figures; without a sweep, reports/REPRODUCTION.md over every sweep")
+    p.add_argument("sweep", nargs="?")
+    p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
+    p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
+
+    sub.add_parser("list", parents=[common], help="experiments, models, datasets, sweeps and config fields")
+
+    p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
+    p.add_argument("--port", type=int, default=5000)
+    return parser
+
+
+def _add_worker_args(p) -> None:
+    p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
+    p.add_argument("--storage", help="database the workers share (claims, studies): sqlite:///file.db (one "
+                                     "machine; default optuna.db beside the MLflow store) or postgresql://user:pw@host/db")
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:TOKEN:PARENT, given by the launcher
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from harness.cli.commands import COMMANDS
+
+    try:
+        args = _parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserError as err:
+        print(f"harness: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("harness: interrupted; finished cells are kept, the interrupted one reruns next time.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def entry() -> None:
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""What each `harness` subcommand does, in a few lines each: parse the user's values, call the
+engine, print, return the exit status."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from harness.errors import UserError
+
+EXIT_FAILED_CELLS = 1
+
+
+def _overrides(sets: list[str]) -> dict:
+    from harness.config import parse_assignment
+
+    return dict(parse_assignment(s) for s in sets)
+
+
+def _store(args):
+    from harness.store import Store
+
+    return Store(args.tracking_uri)
+
+
+def _workers(args) -> int:
+    if args.workers < 1:
+        raise UserError(f"--workers must be at least 1 (got {args.workers}).")
+    return args.workers
+
+
+def cmd_run(args) -> int:
+    import experiments
+    from harness.cells import run_single
+    from harness.config import make_config
+    from harness.store import Outcome
+
+    overrides = _overrides(args.sets)
+    if any(isinstance(v, list) for v in overrides.values()):
+        raise UserError("`harness run` takes single values; use `harness sweep` for lists.")
+    cfg = make_config({**overrides, "experiment": args.experiment})
+    experiments.check_reads(args.experiment, overrides)
+    result = run_single(cfg, _store(args))
+    if result.outcome != Outcome.OK:
+        # A skip (no GPU here, backend missing) is the user's request not fitting this machine.
+        raise UserError(f"{args.experiment} {result.outcome}: {result.reason}")
+    for key, value in result.metrics.items():
+        print(f"{key:>22}: {value:.6g}")
+    print(f"logged as run {result.run_id}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from harness.cli.summary import sweep_summary
+    from harness.launchers import WorkerRole
+    from harness.store import Outcome, resolve_db_url
+    from harness.sweeps import spec as sweepspec
+    from harness.sweeps.engine import run_sweep
+
+    spec = sweepspec.load(args.sweep)
+    workers, role = _workers(args), WorkerRole.decode(args.worker)
+    store = _store(args)
+    result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
+                       db_url=resolve_db_url(args.storage, store.uri), workers=workers, role=role,
+                       show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+    if role is None:
+        print(sweep_summary(result, spec.report.get("metrics")))
+    if any(r.outcome == Outcome.FAILED and r.cell.config is None for r in result.results):
+        return 2
+    return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) else 0
+
+
+def cmd_study(args) -> int:
+    from harness.launchers import WorkerRole
+    from harness.store import resolve_db_url
+    from harness.studies import engine, spec as studyspec
+
+    spec = studyspec.load(args.study)
+    workers, role = _workers(args), WorkerRole.decode(args.worker)
+    for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
+        if value is not None and value < low:
+            raise UserError(f"{name} must be positive (got {value}).")
+    store = _store(args)
+    db_url = resolve_db_url(args.storage, store.uri)
+    if args.status:
+        print(engine.status(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets)))
+        return 0
+    outcome = engine.run_study(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets),
+                               n_trials=args.n_trials, timeout=args.timeout, workers=workers, role=role,
+                               show_progress=not args.no_progress, out_dir=Path(args.out) if args.out else None,
+                               log=lambda line: print(line, flush=True))
+    print(f"{'worker ' + str(os.getpid()) if role else 'study ' + outcome.study_name}: {outcome.line()}", flush=True)
+    return outcome.stop.exit_code if role else outcome.exit_code
+
+
+def cmd_report(args) -> int:
+    from harness.report import tables
+    from harness.report.reproduction import write_reproduction
+    from harness.sweeps import spec as sweepspec
+
+    out_dir = Path(args.out) if args.out else tables.REPORTS_DIR
+    if args.sweep is None:
+        path, summary = write_reproduction(_store(args), out_dir)
+        print(f"written: {path}\nsummary: {summary}")
+        return 0
+    spec = sweepspec.load(args.sweep)
+    store = _store(args)
+    built = tables.build(store, spec, args.scale)
+    paths = tables.write(built, store, out_dir)
+    print(built.markdown)
+    print("written: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def cmd_list(args) -> int:
+    import experiments
+    from harness.config import field_help
+    from harness.data import DATASETS
+    from harness.models import MODELS
+    from harness.studies import spec as studyspec
+    from harness.sweeps import spec as sweepspec
+
+    print("experiments:")
+    for name in experiments.names():
+        print(f"  {name:<16} {experiments.get(name).title}")
+    print("sweeps (harness sweep NAME --scale smoke|quick|full):")
+    for name in sweepspec.available():
+        print(f"  {name:<16} {sweepspec.load(name).title}")
+    print("studies (harness study NAME --scale smoke|quick|full [--n-trials N] [--workers K]):")
+    for name in studyspec.available():
+        print(f"  {name:<16} {studyspec.load(name).title}")
+    print("models:")
+    for name, spec in MODELS.items():
+        print(f"  {name:<16} {spec.description}")
+    print(f"datasets: {', '.join(DATASETS)}")
+    print("config fields (--set KEY=VALUE):")
+    for name, default, text in field_help():
+        print(f"  {name:<16} {default:<10} {text}")
+    return 0
+
+
+def cmd_ui(args) -> int:
+    store = _store(args)  # validates the URI and creates the SQLite file if needed
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
+               "--host", "127.0.0.1", "--port", str(args.port)]
+    print(f"MLflow UI on http://127.0.0.1:{args.port} over {store.uri} (Ctrl-C stops it)", flush=True)
+    os.execv(sys.executable, command)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
+            "ui": cmd_ui}

@@ -1,0 +1,33 @@
+"""Workers as processes on this machine (`--workers K`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+GRACE_S = 3       # after a Ctrl-C, how long the workers get to close their runs by themselves
+KILL_AFTER_S = 30
+
+
+class LocalLauncher:
+    def run(self, commands: list[list[str]], envs: list[dict[str, str]]) -> list[int]:
+        procs = [subprocess.Popen(command, env={**os.environ, **env}) for command, env in zip(commands, envs)]
+        try:
+            return [p.wait() for p in procs]
+        except KeyboardInterrupt:
+            # A Ctrl-C at the terminal reached the workers too (same process group); give them a
+            # moment to close their runs, then pass it on to any that did not get it (the
+            # launcher alone was signalled, by SIGTERM say).
+            time.sleep(GRACE_S)
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
+            deadline = time.time() + KILL_AFTER_S
+            for p in procs:
+                try:
+                    p.wait(timeout=max(1, deadline - time.time()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            raise

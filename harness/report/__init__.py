@@ -1,0 +1,2 @@
+"""Reports: a sweep's table read back from the tracking store beside the published figures
+(tables), the verdicts of its checks (checks), and every sweep in one file (reproduction)."""

@@ -1,0 +1,108 @@
+"""What sweep and study files share: reading a TOML file into a typed model (every wrong type,
+unknown key or unreadable file is one sentence naming the file and the key), the scales, and the
+fixed settings of a scale (base, then the scale's own values, then the user's --set)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from harness.config import check_keys
+from harness.errors import UserError
+from harness.fingerprint import REPO_ROOT
+
+SWEEPS_DIR = REPO_ROOT / "sweeps"
+SCALES = ("smoke", "quick", "full")   # every file has these; a file may add its own (amp's `cpu`)
+
+Spec = TypeVar("Spec", bound="SpecFile")
+
+
+class SpecFile(BaseModel):
+    """The keys a sweep file and a study file both have."""
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    name: str = Field(min_length=1)
+    title: str = ""
+    source: str = ""
+    experiment: str
+    base: dict[str, Any] = {}
+    scales: dict[str, dict[str, Any]] = Field({}, validate_default=True)
+    path: Path | None = None
+
+    @field_validator("scales")
+    @classmethod
+    def _every_scale(cls, scales: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {s: {} for s in SCALES} | scales
+
+    def scale_values(self, scale: str) -> dict[str, Any]:
+        """The scale's own settings (its `grid` table, if any, left out)."""
+        if scale not in self.scales:
+            raise UserError(f"unknown scale '{scale}'; choose one of {', '.join(self.scales)}.")
+        return {k: v for k, v in self.scales[scale].items() if k != "grid"}
+
+    def fixed(self, scale: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Settings every cell (or trial) of this scale shares, overrides last."""
+        return {"experiment": self.experiment, **self.base, **self.scale_values(scale), **(overrides or {})}
+
+    def check_fields(self) -> None:
+        """Every key of base and scales is a config field its experiment reads."""
+        import experiments
+
+        for section in (self.base, *(self.scale_values(s) for s in self.scales)):
+            check_keys(section)
+            self.check_read(section)
+
+    def check_read(self, keys) -> None:
+        import experiments
+
+        try:
+            experiments.check_reads(self.experiment, keys)
+        except UserError as err:
+            raise UserError(f"{self.path}: {err}") from None
+
+
+def read(path: Path, model: type[Spec], kind: str) -> Spec:
+    """The file as `model`, or one sentence naming the file and what is wrong with it."""
+    try:
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise UserError(f"{kind} file {path} is not UTF-8 text (byte {err.start}); save it as UTF-8.") from None
+    except OSError as err:
+        raise UserError(f"cannot read the {kind} file {path}: {err.strerror}.") from None
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"{kind} file {path} is not valid TOML: {err}.") from None
+    try:
+        return model(**raw, path=path)
+    except ValidationError as err:
+        raise UserError(describe(err, path, kind)) from None
+    except TypeError as err:  # a top-level key named like a keyword argument
+        raise UserError(f"{kind} file {path}: {err}.") from None
+
+
+def describe(err: ValidationError, path: Path, kind: str) -> str:
+    """The first mistake pydantic found, as one sentence."""
+    item = err.errors()[0]
+    key = ".".join(str(p) for p in item["loc"]) or "the file"
+    if item["type"] == "extra_forbidden":
+        return f"{kind} file {path}: unknown key '{key}'."
+    if item["type"] == "missing":
+        return f"{kind} file {path} lacks the required key '{key}'."
+    message = item["msg"].removeprefix("Value error, ")
+    return f"{kind} file {path}: key '{key}': {message[:1].lower()}{message[1:]} (got {item.get('input')!r})."
+
+
+def find(name_or_path: str, *, folder: Path, prefix: str, kind: str, available: list[str]) -> Path:
+    """A name in the folder (sweeps/; with the prefix studies carry) or the path of a .toml file."""
+    path = Path(name_or_path)
+    if path.suffix == ".toml" and path.is_file():
+        return path
+    candidates = [folder / f"{prefix}{name_or_path}.toml", folder / f"{name_or_path}.toml"]
+    for candidate in candidates:
+        if candidate.is_file() and candidate.stem.startswith(prefix) and \
+                (prefix or not candidate.stem.startswith("study_")):
+            return candidate
+    raise UserError(f"unknown {kind} '{name_or_path}'; choose one of {', '.join(available)} "
+                    f"or give the path of a {kind} .toml file.")

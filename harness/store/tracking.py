@@ -1,0 +1,270 @@
+"""The one door to MLflow: every run the harness creates, logs, closes or reads goes through
+`Store`. Nothing else in the harness imports MLflow's client.
+
+Layout in the store: one MLflow experiment per sweep or study (or per experiment for single runs);
+each invocation is a parent run; each cell is a child run whose `harness.cell_id` tag identifies the
+resolved config. The engines read these tags back to decide what is already done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import UserError, first_line
+from harness.fingerprint import fingerprint
+from harness.store import shared_db
+from harness.store.outcome import Outcome
+from harness.store.process import process_alive, this_process
+from harness.store.uris import is_sqlite, redact, resolve_tracking_uri
+
+# Tag names the harness writes and reads back.
+SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIND = (
+    "harness.sweep", "harness.scale", "harness.cell_id", "harness.outcome", "harness.reason",
+    "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId", "harness.clock", "harness.kind",
+)
+NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
+REASON_LIMIT = 5000            # MLflow caps a tag value; a long traceback goes in an artifact instead
+
+
+@dataclass
+class RunRecord:
+    """A run as the harness reads it back: what MLflow holds, without MLflow's classes."""
+    run_id: str
+    name: str
+    status: str                 # RUNNING | FINISHED | FAILED | KILLED
+    params: dict[str, str]
+    metrics: dict[str, float]
+    tags: dict[str, str]
+    start_time: int             # ms since the epoch
+
+    @property
+    def outcome(self) -> str | None:
+        return self.tags.get(OUTCOME)
+
+    @property
+    def reason(self) -> str | None:
+        return self.tags.get(REASON)
+
+    @property
+    def is_parent(self) -> bool:
+        return PARENT not in self.tags
+
+    @property
+    def finished_ok(self) -> bool:
+        return self.status == "FINISHED" and self.outcome == Outcome.OK
+
+
+class Store:
+    """An open, reachable MLflow store."""
+
+    def __init__(self, uri: str | None = None):
+        from mlflow.tracking import MlflowClient
+
+        _quiet_mlflow_logs()
+        self.uri = resolve_tracking_uri(uri)
+        self.artifact_root = self._artifact_root()
+        self._probe()
+        if is_sqlite(self.uri):
+            shared_db.patient_sqlite()  # WAL: the UI and other workers read while a sweep writes
+        try:
+            with self._creation_lock():
+                self._client = MlflowClient(tracking_uri=self.uri)
+                self._client.search_experiments(max_results=1)
+        except Exception as err:  # any failure here means the store is not usable as given
+            raise UserError(f"cannot open the tracking store {redact(self.uri)}: {first_line(err)}") from None
+
+    def _creation_lock(self):
+        """Several workers opening a new SQLite store at once would race through MLflow's schema
+        migrations ("duplicate column"); one at a time, the later ones find it made."""
+        if self.artifact_root is None:
+            return contextlib.nullcontext()
+
+        @contextlib.contextmanager
+        def locked():
+            with open(self.artifact_root.parent / ".mlflow-db.lock", "w") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                yield
+
+        return locked()
+
+    def _artifact_root(self) -> Path | None:
+        if self.uri.startswith("sqlite:///"):
+            db = Path(self.uri.removeprefix("sqlite:///"))
+            try:
+                db.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise UserError(f"cannot create the tracking store folder {db.parent}: {err.strerror}.") from None
+            return db.parent / "artifacts"
+        if self.uri.startswith("file:") or "://" not in self.uri:
+            raise UserError(
+                f"tracking URI {self.uri} is a plain-file store, which MLflow has deprecated; use "
+                "sqlite:///path/mlflow.db, a database URL or an http(s):// tracking server."
+            )
+        return None
+
+    def _probe(self) -> None:
+        """Fail fast on an unreachable server instead of MLflow's minutes of retries."""
+        if not self.uri.startswith(("http://", "https://")):
+            return
+        import requests
+
+        try:
+            requests.get(self.uri.rstrip("/") + "/health", timeout=5).raise_for_status()
+        except requests.RequestException as err:
+            raise UserError(f"cannot reach the MLflow tracking server at {redact(self.uri)} "
+                            f"({type(err).__name__}); start it or pass another --tracking-uri.") from None
+
+    # --- experiments ------------------------------------------------------------------------------
+    def find_experiment(self, name: str) -> str | None:
+        """The id of a live experiment with this name, or None; creates nothing."""
+        found = self._client.get_experiment_by_name(name)
+        return found.experiment_id if found is not None and found.lifecycle_stage != "deleted" else None
+
+    def experiment_id(self, name: str) -> str:
+        """The experiment's id, created (or restored from the bin) when needed."""
+        found = self._client.get_experiment_by_name(name)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                self._client.restore_experiment(found.experiment_id)
+            return found.experiment_id
+        location = (self.artifact_root / name).resolve().as_uri() if self.artifact_root else None
+        try:
+            # The kind tag makes the MLflow UI open on the runs table (model development), not
+            # on its GenAI traces overview.
+            return self._client.create_experiment(name, artifact_location=location,
+                                                  tags={"mlflow.experimentKind": "custom_model_development"})
+        except Exception:  # created by a concurrent process in the meantime
+            found = self._client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
+
+    # --- writing runs -----------------------------------------------------------------------------
+    def start_run(self, experiment_id: str, name: str, tags: dict[str, str],
+                  parent_id: str | None = None) -> str:
+        """A new RUNNING run carrying the machine's fingerprint and this process's identity."""
+        me, fp = this_process(), fingerprint()
+        tags = {**fp, **tags, HOST: me.host, PID: str(me.pid), PID_START: f"{me.started:.2f}",
+                "mlflow.source.git.commit": fp["git.commit"]}
+        if parent_id:
+            tags[PARENT] = parent_id
+        return self._client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+
+    def reopen_run(self, run_id: str) -> None:
+        """Mark a closed run RUNNING again, owned by this process (a study's parent, resumed)."""
+        me = this_process()
+        self._client.update_run(run_id, status="RUNNING")
+        self.set_tags(run_id, {PID: me.pid, PID_START: f"{me.started:.2f}", HOST: me.host})
+
+    def log_params(self, run_id: str, params: dict) -> None:
+        from mlflow.entities import Param
+
+        self._client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._client.log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+
+    def set_tags(self, run_id: str, tags: dict[str, object]) -> None:
+        from mlflow.entities import RunTag
+
+        self._client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_dict(self, run_id: str, data: dict, path: str) -> None:
+        self._client.log_dict(run_id, data, path)
+
+    def log_text(self, run_id: str, text: str, path: str) -> None:
+        self._client.log_text(run_id, text, path)
+
+    def log_artifact(self, run_id: str, local_path: Path | str, folder: str | None = None) -> None:
+        self._client.log_artifact(run_id, str(local_path), folder)
+
+    def end_run(self, run_id: str, outcome: Outcome, reason: str | None = None, *,
+                metrics: dict[str, float] | None = None, tags: dict[str, object] | None = None) -> None:
+        """Record the outcome (with the run's last metrics and tags, in one write) and close the run."""
+        from mlflow.entities import Metric, RunTag
+
+        tags = {**(tags or {}), OUTCOME: Outcome(outcome).value}
+        if reason:
+            tags[REASON] = reason[:REASON_LIMIT]
+        now = int(time.time() * 1000)
+        self._client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+                               tags=[RunTag(k, str(v)) for k, v in tags.items()])
+        self._client.set_terminated(run_id, Outcome(outcome).mlflow_status)
+
+    def delete_run(self, run_id: str) -> None:
+        self._client.delete_run(run_id)
+
+    # --- reading runs -----------------------------------------------------------------------------
+    def runs(self, experiment_id: str, *, tags: dict[str, str] | None = None, status: str | None = None,
+             oldest_first: bool = False) -> list[RunRecord]:
+        """Live runs of an experiment whose tags equal `tags` (and status, if given), newest first."""
+        clauses = [f"tags.`{k}` = '{_quote(v)}'" for k, v in (tags or {}).items()]
+        if status:
+            clauses.append(f"attributes.status = '{status}'")
+        order = ["attributes.start_time ASC"] if oldest_first else None
+        return [_record(r) for r in self._search(experiment_id, " and ".join(clauses), order)]
+
+    def sweep_runs(self, experiment_id: str, sweep: str, *, parents: bool = False,
+                   cell_id: str | None = None) -> list[RunRecord]:
+        """Every live run of a sweep (or of one of its cells): its cells, or (parents=True) its
+        invocations, newest first."""
+        # MLflow's filter grammar cannot test a tag's absence, so parents are told apart here.
+        tags = {SWEEP: sweep, **({CELL_ID: cell_id} if cell_id is not None else {})}
+        return [r for r in self.runs(experiment_id, tags=tags) if r.is_parent == parents]
+
+    def cell_records(self, experiment_id: str, sweep: str,
+                     cell_id: str | None = None) -> dict[str, list[RunRecord]]:
+        """The sweep's cell runs by cell_id (only that cell's, when one is given)."""
+        records: dict[str, list[RunRecord]] = {}
+        for run in self.sweep_runs(experiment_id, sweep, cell_id=cell_id):
+            records.setdefault(run.tags.get(CELL_ID, ""), []).append(run)
+        return records
+
+    def reap_stale_runs(self, experiment_id: str) -> int:
+        """Close runs left RUNNING by a process of this host that no longer exists (SIGKILL, power
+        loss). Runs of live processes and of other hosts are left alone. Returns how many closed."""
+        closed = 0
+        host = this_process().host
+        for run in self.runs(experiment_id, status="RUNNING"):
+            t = run.tags
+            if t.get(HOST) != host or process_alive(t.get(PID), t.get(PID_START)):
+                continue
+            self.end_run(run.run_id, Outcome.INTERRUPTED,
+                         f"process {t.get(PID)} ended without closing this run (killed or crashed)")
+            closed += 1
+        return closed
+
+    def _search(self, experiment_id: str, filter_string: str, order_by: list[str] | None = None) -> list:
+        from mlflow.entities import ViewType
+
+        runs, token = [], None
+        while True:
+            page = self._client.search_runs([experiment_id], filter_string, ViewType.ACTIVE_ONLY,
+                                            max_results=1000, order_by=order_by, page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+
+def _record(run) -> RunRecord:
+    return RunRecord(run.info.run_id, run.info.run_name, run.info.status, dict(run.data.params),
+                     dict(run.data.metrics), dict(run.data.tags), run.info.start_time)
+
+
+def _quiet_mlflow_logs() -> None:
+    # A new SQLite store runs ~40 schema migrations, each logged at INFO by alembic.
+    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _quote(value: str) -> str:
+    return value.replace("'", "\\'")

@@ -1,0 +1,410 @@
+"""Optuna studies over the experiments, on Optuna's ask/tell interface: this engine owns the loop.
+Each trial is a cell (a RunConfig run through the same `run(cfg)` as a grid cell), logged as an
+MLflow child run of the study's parent run with the grid's param and metric names.
+
+Exactly N trials: `--n-trials N` is the study's total of finished (complete or pruned) trials. Each
+trial first claims one of N slots in the claims table, so K workers on one or many machines finish
+exactly N between them.
+
+Resuming: the study lives in a database (SQLite beside the MLflow store by default) and is loaded
+if it exists; the sampler is reseeded past the trials already made, so a rerun continues instead
+of replaying the first run's parameters. A dead worker's slot is taken over: the claim's holder is
+dead when it ran on this host and its process is gone, or its heartbeat stopped (another host).
+Whoever takes the slot over fails the dead worker's trial and queues its parameters again (at most
+MAX_RETRY times), so a trial cut off by a crash or a Ctrl-C is retried, not lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.cells import Cell, preflight, run_cell
+from harness.config import make_config
+from harness.errors import CellPruned, UserError, first_line
+from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
+from harness.signals import sigterm_as_interrupt
+from harness.store import Claims, Outcome, Store, redact
+from harness.store.claims import DONE, Claim
+from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
+from harness.store.tracking import KIND, SCALE
+from harness.store.uris import hide_password, is_sqlite
+from harness.studies.spec import StudySpec
+from harness.train import available_cores
+
+STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
+OWNER_ATTR = "harness.owner"        # "host|pid|start|claims owner" of the worker process that asked for it
+RETRIES_ATTR = "harness.retries"    # how many times these parameters were queued again
+RUN_ATTR = "mlflow_run_id"
+MAX_RETRY = 2
+MAX_FAILS_IN_A_ROW = 5
+Log = Callable[[str], None]
+
+
+class StopReason(Enum):
+    TARGET_REACHED = "target reached"
+    TIMEOUT = "timeout"
+    OTHERS_RUNNING = "every remaining trial is running in another worker"
+    TOO_MANY_FAILURES = f"{MAX_FAILS_IN_A_ROW} trials in a row failed"
+    WORKERS_FAILED = "a worker exited with an error"
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self in (StopReason.TARGET_REACHED, StopReason.TIMEOUT, StopReason.OTHERS_RUNNING) else 1
+
+
+@dataclass
+class StudyOutcome:
+    study_name: str
+    target: int
+    stop: StopReason
+    ran: int = 0                                       # trials this process ran
+    states: Counter = field(default_factory=Counter)   # their Optuna states (complete, pruned, fail)
+    last_failure: str | None = None
+    finished: int = 0                                  # the study's finished trials at the end
+    parent_run_id: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 when the study has what was asked (or the timeout said stop), 1 when it fell short."""
+        if self.stop.exit_code:
+            return self.stop.exit_code
+        return 1 if self.stop is not StopReason.TIMEOUT and self.finished < self.target else 0
+
+    def line(self) -> str:
+        ran = ", ".join(f"{n} {s}" for s, n in self.states.items()) or "none"
+        failure = f"; last failure: {self.last_failure}" if self.last_failure else ""
+        return f"ran {self.ran} trial(s) ({ran}); stopped: {self.stop.value}{failure}"
+
+
+# --- storage and study --------------------------------------------------------------------------
+def storage(url: str):
+    """Optuna's RDB storage on the shared database, or one sentence saying why not."""
+    import optuna
+    from optuna.storages import RDBStorage
+
+    check_url(url)
+    if is_sqlite(url):
+        patient_sqlite()
+    _quiet_optuna()
+    for attempt in range(4):
+        try:
+            return RDBStorage(url, engine_kwargs=engine_kwargs(url))
+        except Exception as err:
+            # Workers starting together on a new database race to create Optuna's tables; the
+            # loser finds them made on the next try.
+            if attempt < 3 and not isinstance(err, optuna.exceptions.StorageInternalError):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            cause = getattr(err, "__cause__", None) or err
+            raise UserError(f"cannot open the study storage {redact(url)}: "
+                            f"{hide_password(first_line(cause), url)}") from None
+
+
+def _quiet_optuna() -> None:
+    import optuna
+
+    # ERROR: Optuna would log each failed trial with a traceback; the worker prints one line instead.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    logging.getLogger("optuna").setLevel(logging.ERROR)
+
+
+def sampler(spec: StudySpec, seed: int):
+    import optuna
+
+    name = spec.sampler.get("name", "tpe")
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=spec.sampler.get("population_size", 8))
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed, scramble=True)
+    # constant_liar: a running trial counts as a poor result, so parallel workers spread out.
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True, multivariate=True,
+                                      n_startup_trials=spec.sampler.get("n_startup_trials", 5))
+
+
+def pruner(spec: StudySpec):
+    import optuna
+
+    p = spec.pruner
+    name = p.get("name", "none")
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=p.get("n_startup_trials", 3),
+                                           n_warmup_steps=p.get("n_warmup_steps", 1))
+    if name == "percentile":
+        return optuna.pruners.PercentilePruner(p.get("percentile", 25.0), n_startup_trials=p.get("n_startup_trials", 3),
+                                               n_warmup_steps=p.get("n_warmup_steps", 1))
+    if name == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner()
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    if name == "threshold":
+        return optuna.pruners.ThresholdPruner(lower=p.get("lower"), upper=p.get("upper"),
+                                              n_warmup_steps=p.get("n_warmup_steps", 0))
+    return optuna.pruners.NopPruner()
+
+
+def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed_salt: int = 0):
+    """Load (or create) the study; the sampler's seed moves past the trials already made."""
+    import optuna
+
+    store = storage(url)
+    exists = study_name in {s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)}
+    if not exists and not create:
+        raise UserError(f"study '{study_name}' has not been run in {redact(url)}; run "
+                        f"`harness study {spec.name.removeprefix('study_')} --scale {study_name.split('-')[1]}` first.")
+    n_before = 0
+    if exists:
+        stored = optuna.load_study(study_name=study_name, storage=store)
+        had = [d.name.lower() for d in stored.directions]
+        if had != spec.directions:
+            raise UserError(f"study '{study_name}' in {redact(url)} was created to {had} but {spec.path} now "
+                            f"asks to {spec.directions} for {spec.metrics}; give it another name or storage.")
+        n_before = len(stored.get_trials(deepcopy=False))
+    seed = int(spec.sampler.get("seed", 0)) + n_before + 100_003 * seed_salt
+    return optuna.create_study(study_name=study_name, storage=store, directions=spec.directions,
+                               load_if_exists=True, sampler=sampler(spec, seed), pruner=pruner(spec))
+
+
+def counts(study) -> dict[str, int]:
+    from optuna.trial import TrialState
+
+    states = [t.state for t in study.get_trials(deepcopy=False)]
+    return {s.name.lower(): states.count(s) for s in TrialState}
+
+
+# --- the MLflow side ------------------------------------------------------------------------------
+def parent_run(store: Store, experiment_id: str, study_name: str, scale: str, info: dict[str, Any]) -> str:
+    """The study's one parent run: found by tag (the oldest, if two machines raced to create it),
+    reopened for this invocation, else created."""
+    tags = {STUDY: study_name, KIND: "study"}
+    found = store.runs(experiment_id, tags=tags, oldest_first=True)
+    if not found:
+        created = store.start_run(experiment_id, study_name, {**tags, SCALE: scale})
+        store.log_params(created, info)
+        found = store.runs(experiment_id, tags=tags, oldest_first=True)
+        if found[0].run_id != created:  # lost a creation race: use the first, drop ours
+            store.delete_run(created)
+        return found[0].run_id
+    store.reopen_run(found[0].run_id)
+    return found[0].run_id
+
+
+# --- one invocation -------------------------------------------------------------------------------
+def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any],
+              n_trials: int | None = None, timeout: float | None = None, workers: int = 1,
+              launcher: Launcher | None = None, role: WorkerRole | None = None, show_progress: bool = True,
+              out_dir: Path | None = None, log: Log = print) -> StudyOutcome:
+    """Run (or resume) a study until it has `n_trials` finished trials, in this process or in
+    `workers` worker processes; then report it. With `role`, this process is one of a launcher's
+    workers: it runs trials under the launcher's parent run and reports nothing."""
+    from harness.studies import report as study_report
+
+    overrides = dict(overrides)
+    if workers > 1 and role is None and "threads" not in overrides and \
+            make_config(spec.fixed(scale, overrides)).threads == 0:
+        overrides["threads"] = max(1, available_cores() // workers)  # K workers share the cores
+    fixed = spec.fixed(scale, overrides)
+    threads = make_config(fixed).threads  # a bad fixed value stops the study before it is created
+    name = spec.study_name(scale, overrides)
+    target = n_trials or spec.trials_at(scale)
+    study = open_study(spec, name, db_url, create=True,
+                       seed_salt=role.index if role else (0 if is_sqlite(db_url) else _pid()))
+    experiment_id = store.experiment_id(spec.name)
+    store.reap_stale_runs(experiment_id)
+    if role is not None:
+        claims = Claims(db_url, token=role.token)
+        try:
+            with sigterm_as_interrupt():
+                return _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
+                             timeout=timeout, parent=role.parent_run_id, show_progress=show_progress, log=log)
+        finally:
+            claims.close()
+
+    parent = parent_run(store, experiment_id, name, scale, {
+        "study": name, "study_file": spec.path, "scale": scale, "metrics": spec.metrics,
+        "directions": spec.directions, "sampler": spec.sampler or {"name": "tpe"},
+        "pruner": spec.pruner or {"name": "none"}, "overrides": overrides, "storage": redact(db_url)})
+    done = counts(study)
+    log(f"study {name}: target {target} finished trials, {done['complete'] + done['pruned']} already; "
+        f"storage {redact(db_url)}; MLflow parent run {parent}")
+    claims = Claims(db_url)  # also creates the claims table before any worker races to
+    with sigterm_as_interrupt():
+        try:
+            if workers == 1:
+                outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
+                                timeout=timeout, parent=parent, show_progress=show_progress, log=log)
+            else:
+                args = ["study", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri,
+                        "--n-trials", str(target), *(["--timeout", str(timeout)] if timeout else []),
+                        *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
+                roles = [WorkerRole(i, claims.token, parent) for i in range(workers)]
+                env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1)}
+                codes = (launcher or LocalLauncher()).run([worker_command(args, r) for r in roles],
+                                                          [env for _ in roles])
+                stop = StopReason.WORKERS_FAILED if any(codes) else \
+                    StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
+                outcome = StudyOutcome(name, target, stop)
+        except BaseException:
+            store.end_run(parent, Outcome.INTERRUPTED, "interrupted; run the same command again to resume")
+            raise
+        finally:
+            claims.close()
+    report = study_report.build(spec, study)
+    outcome.finished = report.counts["complete"] + report.counts["pruned"]
+    outcome.parent_run_id = parent
+    paths = study_report.write(spec, report, store, parent, out_dir)
+    store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
+    log(report.text)
+    log("written: " + ", ".join(str(p) for p in paths))
+    return outcome
+
+
+def status(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any]) -> str:
+    from harness.studies import report as study_report
+
+    study = open_study(spec, spec.study_name(scale, overrides), db_url, create=False)
+    return study_report.build(spec, study).text
+
+
+# --- one worker's loop ----------------------------------------------------------------------------
+def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Claims, *, scale: str,
+          fixed: dict[str, Any], target: int, timeout: float | None, parent: str, show_progress: bool,
+          log: Log) -> StudyOutcome:
+    """Ask, run and tell trials until the study has `target` finished ones (counted by slots), the
+    timeout has passed, or several trials in a row failed."""
+    namespace = f"study:{study.study_name}"
+    deadline = time.monotonic() + timeout if timeout else None
+    outcome = StudyOutcome(study.study_name, target, StopReason.TARGET_REACHED)
+    fails_in_a_row = 0
+    preflight([make_config(fixed)])
+    slots = [f"slot-{i:05d}" for i in range(target)]
+    while True:
+        if deadline and time.monotonic() > deadline:
+            outcome.stop = StopReason.TIMEOUT
+            break
+        held = claims.all(namespace)
+        if sum(c.state == DONE for c in held.values()) >= target:
+            outcome.stop = StopReason.TARGET_REACHED
+            break
+        slot, grant = _claim_slot(claims, namespace, slots, held)
+        if slot is None:
+            outcome.stop = StopReason.OTHERS_RUNNING
+            break
+        if grant.previous is not None:
+            _requeue_trials_of(study, grant.previous)
+        state, reason = _one_trial(spec, study, store, experiment_id, claims, namespace, slot, scale=scale,
+                                   fixed=fixed, parent=parent, show_progress=show_progress, log=log)
+        outcome.ran += 1
+        outcome.states[state] += 1
+        if state == "fail":
+            fails_in_a_row += 1
+            outcome.last_failure = reason
+            if fails_in_a_row >= MAX_FAILS_IN_A_ROW:
+                outcome.stop = StopReason.TOO_MANY_FAILURES
+                break
+        else:
+            fails_in_a_row = 0
+    outcome.finished = sum(c.state == DONE for c in claims.all(namespace).values())
+    return outcome
+
+
+def _claim_slot(claims: Claims, namespace: str, slots: list[str], held: dict[str, Claim]):
+    for slot in slots:
+        if slot in held and not claims.takeable(held[slot], retake_done=False):
+            continue
+        grant = claims.claim(namespace, slot)
+        if grant is not None:
+            return slot, grant
+    return None, None
+
+
+def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims: Claims, namespace: str,
+               slot: str, *, scale: str, fixed: dict[str, Any], parent: str, show_progress: bool,
+               log: Log) -> tuple[str, str | None]:
+    """Ask for a trial, run it as a cell, tell Optuna how it ended; returns its state and reason."""
+    from optuna.trial import TrialState
+
+    trial = study.ask()
+    try:
+        trial.set_user_attr(OWNER_ATTR, f"{claims.host}|{claims.pid}|{claims.pid_start:.2f}|{claims.owner}")
+        values = {**fixed, **{name: p.suggest(trial) for name, p in spec.space.items()}}
+        label = f"trial {trial.number}: " + " ".join(f"{k}={_short(values[k])}" for k in spec.space)
+        cell = Cell.build(values, label)
+        trial.set_user_attr("cell_id", cell.cell_id)
+        tags = {STUDY: study.study_name, SCALE: scale, KIND: "trial", TRIAL: str(trial.number)}
+        if RETRY_OF in trial.user_attrs:
+            tags[RETRY_OF] = str(trial.user_attrs[RETRY_OF])
+        prune_on = spec.pruner.get("metric", "epoch_test_accuracy")
+
+        def report(epoch: int, metrics: dict[str, float]) -> None:
+            if prune_on in metrics and not spec.multi_objective:
+                trial.report(metrics[prune_on], epoch)
+                if trial.should_prune():
+                    raise CellPruned(f"pruned after epoch {epoch}: {prune_on} {metrics[prune_on]:.4g}")
+
+        result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress,
+                          epoch_hook=report)
+        trial.set_user_attr(RUN_ATTR, result.run_id)
+    except BaseException:  # Ctrl-C, SIGTERM: the cut-off trial is queued to run again
+        _fail_and_requeue(study, trial.number, dict(trial.params), trial.user_attrs)
+        claims.drop(namespace, slot)
+        raise
+    missing = [m for m in spec.metrics if m not in result.metrics]
+    if result.outcome == Outcome.OK and missing:
+        result.outcome, result.reason = Outcome.FAILED, (
+            f"experiment {spec.experiment} returned no metric '{missing[0]}'; it returns {', '.join(sorted(result.metrics))}")
+    if result.outcome == Outcome.OK:
+        study.tell(trial, [result.metrics[m] for m in spec.metrics])
+        claims.release(namespace, slot, DONE, note=f"trial {trial.number}")
+        shown = ", ".join(f"{m}={result.metrics[m]:.4g}" for m in spec.metrics)
+        log(f"  trial {trial.number} complete: {shown}")
+        return "complete", None
+    if result.outcome == Outcome.PRUNED:
+        study.tell(trial, state=TrialState.PRUNED)
+        claims.release(namespace, slot, DONE, note=f"trial {trial.number}")
+        log(f"  trial {trial.number} pruned: {result.reason}")
+        return "pruned", result.reason
+    study.tell(trial, state=TrialState.FAIL)
+    claims.drop(namespace, slot)  # a failed trial does not use up a slot
+    reason = f"{result.outcome}: {result.reason}"
+    log(f"  trial {trial.number} failed: {reason}")
+    return "fail", reason
+
+
+def _requeue_trials_of(study, dead: Claim) -> None:
+    """The slot we took over belonged to a dead worker: fail the trials it left RUNNING and queue
+    their parameters again."""
+    from optuna.trial import TrialState
+
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if str(frozen.user_attrs.get(OWNER_ATTR, "")).split("|")[-1] == dead.owner:
+            _fail_and_requeue(study, frozen.number, dict(frozen.params), frozen.user_attrs)
+
+
+def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
+    from optuna.trial import TrialState
+
+    study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+    retries = int(user_attrs.get(RETRIES_ATTR, 0))
+    if params and retries < MAX_RETRY:
+        study.enqueue_trial(params, user_attrs={RETRY_OF: number, RETRIES_ATTR: retries + 1},
+                            skip_if_exists=False)
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()

@@ -1,0 +1,1 @@
+"""Grid sweeps: the sweep files' model (spec) and the engine that runs their cells."""

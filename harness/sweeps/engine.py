@@ -1,0 +1,218 @@
+"""The grid engine: runs a sweep's cells through their experiment, one MLflow child run per cell,
+under one parent run per invocation, in this process or in K worker processes.
+
+Claims are always on: every cell is claimed in the shared database (SQLite beside the MLflow store
+by default) before it runs, so two sweeps started on one store, or K workers, never run a cell
+twice. Idempotency: a cell whose `cell_id` already has a run that finished with outcome `ok` is
+reused, not rerun. A cell whose earlier run failed, was skipped or was interrupted is rerun, and
+that earlier run is deleted, so the store holds one record per cell. Runs left RUNNING by a killed
+process are closed as interrupted before anything else happens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tqdm import tqdm
+
+from harness.cells import Cell, CellResult, preflight, run_cell
+from harness.config import make_config
+from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
+from harness.signals import sigterm_as_interrupt
+from harness.store import Claims, Outcome, RunRecord, Store, new_token
+from harness.store.claims import DONE, FAILED
+from harness.store.outcome import SUMMARY_ORDER
+from harness.store.shared_db import check_url
+from harness.store.tracking import KIND, SCALE, SWEEP
+from harness.store.uris import resolve_db_url
+from harness.train import available_cores
+from harness.sweeps.spec import SweepSpec, expand
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class SweepResult:
+    name: str
+    scale: str
+    parent_run_id: str
+    results: list[CellResult]
+    seconds: float
+
+    def count(self, outcome: Outcome | str) -> int:
+        return sum(r.outcome == outcome for r in self.results)
+
+    def counts(self) -> dict[str, int]:
+        found = Counter(r.outcome for r in self.results)
+        return {str(o): found[o] for o in SUMMARY_ORDER if found[o]}
+
+
+def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: dict[str, Any] | None = None,
+              db_url: str | None = None, workers: int = 1, launcher: Launcher | None = None,
+              role: WorkerRole | None = None, show_progress: bool = True, log: Log | None = None) -> SweepResult:
+    """One invocation of a sweep. With `role`, this process is one worker of a launcher's
+    invocation and runs its share of the cells under the launcher's parent run."""
+    overrides = dict(overrides or {})
+    if workers > 1 and role is None and _fixed_threads(spec, scale, overrides) == 0:
+        # K workers on one machine share its cores: unless the sweep fixes threads, each gets
+        # cores // K (a different thread count is a different measurement, so it is in the cell id).
+        overrides["threads"] = max(1, available_cores() // workers)
+    cells = expand(spec, scale, overrides)
+    db_url = db_url or resolve_db_url(None, store.uri)
+    check_url(db_url)
+    experiment_id = store.experiment_id(spec.name)
+    store.reap_stale_runs(experiment_id)
+    started = time.perf_counter()
+    if role is not None:
+        claims = Claims(db_url, token=role.token)
+        try:
+            results = _work(store, experiment_id, spec, scale, cells, claims, role.parent_run_id,
+                            show_progress=show_progress, log=log)
+        finally:
+            claims.close()
+        return SweepResult(spec.name, scale, role.parent_run_id, results, time.perf_counter() - started)
+
+    records = store.cell_records(experiment_id, spec.name)
+    preflight([c.config for c in cells if c.config is not None and not _finished(records.get(c.cell_id, []))])
+    tags = {SWEEP: spec.name, SCALE: scale, KIND: "sweep", "harness.cells": str(len(cells))}
+    parent = store.start_run(experiment_id, f"{spec.name} ({scale})", tags)
+    store.log_params(parent, {"sweep": spec.name, "scale": scale, "overrides": overrides, "cells": len(cells),
+                              "sweep_file": spec.path, "workers": workers})
+    claims = Claims(db_url)  # also creates the claims table before any worker races to
+    results: list[CellResult] = []
+    with sigterm_as_interrupt():
+        try:
+            if workers == 1:
+                results = _work(store, experiment_id, spec, scale, cells, claims, parent,
+                                records=records, show_progress=show_progress, log=log)
+            else:
+                _launch(launcher or LocalLauncher(), spec, store, db_url, scale, overrides, workers,
+                        claims.token, parent, log)
+                results = _outcomes(store, experiment_id, spec, cells, since_ms=_now_ms(started))
+            store.end_run(parent, Outcome.OK, tags=_count_tags(results))
+        except BaseException:
+            store.end_run(parent, Outcome.INTERRUPTED,
+                          f"interrupted after {len(results)} of {len(cells)} cells", tags=_count_tags(results))
+            raise
+        finally:
+            claims.close()
+    return SweepResult(spec.name, scale, parent, results, time.perf_counter() - started)
+
+
+def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: list[Cell], claims: Claims,
+          parent: str, *, records: dict[str, list[RunRecord]] | None = None, show_progress: bool,
+          log: Log | None) -> list[CellResult]:
+    """Take every cell not finished and not claimed by a live process, in grid order."""
+    if records is None:
+        records = store.cell_records(experiment_id, spec.name)
+    tags = {SWEEP: spec.name, SCALE: scale}
+    results: list[CellResult] = []
+    bar = tqdm(total=len(cells), desc=f"{spec.name} ({scale})", unit="cell", disable=not show_progress)
+    try:
+        for cell in cells:
+            bar.set_postfix_str(cell.label)
+            result = _take(store, experiment_id, spec, cell, records.get(cell.cell_id, []), claims, tags,
+                           parent, show_progress)
+            results.append(result)
+            if log is not None and result.outcome not in (Outcome.REUSED, Outcome.ELSEWHERE):
+                log(f"  {cell.label}: {result.outcome} {result.reason or ''}".rstrip())
+            bar.update(1)
+    finally:
+        bar.close()
+    return results
+
+
+def _take(store: Store, experiment_id: str, spec: SweepSpec, cell: Cell, records: list[RunRecord],
+          claims: Claims, tags: dict[str, str], parent: str, show_progress: bool) -> CellResult:
+    """Reuse, leave to its live holder, or claim and run one cell."""
+    done = _finished(records)
+    if done:
+        return CellResult(cell, Outcome.REUSED, done.metrics, run_id=done.run_id)
+    namespace = f"sweep:{spec.name}"
+    grant = claims.claim(namespace, cell.cell_id, retake_done=True, note=cell.label)
+    if grant is None:
+        holder = claims.get(namespace, cell.cell_id)
+        if holder is not None and holder.token == claims.token:
+            return CellResult(cell, Outcome.ELSEWHERE, reason="taken by another worker of this invocation")
+        where = f"process {holder.pid} on {holder.host}" if holder else "another process"
+        return CellResult(cell, Outcome.BUSY, reason=f"being run by {where}")
+    try:
+        if grant.previous is not None:  # claimed before: another process may have run it since we read
+            records = store.cell_records(experiment_id, spec.name, cell.cell_id).get(cell.cell_id, [])
+            done = _finished(records)
+            if done:
+                claims.release(namespace, cell.cell_id, DONE, note=cell.label)
+                return CellResult(cell, Outcome.REUSED, done.metrics, run_id=done.run_id)
+        for old in records:  # one record per cell: the failed/skipped/interrupted attempt gives way
+            if old.status == "RUNNING":  # we hold the claim, so its process is dead (on any host)
+                store.end_run(old.run_id, Outcome.INTERRUPTED, "its process stopped without closing this run")
+            store.delete_run(old.run_id)
+        result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress)
+    except BaseException:
+        claims.drop(namespace, cell.cell_id)  # free for the next invocation at once
+        raise
+    claims.release(namespace, cell.cell_id, DONE if result.outcome == Outcome.OK else FAILED, note=cell.label)
+    return result
+
+
+def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scale: str,
+            overrides: dict[str, Any], workers: int, token: str, parent: str, log: Log | None) -> list[int]:
+    import json
+
+    from harness.distributed.placement import worker_gpu_env
+
+    args = ["sweep", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri]
+    for key, value in overrides.items():
+        args += ["--set", f"{key}={json.dumps(value) if isinstance(value, list) else value}"]
+    threads = overrides.get("threads") or 1
+    roles = [WorkerRole(i, token, parent) for i in range(workers)]
+    if log is not None:
+        log(f"sweep {spec.name} ({scale}): {workers} workers, {threads} thread(s) each")
+    envs = [{"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **worker_gpu_env(r.index, workers)}
+            for r in roles]
+    return launcher.run([worker_command(args, r) for r in roles], envs)
+
+
+def _outcomes(store: Store, experiment_id: str, spec: SweepSpec, cells: list[Cell], since_ms: int) -> list[CellResult]:
+    """After the workers: each cell's one record, read back from the store."""
+    records = store.cell_records(experiment_id, spec.name)
+    results = []
+    for cell in cells:
+        found = records.get(cell.cell_id, [])
+        done = _finished(found)
+        if done:
+            outcome = Outcome.OK if done.start_time >= since_ms else Outcome.REUSED
+            results.append(CellResult(cell, outcome, done.metrics, run_id=done.run_id))
+        elif found:
+            r = found[0]
+            outcome = Outcome(r.outcome) if r.outcome else Outcome.INTERRUPTED
+            results.append(CellResult(cell, outcome, r.metrics, r.reason, r.run_id))
+        else:
+            results.append(CellResult(cell, Outcome.NOT_RUN, reason="no worker ran it (interrupted?)"))
+    return results
+
+
+def _finished(records: list[RunRecord]) -> RunRecord | None:
+    return next((r for r in records if r.finished_ok), None)
+
+
+def _count_tags(results: list[CellResult]) -> dict[str, int]:
+    """Bookkeeping as tags of the parent run (metrics would crowd the UI's charts of the cells)."""
+    found = Counter(r.outcome for r in results)
+    return {f"harness.cells_{str(o).replace(' ', '_')}": found[o] for o in SUMMARY_ORDER if found[o]}
+
+
+def _fixed_threads(spec: SweepSpec, scale: str, overrides: dict[str, Any]) -> int | None:
+    """The threads every cell shares (0 = all cores), or None when the grid varies them."""
+    if "threads" in spec.axes() or isinstance(overrides.get("threads"), list):
+        return None
+    fixed = {k: v for k, v in spec.fixed(scale, overrides).items() if not isinstance(v, list)}
+    return make_config(fixed).threads
+
+
+def _now_ms(perf_started: float) -> int:
+    """The wall-clock time (ms) at which a perf_counter reading was taken."""
+    return int((time.time() - (time.perf_counter() - perf_started)) * 1000) - 1000
