@@ -195,8 +195,8 @@ def cmd_list(args) -> int:
     from harness.models import MODELS
 
     print("experiments:")
-    for name, (_, line) in experiments.EXPERIMENTS.items():
-        print(f"  {name:<16} {line}")
+    for name in experiments.names():
+        print(f"  {name:<16} {experiments.get(name).title}")
     print("sweeps (harness sweep NAME --scale smoke|quick|full):")
     for name in sweepspec.available():
         print(f"  {name:<16} {sweepspec.load(name).title}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import experiments
 from harness.config import check_keys, make_config
 from harness.errors import UserError
 from harness.sweepspec import SCALES, SWEEPS_DIR
@@ -180,22 +181,21 @@ def _param(name: str, raw: dict, path: Path) -> Param:
 
 def check(spec: StudySpec) -> None:
     """Every mistake a study file can hold, as one sentence, before a trial runs."""
-    import experiments
-
     where = spec.path
-    if spec.experiment not in experiments.EXPERIMENTS:
+    if spec.experiment not in experiments.REGISTRY:
         raise UserError(f"study file {where}: unknown experiment '{spec.experiment}'; choose one of "
-                        f"{', '.join(experiments.EXPERIMENTS)}.")
+                        f"{', '.join(experiments.REGISTRY)}.")
     if not spec.metrics or len(spec.metrics) != len(spec.directions):
         raise UserError(f"study file {where} has {len(spec.metrics)} metric(s) {spec.metrics} but "
                         f"{len(spec.directions)} direction(s) {spec.directions}; give one direction per metric.")
-    known = getattr(experiments.load(spec.experiment), "METRICS", None)
+    experiment = experiments.get(spec.experiment)
     for metric, direction in zip(spec.metrics, spec.directions):
         if direction not in DIRECTIONS:
             raise UserError(f"study file {where}: direction '{direction}' for {metric} should be maximize or minimize.")
-        if known is not None and metric not in (*known, *HARNESS_METRICS):
+        if not (experiment.has_metric(metric) or metric in HARNESS_METRICS):
+            reported = dict.fromkeys((*experiment.metrics, *HARNESS_METRICS))  # in order, once each
             raise UserError(f"study file {where}: unknown metric '{metric}'; experiment {spec.experiment} "
-                            f"reports {', '.join((*known, *HARNESS_METRICS))}.")
+                            f"reports {', '.join(reported)}.")
         sense = METRIC_SENSE.get(metric)
         if sense and sense != direction:
             raise UserError(f"study file {where} asks to {direction} {metric}, which is better when "

@@ -64,13 +64,13 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
         return CellResult(cell, FAILED, reason=cell.error, run_id=run_id)
 
     cfg = cell.config
-    module = experiments.load(cfg.experiment)
+    experiment = experiments.get(cfg.experiment)
     run_id = store.start_run(experiment_id, cell.label,
-                             {**tags, CELL_ID: cell.cell_id, "harness.clock": module.CLOCK}, parent_id)
+                             {**tags, CELL_ID: cell.cell_id, "harness.clock": experiment.clock}, parent_id)
     store.log_params(run_id, cfg.model_dump())
     store.client.log_dict(run_id, cfg.model_dump(), "config.json")
     bar = tqdm(total=cfg.epochs, desc=f"  {cell.label}", unit="epoch", leave=False,
-                disable=not (show_epochs and getattr(module, "TRAINS", True)))
+                disable=not (show_epochs and experiment.needs_dataset))
 
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
         store.log_metrics(run_id, metrics, step=epoch)
@@ -80,7 +80,7 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
 
     try:
         reset_peak_rss()
-        metrics = dict(module.run(cfg, on_epoch=on_epoch))
+        metrics = dict(experiment.run(cfg, on_epoch))
         # A text value (a warning the experiment captured, a dtype) is a tag, not a metric.
         notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
         # A multi-process experiment reports its ranks' own figures; this process's are not them.
@@ -109,12 +109,12 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
 
 def preflight(cells: list[Cell]) -> None:
     """Load each dataset the sweep needs once, so a missing folder or an offline download fails
-    the whole sweep with one sentence before any run is created. An experiment module that sets
-    `TRAINS = False` (it makes its own inputs) needs none."""
+    the whole sweep with one sentence before any run is created. An experiment that makes its own
+    inputs (`needs_dataset=False`) needs none."""
     seen = set()
     for cell in cells:
         cfg = cell.config
-        if cfg is None or not getattr(experiments.load(cfg.experiment), "TRAINS", True):
+        if cfg is None or not experiments.get(cfg.experiment).needs_dataset:
             continue
         key = (cfg.dataset, cfg.data_dir, cfg.model, cfg.train_limit, cfg.test_limit, cfg.seed)
         if key not in seen:

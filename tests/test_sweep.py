@@ -1,5 +1,7 @@
 """The sweep engine against a real SQLite MLflow store, on the tiny CNN and synthetic data."""
 
+import dataclasses
+
 import pytest
 
 import experiments.pruning
@@ -64,18 +66,18 @@ def test_a_bad_cell_is_recorded_with_its_reason_and_the_sweep_goes_on(store, swe
 
 def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep_file, monkeypatch):
     spec = sweepspec.load(str(sweep_file("crash", {"sparsity": [0.0, 0.5]})))
-    real_run = experiments.pruning.run
+    real = experiments.pruning.EXPERIMENT
 
     def flaky(cfg, on_epoch=None):
         if cfg.sparsity == 0.5:
             raise RuntimeError("out of memory (simulated)")
-        return real_run(cfg, on_epoch)
+        return real.run(cfg, on_epoch)
 
-    monkeypatch.setattr(experiments.pruning, "run", flaky)
+    monkeypatch.setattr(experiments.pruning, "EXPERIMENT", dataclasses.replace(real, run=flaky))
     first = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in first.results] == ["ok", "failed"]
     assert "RuntimeError: out of memory" in first.results[1].reason
-    monkeypatch.setattr(experiments.pruning, "run", real_run)
+    monkeypatch.setattr(experiments.pruning, "EXPERIMENT", real)
     second = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in second.results] == ["reused", "ok"]
     runs = _cells(store, "crash")
