@@ -97,6 +97,7 @@ def _store(args):
 
 
 def cmd_run(args) -> int:
+    from experiments import check_reads
     from harness.config import make_config
     from harness.sweep import run_single
     from harness.tracking import OK
@@ -104,6 +105,7 @@ def cmd_run(args) -> int:
     overrides = _overrides(args.sets)
     if any(isinstance(v, list) for v in overrides.values()):
         raise UserError("`harness run` takes single values; use `harness sweep` for lists.")
+    check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
     result = run_single(cfg, _store(args))
     if result.outcome != OK:
@@ -116,10 +118,12 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
+    from experiments import check_reads
     from harness import sweepspec
     from harness.sweep import run_sweep
 
     spec = sweepspec.load(args.sweep)
+    check_reads(spec.experiment, _overrides(args.sets))  # here, before any worker is started
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1 (got {args.workers}).")
     if args.workers > 1 or args.storage or args.worker:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import experiments
-from harness.config import check_keys, make_config
+from harness.config import make_config
 from harness.errors import UserError
 from harness.sweepspec import SCALES, SWEEPS_DIR
 
@@ -81,7 +81,7 @@ class StudySpec:
         if scale not in self.scales:
             raise UserError(f"unknown scale '{scale}'; choose one of {', '.join(self.scales)}.")
         overrides = dict(overrides or {})
-        check_keys(overrides)
+        experiments.check_reads(self.experiment, overrides)
         for key, value in overrides.items():
             if isinstance(value, list):
                 raise UserError(f"--set {key}: a study takes single values; its search space is in {self.path}.")
@@ -202,9 +202,9 @@ def check(spec: StudySpec) -> None:
                             f"{'higher' if sense == 'maximize' else 'lower'}; the direction should be {sense}.")
     if len(set(spec.metrics)) != len(spec.metrics):
         raise UserError(f"study file {where} names a metric twice in {spec.metrics}.")
-    check_keys(spec.space)
-    for section in (spec.base, *spec.scales.values()):
-        check_keys(section)
+    # Unknown keys, and keys the experiment never reads (they would change nothing but the trial's id).
+    keys = [*spec.space, *spec.base, *(k for s in spec.scales.values() for k in s)]
+    experiments.check_reads(spec.experiment, keys, where=f"study file {where}")
     sampler = spec.sampler.get("name", "tpe")
     if sampler not in SAMPLERS:
         raise UserError(f"study file {where}: unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}.")

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.config import RunConfig, check_keys, make_config
+from experiments import check_reads
+from harness.config import RunConfig, make_config
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT
 
@@ -101,10 +102,10 @@ def load(name_or_path: str) -> SweepSpec:
     for name, scale in spec.scales.items():
         if isinstance(scale.get("grid"), dict):
             spec.scale_grids[name] = scale.pop("grid")
-    for section in (spec.base, *spec.scales.values()):
-        check_keys(section)
+    # Unknown keys, and keys the experiment never reads (they would change nothing but the cell id).
+    check_reads(spec.experiment, [*spec.base, *(k for s in spec.scales.values() for k in s), *spec.axes()],
+                where=f"sweep file {path}")
     for grid in (spec.grid, *spec.scale_grids.values()):
-        check_keys([k for axis, values in grid.items() for k in (_compound_keys(values) or [axis])])
         for axis, values in grid.items():
             if not isinstance(values, list) or not values:
                 raise UserError(f"grid axis '{axis}' in {path} must be a non-empty list.")
@@ -118,7 +119,7 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     if scale not in spec.scales:
         raise UserError(f"unknown scale '{scale}'; choose one of {', '.join(spec.scales)}.")
     overrides = dict(overrides or {})
-    check_keys(overrides)
+    check_reads(spec.experiment, overrides)
     grid = {**spec.grid, **spec.scale_grids.get(scale, {})}
     fixed = {"experiment": spec.experiment, **spec.base, **spec.scales[scale]}
     # A scale may narrow or widen a grid axis (a list replaces it, a single value pins it).

@@ -3,6 +3,7 @@
 import dataclasses
 
 import pytest
+from conftest import assert_one_sentence_exit_2
 
 import experiments.pruning
 from harness import sweepspec
@@ -111,6 +112,23 @@ def test_repeats_expand_and_scales_override(sweep_file):
         sweepspec.expand(spec, "huge")
     with pytest.raises(UserError, match="epochs"):
         sweepspec.expand(spec, "full", {"epochs": 0})
+
+
+@pytest.mark.parametrize("grid, base", [
+    ({"sparsity": [0.0], "backend": ["gloo", "nccl"]}, None),  # a grid axis
+    ({"sparsity": [0.0]}, {"backend": "nccl"}),                  # [base]
+])
+def test_a_sweep_file_setting_a_field_its_experiment_never_reads_is_one_sentence(sweep_file, grid, base, capsys):
+    path = sweep_file("ignored", grid, base=base)
+    assert_one_sentence_exit_2(["sweep", str(path)], [f"sweep file {path}: experiment 'pruning' does not read "
+                                                      "'backend'; it reads:", "sparsity"], capsys)
+
+
+def test_a_scale_setting_a_field_its_experiment_never_reads_is_refused(sweep_file):
+    path = sweep_file("ignored_scale", {"sparsity": [0.0]})
+    path.write_text(path.read_text().replace("[scales.smoke]\nepochs = 1\n", "[scales.smoke]\nmatrix_size = 8\n"))
+    with pytest.raises(UserError, match=f"sweep file {path}: experiment 'pruning' does not read 'matrix_size'"):
+        sweepspec.load(str(path))
 
 
 @pytest.mark.parametrize("name", sweepspec.available())
