@@ -20,10 +20,14 @@ WORKERS ?=
 STORAGE ?=
 TIMEOUT ?=
 
-# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only.
-DEVICE_SET := $(if $(filter cpu,$(DEVICE)),--set device=cpu --set backend=gloo,$(if $(DEVICE),--set device=$(DEVICE)))
-OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
-             $(DEVICE_SET) $(foreach s,$(SET),--set $(s))
+# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only. The
+# backend is set only for the experiments that read it ($(call overrides,FILE) looks at FILE's
+# experiment): the harness refuses a field an experiment never reads.
+experiment_of = $(shell sed -n 's/^experiment *= *"\([a-z_]*\)".*/\1/p' $1)
+device_set = $(if $(filter cpu,$(DEVICE)),--set device=cpu$(if $(filter data_parallel dp_scratch,$(call experiment_of,$1)), \
+             --set backend=gloo),$(if $(DEVICE),--set device=$(DEVICE)))
+overrides = $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
+            $(call device_set,$1) $(foreach s,$(SET),--set $(s))
 # Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME`.
 SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml))))
 # Every sweeps/study_NAME.toml has `make study-NAME` (underscores written as hyphens).
@@ -60,10 +64,10 @@ test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow"
 
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ...
-	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(OVERRIDES) $(STORE)
+	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(call overrides,sweeps/$*.toml) $(STORE)
 
 study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity-tradeoff (ARGS=--status)
-	$(HARNESS) study $(subst -,_,$*) --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
+	$(HARNESS) study $(subst -,_,$*) --scale $(SCALE) $(STUDY_OPTS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
 
 report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)
 	$(HARNESS) report $* $(STORE)
@@ -72,7 +76,7 @@ report: ## reports/REPRODUCTION.md: every sweep beside the published tables, wit
 	$(HARNESS) report $(STORE)
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
-	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(OVERRIDES) $(STORE); done
+	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(call overrides,sweeps/resnet.toml) $(STORE); done
 
 report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two y-axes
 	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) report $$s $(STORE); done

@@ -1,46 +1,100 @@
-"""Registry of the documents' experiments. Each is a module with `run(cfg, on_epoch=None) -> metrics`
-and a `CLOCK` string saying what its timings contain. The CLI, the sweep engine and the tests all
-call that same function. A metric value that is a string (a captured warning, the dtype autocast
-produced) is logged as the tag `harness.note.<key>` instead of a metric."""
+"""Registry of the documents' experiments. Each is a module with a plain `run(cfg, on_epoch=None) ->
+metrics` and one module-level `EXPERIMENT` descriptor saying what it is: its clock, whether it
+trains on a dataset, the metrics it returns, the config fields it reads and a smoke config. The
+CLI, the sweep engine, the study engine and the tests all call that same `run`.
+
+A metric value that is a string (a captured warning, the dtype autocast produced) is a note: it
+is logged as the tag `harness.note.<key>` instead of a metric.
+
+A new experiment is its module (with `EXPERIMENT = Experiment(...)`) plus one line in REGISTRY.
+"""
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-# name -> (module, one line for `harness list`)
-EXPERIMENTS: dict[str, tuple[str, str]] = {
-    "pruning": ("experiments.pruning", "T6.1: train, prune Conv2d filters by L1 norm, train timed, test"),
-    "amp": ("experiments.amp", "T7: train with autocast in fp32 | bf16 | fp16 (+ GradScaler), timed, test"),
-    "hybridize": ("experiments.hybridize", "D12.1: forward-pass time eager vs torch.jit.script vs torch.compile"),
-    "async": ("experiments.asynchronous", "D12.2: random-then-matmul in numpy and torch, clock read with and without sync"),
-    "data_parallel": ("experiments.data_parallel",
-                      "T9.1-T10.2, D12.6: threads, or DDP over world_size torchrun processes / GPUs"),
-    "dp_scratch": ("experiments.dp_scratch",
-                   "D12.5: hand-written data parallel (copies, split batch, allreduce) vs DDP vs one device"),
-    "autoparallel": ("experiments.autoparallel",
-                     "D12.3: two GPUs queued without synchronizing; compute overlapped with copies to the host"),
+from harness.errors import UserError
+
+if TYPE_CHECKING:
+    from harness.config import RunConfig
+    from harness.train import EpochCallback
+
+# name -> module; ONE line per experiment. Modules are imported only when asked for (get), so
+# validating a name costs no torch/NNI import.
+REGISTRY: dict[str, str] = {
+    "pruning": "experiments.pruning",
+    "amp": "experiments.amp",
+    "hybridize": "experiments.hybridize",
+    "async": "experiments.asynchronous",
+    "data_parallel": "experiments.data_parallel",
+    "dp_scratch": "experiments.dp_scratch",
+    "autoparallel": "experiments.autoparallel",
 }
 
+# Fields a cell may always set, whatever its experiment:
+# - experiment: chooses the descriptor itself;
+# - repeat: tells identical cells apart (it is part of the cell id); no run() reads it;
+# - threads: the harness sets it on every cell when it splits a machine's cores between workers
+#   (harness/workers.thread_overrides, and OMP_NUM_THREADS for each worker), so it applies to
+#   every experiment even where run() itself never calls torch.set_num_threads (autoparallel).
+# seed and device are not here: every experiment reads them, so they are in every `reads`.
+ALWAYS_ALLOWED = frozenset({"experiment", "repeat", "threads"})
 
-def load(name: str) -> ModuleType:
-    return importlib.import_module(EXPERIMENTS[name][0])
+# A metric name with `{i}` stands for one metric per index: rank{i}_train_time_s is rank0_..., rank1_...
+_INDEX = "{i}"
 
 
-# --- temporary bridge to the descriptor interface (replaced by the descriptors branch) ---------
-from types import SimpleNamespace  # noqa: E402
+@dataclass(frozen=True)
+class Experiment:
+    name: str                      # registry name, e.g. "pruning"
+    title: str                     # one line for `harness list`
+    run: Callable[["RunConfig", "EpochCallback | None"], dict]  # the module's run(cfg, on_epoch=None)
+    clock: str                     # what its timings contain (logged as the harness.clock tag)
+    needs_dataset: bool            # False: makes its own inputs; no dataset preflight, no epoch bar
+    metrics: tuple[str, ...]       # every numeric metric run() can return, on any branch
+    reads: frozenset[str]          # the RunConfig fields run() reads, itself or through harness helpers
+    smoke: Mapping[str, Any]       # a tiny config (without "experiment") that runs offline in seconds on CPU
+    notes: tuple[str, ...] = ()    # string values run() can return (logged as tags)
+
+    def has_metric(self, key: str) -> bool:
+        """Whether `key` is one of `metrics` (rank3_train_time_s is rank{i}_train_time_s)."""
+        return any(metric_matches(m, key) for m in self.metrics)
+
+
+def metric_matches(declared: str, key: str) -> bool:
+    """`key` is the declared metric name, or an instance of it when the name holds `{i}`."""
+    if _INDEX not in declared:
+        return key == declared
+    return re.fullmatch(re.escape(declared).replace(re.escape(_INDEX), r"\d+"), key) is not None
 
 
 def names() -> list[str]:
-    return list(EXPERIMENTS)
+    return list(REGISTRY)
 
 
-def get(name: str):
-    module = load(name)
-    return SimpleNamespace(name=name, title=EXPERIMENTS[name][1], run=module.run, clock=module.CLOCK,
-                           needs_dataset=getattr(module, "TRAINS", True),
-                           metrics=getattr(module, "METRICS", ("train_time_s", "test_accuracy")))
+def get(name: str) -> Experiment:
+    """The experiment's descriptor (its module is imported here, on first use)."""
+    if name not in REGISTRY:
+        raise UserError(f"unknown experiment '{name}'; choose one of {', '.join(REGISTRY)}.")
+    return importlib.import_module(REGISTRY[name]).EXPERIMENT
 
 
-def check_reads(name: str, keys) -> None:
-    return None
+def check_reads(name: str, keys: Iterable[str], *, where: str = "") -> None:
+    """UserError when a key is not a config field, or is one experiment `name` never reads (setting it
+    would change nothing but the cell's id). `where` ("sweep file X") starts the sentence."""
+    from harness.config import check_keys
+
+    keys = list(keys)
+    prefix = f"{where}: " if where else ""
+    try:
+        check_keys(keys)
+        experiment = get(name)
+    except UserError as err:
+        raise UserError(f"{prefix}{err}") from None
+    ignored = [k for k in keys if k not in experiment.reads and k not in ALWAYS_ALLOWED]
+    if ignored:
+        raise UserError(f"{prefix}experiment '{name}' does not read '{ignored[0]}'; it reads: "
+                        f"{', '.join(sorted(experiment.reads))}.")

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import torch
 
+from experiments import Experiment
 from harness.config import RunConfig
-from harness.data import load_splits
+from harness.data import SPLITS_READS, load_splits
 from harness.models import MODELS, build_model, count_parameters
-from harness.precision import Precision, backend_flags, native_support
+from harness.precision import FLAG_READS, Precision, backend_flags, native_support
 from harness.timing import timed
-from harness.train import (CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs,
-                           training_metrics)
+from harness.train import (CLOCK, OPTIMIZER_READS, PREPARE_READS, EpochCallback, evaluate, make_optimizer, prepare,
+                           train_epochs, training_metrics)
 
-__all__ = ["CLOCK", "run"]
+__all__ = ["EXPERIMENT", "run"]
 
 
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:
@@ -58,3 +59,22 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         **flags,
         "forward_dtype": str(produced).removeprefix("torch."),
     }
+
+
+EXPERIMENT = Experiment(
+    name="amp",
+    title="T7: train with autocast in fp32 | bf16 | fp16 (+ GradScaler), timed, test",
+    run=run,
+    clock=CLOCK,
+    needs_dataset=True,
+    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
+             "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
+             "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
+             "flag_benchmark", "flag_allow_tf32", "flag_allow_fp16_reduced_precision_reduction",
+             "flag_allow_bf16_reduced_precision_reduction"),
+    notes=("forward_dtype",),
+    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | FLAG_READS | {
+        "dtype", "grad_scaler", "batch_size", "warmup_epochs", "epochs", "eval_batch_size"},
+    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 128, "test_limit": 64, "warmup_epochs": 0,
+           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "dtype": "bf16", "threads": 1},
+)

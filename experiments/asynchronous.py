@@ -18,17 +18,12 @@ import time
 import numpy as np
 import torch
 
+from experiments import Experiment
 from harness.config import RunConfig
 from harness.timing import spread, synchronize
-from harness.train import EpochCallback, prepare
+from harness.train import PREPARE_READS, EpochCallback, prepare
 
-TRAINS = False  # makes its own inputs and has no epochs: no dataset preflight, no epoch progress bar
-
-__all__ = ["CLOCK", "run"]
-
-CLOCK = ("matmul_iterations x (random normal matrix, then its square): numpy on the host, and torch on "
-         "the device read twice, before and after synchronizing it; one untimed torch round first "
-         "(allocator, kernels, BLAS threads); timing_repeats repeats, median quoted")
+__all__ = ["EXPERIMENT", "run"]
 
 
 def numpy_round(n: int, iterations: int, rng: np.random.Generator) -> float:
@@ -75,3 +70,18 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         "nosync_share": float(np.median([a / b for a, b in zip(nosync, synced)])),
         "numpy_over_torch": np_t["median"] / s_t["median"],
     }
+
+
+EXPERIMENT = Experiment(
+    name="async",
+    title="D12.2: random-then-matmul in numpy and torch, clock read with and without sync",
+    run=run,
+    clock=("matmul_iterations x (random normal matrix, then its square): numpy on the host, and torch on "
+           "the device read twice, before and after synchronizing it; one untimed torch round first "
+           "(allocator, kernels, BLAS threads); timing_repeats repeats, median quoted"),
+    needs_dataset=False,  # makes its own random matrices; no epochs
+    metrics=("numpy_time_s", "numpy_time_iqr_s", "torch_nosync_time_s", "torch_nosync_time_iqr_s",
+             "torch_sync_time_s", "torch_sync_time_iqr_s", "nosync_share", "numpy_over_torch"),
+    reads=PREPARE_READS | {"matrix_size", "matmul_iterations", "timing_repeats"},
+    smoke={"device": "cpu", "matrix_size": 64, "matmul_iterations": 2, "timing_repeats": 2, "threads": 1},
+)

@@ -9,15 +9,16 @@ pinned to its own cores or GPU; the ranks' result comes back here and is logged 
 
 from __future__ import annotations
 
+from experiments import Experiment
 from harness.config import RunConfig
 from harness.distributed import ddp_train
-from harness.distributed.ddp_train import CLOCK
-from harness.distributed.launch import launch
+from harness.distributed.ddp_train import CLOCK, TRAIN_READS
+from harness.distributed.launch import READS as LAUNCH_READS, launch
 from harness.distributed.placement import check_can_run
 from harness.distributed.rank import RankContext
-from harness.train import EpochCallback, prepare
+from harness.train import PREPARE_READS, EpochCallback, prepare
 
-__all__ = ["CLOCK", "run", "to_metrics"]
+__all__ = ["EXPERIMENT", "run", "to_metrics"]
 
 TARGET = "harness.distributed.ddp_train:train"
 
@@ -37,3 +38,20 @@ def to_metrics(result: dict, on_epoch: EpochCallback | None = None) -> dict[str,
         for i, (seconds, loss) in enumerate(zip(result["epoch_times"], result["epoch_losses"])):
             on_epoch(i, {"epoch_time_s": seconds, "train_loss": loss})
     return {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
+
+
+EXPERIMENT = Experiment(
+    name="data_parallel",
+    title="T9.1-T10.2, D12.6: threads, or DDP over world_size torchrun processes / GPUs",
+    run=run,
+    clock=CLOCK,
+    needs_dataset=True,
+    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
+             "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "ranks", "batch_per_rank",
+             "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
+             "rank{i}_train_time_s", "peak_rss_mb"),
+    reads=PREPARE_READS | LAUNCH_READS | TRAIN_READS,
+    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
+           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "lr_scaling": "linear_warmup",
+           "lr_warmup_epochs": 1, "world_size": 1, "threads": 1},
+)

@@ -22,19 +22,17 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
+from experiments import Experiment
 from harness.config import RunConfig
-from harness.data import Dataset, Split, load_splits
-from harness.distributed.launch import launch
+from harness.data import SPLITS_READS, Dataset, Split, load_splits
+from harness.distributed.launch import READS as LAUNCH_READS, launch
 from harness.distributed.placement import check_can_run
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped, UserError
 from harness.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
 from harness.timing import spread, timed
-from harness.train import EpochCallback, prepare
+from harness.train import PREPARE_READS, EpochCallback, prepare
 
-CLOCK = ("training epochs only: splitting each global batch, per-copy forward/backward, the gradient "
-         "allreduce (hand-written or DDP's), the SGD step on every copy; the one-device reference run, "
-         "the comparison and evaluation are outside the clock")
 TARGET = "experiments.dp_scratch:ddp_target"
 MATCH_ATOL = 1e-5
 
@@ -194,3 +192,21 @@ def ddp_target(cfg: RunConfig, ctx: RankContext) -> dict:
         result.update({f"rank{i}_train_time_s": sum(ts) for i, ts in enumerate(everyone)})
         result["epoch_times"] = slowest
     return ctx.broadcast(result)
+
+
+EXPERIMENT = Experiment(
+    name="dp_scratch",
+    title="D12.5: hand-written data parallel (copies, split batch, allreduce) vs DDP vs one device",
+    run=run,
+    clock=("training epochs only: splitting each global batch, per-copy forward/backward, the gradient "
+           "allreduce (hand-written or DDP's), the SGD step on every copy; the one-device reference run, "
+           "the comparison and evaluation are outside the clock"),
+    needs_dataset=True,
+    metrics=("first_step_param_diff", "params_match", "max_param_diff", "copies_identical", "train_time_s",
+             "test_accuracy", "epoch_time_median_s", "epoch_time_iqr_s", "samples_per_s", "train_samples",
+             "test_samples", "copies", "rank{i}_train_time_s"),
+    # plain SGD written out (lr only: no optimizer, momentum or weight decay), d2l's LeNet (model is checked)
+    reads=PREPARE_READS | LAUNCH_READS | SPLITS_READS | {"dp_impl", "batch_size", "lr", "warmup_epochs", "epochs"},
+    smoke={"model": "lenet_d2l", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 0,
+           "epochs": 1, "batch_size": 32, "lr": 0.1, "world_size": 2, "dp_impl": "scratch", "threads": 1},
+)

@@ -25,19 +25,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from experiments import Experiment
 from harness.config import RunConfig
 from harness.errors import CellSkipped
 from harness.models import MODELS, build_model
 from harness.timing import spread, timed
-from harness.train import EpochCallback, prepare
+from harness.train import PREPARE_READS, EpochCallback, prepare
 
-TRAINS = False  # makes its own inputs and has no epochs: no dataset preflight, no epoch progress bar
-
-__all__ = ["CLOCK", "run", "make_variant", "captured_warnings"]
-
-CLOCK = ("forward_calls forward passes of one fixed input (autograd on, as in d2l), after the first call "
-         "and warmup_calls untimed calls; the device is synchronized before each reading; the first call "
-         "(compilation for torch.compile) is timed separately")
+__all__ = ["EXPERIMENT", "run", "make_variant", "captured_warnings"]
 
 log = logging.getLogger(__name__)
 
@@ -133,3 +128,22 @@ def make_variant(model: nn.Module, execution: str, folder: Path, compile_mode: s
         torch._dynamo.reset()  # a cold compile per cell: no graph reused from an earlier cell
         return torch.compile(model, mode=compile_mode, backend=compile_backend)
     raise ValueError(f"unknown execution '{execution}'")
+
+
+EXPERIMENT = Experiment(
+    name="hybridize",
+    title="D12.1: forward-pass time eager vs torch.jit.script vs torch.compile",
+    run=run,
+    clock=("forward_calls forward passes of one fixed input (autograd on, as in d2l), after the first call "
+           "and warmup_calls untimed calls; the device is synchronized before each reading; the first call "
+           "(compilation for torch.compile) is timed separately"),
+    needs_dataset=False,  # times one random input of the model's shape; no epochs
+    metrics=("forward_time_s", "forward_time_iqr_s", "per_call_us", "per_call_iqr_us", "first_call_s",
+             "max_abs_diff_vs_eager", "warnings_captured"),
+    notes=("captured_warnings",),
+    reads=PREPARE_READS | {"model", "batch_size", "execution", "compile_mode", "compile_backend", "warmup_calls",
+                           "timing_repeats", "forward_calls"},
+    # script: the deprecation warning it raises exercises the captured_warnings note
+    smoke={"model": "mlp_d2l", "batch_size": 1, "execution": "script", "forward_calls": 20, "warmup_calls": 2,
+           "timing_repeats": 2, "threads": 1},
+)

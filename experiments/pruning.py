@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import torch
 
+from experiments import Experiment
 from harness.config import RunConfig
-from harness.data import load_splits
+from harness.data import SPLITS_READS, load_splits
 from harness.models import MODELS, build_model, count_parameters
 from harness.pruning import prune_conv_filters
 from harness.timing import timed
-from harness.train import (CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs,
-                           training_metrics)
+from harness.train import (CLOCK, OPTIMIZER_READS, PREPARE_READS, EpochCallback, evaluate, make_optimizer, prepare,
+                           train_epochs, training_metrics)
 
-__all__ = ["CLOCK", "METRICS", "run"]
-
-# What run() returns (studies check their objective names against this before any trial runs).
-METRICS = ("train_time_s", "test_accuracy", "param_count", "param_count_before", "samples_per_s",
-           "epoch_time_median_s", "epoch_time_iqr_s", "warmup_time_s", "prune_time_s", "eval_time_s",
-           "train_samples", "test_samples")
+__all__ = ["EXPERIMENT", "run"]
 
 
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
@@ -65,3 +61,21 @@ def _with_test_accuracy(on_epoch: EpochCallback, model, test, batch_size: int, d
         metrics["epoch_test_accuracy"] = evaluate(model, test, batch_size=batch_size, device=device)
         on_epoch(epoch, metrics)
     return with_accuracy
+
+
+EXPERIMENT = Experiment(
+    name="pruning",
+    title="T6.1: train, prune Conv2d filters by L1 norm, train timed, test",
+    run=run,
+    clock=CLOCK,
+    needs_dataset=True,
+    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
+             "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
+             "param_count", "param_count_before", "prune_time_s"),
+    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | {
+        "batch_size", "warmup_epochs", "epochs", "eval_batch_size", "sparsity", "pruning_backend",
+        "eval_every_epoch"},
+    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
+           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "sparsity": 0.5,
+           "pruning_backend": "torch-pruning", "eval_every_epoch": True, "threads": 1},
+)

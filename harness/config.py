@@ -145,9 +145,9 @@ class RunConfig(BaseModel):
     @field_validator("experiment")
     @classmethod
     def _known_experiment(cls, value: str) -> str:
-        from experiments import EXPERIMENTS
+        from experiments import REGISTRY  # names only: no experiment module is imported to check one
 
-        return _one_of(value, EXPERIMENTS)
+        return _one_of(value, REGISTRY)
 
     @field_validator("model")
     @classmethod

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -23,6 +23,7 @@ Spec = TypeVar("Spec", bound="SpecFile")
 class SpecFile(BaseModel):
     """The keys a sweep file and a study file both have."""
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+    kind: ClassVar[str] = "spec"   # "sweep" or "study", for messages
 
     name: str = Field(min_length=1)
     title: str = ""
@@ -56,16 +57,17 @@ class SpecFile(BaseModel):
             self.check_read(section)
 
     def check_read(self, keys) -> None:
+        """Every key is a field the file's experiment reads (one it ignores would change nothing
+        but the cell id)."""
         import experiments
 
-        try:
-            experiments.check_reads(self.experiment, keys)
-        except UserError as err:
-            raise UserError(f"{self.path}: {err}") from None
+        experiments.check_reads(self.experiment, keys, where=f"{self.kind} file {self.path}")
 
 
-def read(path: Path, model: type[Spec], kind: str) -> Spec:
+
+def read(path: Path, model: type[Spec]) -> Spec:
     """The file as `model`, or one sentence naming the file and what is wrong with it."""
+    kind = model.kind
     try:
         raw = tomllib.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:

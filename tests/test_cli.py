@@ -29,6 +29,10 @@ def uri(tmp_path_factory):
     (["run", "pruning", "--set", "batch_size=0"], ["batch_size", "positive"]),
     (["run", "pruning", "--set", "lr=-1"], ["lr", "positive"]),
     (["run", "pruning", "--set", "pruning_backend=prune-o-matic"], ["pruning_backend", "nni"]),
+    (["run", "pruning", "--set", "backend=nccl"],
+     ["experiment 'pruning' does not read 'backend'; it reads: batch_size,", "sparsity", "pruning_backend"]),
+    (["run", "async", "--set", "epochs=3"], ["experiment 'async' does not read 'epochs'", "matrix_size"]),
+    (["sweep", "sparsity", "--set", "dtype=bf16"], ["does not read 'dtype'", "sparsity"]),
     (["run", "pruning", "--set", "dataset=imagefolder", "--set", "data_dir=/no/such/folder"],
      ["/no/such/folder", "train"]),
     (["sweep", "sparsity", "--scale", "enormous"], ["unknown scale 'enormous'", "smoke"]),
@@ -81,3 +85,12 @@ def test_cuda_on_a_machine_without_a_gpu_is_one_sentence(uri, capsys):
         pytest.skip("this machine has a GPU")
     assert main(["run", "pruning", "--set", "device=cuda", "--set", "dataset=synthetic", "--tracking-uri", uri]) == 2
     assert "no usable CUDA GPU" in capsys.readouterr().err
+
+
+def test_list_shows_every_experiment_with_the_title_from_its_descriptor(capsys):
+    import experiments
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in experiments.names():
+        assert f"  {name:<16} {experiments.get(name).title}\n" in out

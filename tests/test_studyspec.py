@@ -54,6 +54,8 @@ def test_space_kinds_and_study_names(study_file):
       "extra": '[pruner]\nname = "median"\n'}, ["pruner", "single-objective"]),
     ({"space": LR, "extra": '[pruner]\nname = "median"\n'}, ["eval_every_epoch = true"]),
     ({"space": LR, "extra": '[sampler]\nname = "genetic"\n'}, ["unknown sampler 'genetic'"]),
+    ({"space": LR, "base": {"dtype": "bf16"}}, ["study file", "experiment 'pruning' does not read 'dtype'"]),
+    ({"space": LR + 'execution = { choices = ["eager", "script"] }\n'}, ["study file", "does not read 'execution'"]),
 ])
 def test_bad_study_files_are_one_sentence(study_file, kwargs, words):
     path = study_file("bad", **kwargs)
@@ -73,6 +75,7 @@ def uri(tmp_path_factory):
     (["study", "lr_batch", "--scale", "enormous"], ["unknown scale 'enormous'"]),
     (["study", "lr_batch", "--set", "lr=0.1"], ["'lr' is searched"]),
     (["study", "lr_batch", "--set", "epochs=0"], ["epochs", "positive"]),
+    (["study", "lr_batch", "--set", "backend=gloo"], ["experiment 'pruning' does not read 'backend'", "momentum"]),
     (["study", "lr_batch", "--n-trials", "0"], ["--n-trials"]),
     (["study", "lr_batch", "--workers", "0"], ["--workers"]),
     (["study", "lr_batch", "--scale", "smoke", "--status"], ["has not been run"]),

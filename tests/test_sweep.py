@@ -1,6 +1,9 @@
 """The sweep engine against a real SQLite MLflow store, on the tiny CNN and synthetic data."""
 
+import dataclasses
+
 import pytest
+from conftest import assert_one_sentence_exit_2
 
 import experiments.pruning
 from harness.sweeps import spec as sweepspec
@@ -64,18 +67,18 @@ def test_a_bad_cell_is_recorded_with_its_reason_and_the_sweep_goes_on(store, swe
 
 def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep_file, monkeypatch):
     spec = sweepspec.load(str(sweep_file("crash", {"sparsity": [0.0, 0.5]})))
-    real_run = experiments.pruning.run
+    real = experiments.pruning.EXPERIMENT
 
     def flaky(cfg, on_epoch=None):
         if cfg.sparsity == 0.5:
             raise RuntimeError("out of memory (simulated)")
-        return real_run(cfg, on_epoch)
+        return real.run(cfg, on_epoch)
 
-    monkeypatch.setattr(experiments.pruning, "run", flaky)
+    monkeypatch.setattr(experiments.pruning, "EXPERIMENT", dataclasses.replace(real, run=flaky))
     first = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in first.results] == ["ok", "failed"]
     assert "RuntimeError: out of memory" in first.results[1].reason
-    monkeypatch.setattr(experiments.pruning, "run", real_run)
+    monkeypatch.setattr(experiments.pruning, "EXPERIMENT", real)
     second = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in second.results] == ["reused", "ok"]
     runs = _cells(store, "crash")
@@ -109,6 +112,23 @@ def test_repeats_expand_and_scales_override(sweep_file):
         sweepspec.expand(spec, "huge")
     with pytest.raises(UserError, match="epochs"):
         sweepspec.expand(spec, "full", {"epochs": 0})
+
+
+@pytest.mark.parametrize("grid, base", [
+    ({"sparsity": [0.0], "backend": ["gloo", "nccl"]}, None),  # a grid axis
+    ({"sparsity": [0.0]}, {"backend": "nccl"}),                  # [base]
+])
+def test_a_sweep_file_setting_a_field_its_experiment_never_reads_is_one_sentence(sweep_file, grid, base, capsys):
+    path = sweep_file("ignored", grid, base=base)
+    assert_one_sentence_exit_2(["sweep", str(path)], [f"sweep file {path}: experiment 'pruning' does not read "
+                                                      "'backend'; it reads:", "sparsity"], capsys)
+
+
+def test_a_scale_setting_a_field_its_experiment_never_reads_is_refused(sweep_file):
+    path = sweep_file("ignored_scale", {"sparsity": [0.0]})
+    path.write_text(path.read_text().replace("[scales.smoke]\nepochs = 1\n", "[scales.smoke]\nmatrix_size = 8\n"))
+    with pytest.raises(UserError, match=f"sweep file {path}: experiment 'pruning' does not read 'matrix_size'"):
+        sweepspec.load(str(path))
 
 
 @pytest.mark.parametrize("name", sweepspec.available())

@@ -39,8 +39,8 @@ def cmd_run(args) -> int:
     overrides = _overrides(args.sets)
     if any(isinstance(v, list) for v in overrides.values()):
         raise UserError("`harness run` takes single values; use `harness sweep` for lists.")
+    experiments.check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
-    experiments.check_reads(args.experiment, overrides)
     result = run_single(cfg, _store(args))
     if result.outcome != Outcome.OK:
         # A skip (no GPU here, backend missing) is the user's request not fitting this machine.

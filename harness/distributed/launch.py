@@ -28,6 +28,10 @@ from harness.config import RunConfig
 from harness.distributed.placement import ranks_per_node, threads_per_rank, usable_cores
 from harness.fingerprint import REPO_ROOT
 
+# What running a cell as ranks reads from its config: placement.check_can_run, torchrun's arguments,
+# the hang watchdog here, and worker.py on each rank (the experiment's `reads` include these).
+READS = frozenset({"world_size", "nnodes", "node_rank", "rdzv_endpoint", "dist_timeout_s", "threads",
+                   "device", "backend"})
 POLL_S = 0.2
 KILL_GRACE_S = 5.0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -83,6 +83,7 @@ class Param(BaseModel):
 
 
 class StudySpec(SpecFile):
+    kind: ClassVar[str] = "study"
     metric: str | None = None
     metrics: list[str] = []
     direction: Direction | None = None
@@ -150,7 +151,7 @@ def available() -> list[str]:
 
 def load(name_or_path: str) -> StudySpec:
     path = specfile.find(name_or_path, folder=SWEEPS_DIR, prefix=PREFIX, kind="study", available=available())
-    spec = specfile.read(path, StudySpec, "study")
+    spec = specfile.read(path, StudySpec)
     spec.title = spec.title or spec.name
     check(spec)
     return spec
@@ -165,11 +166,12 @@ def check(spec: StudySpec) -> None:
     if spec.experiment not in experiments.names():
         raise UserError(f"study file {where}: unknown experiment '{spec.experiment}'; choose one of "
                         f"{', '.join(experiments.names())}.")
-    known = experiments.get(spec.experiment).metrics
+    experiment = experiments.get(spec.experiment)
     for metric, direction in zip(spec.metrics, spec.directions):
-        if metric not in (*known, *HARNESS_METRICS):
+        if not (experiment.has_metric(metric) or metric in HARNESS_METRICS):
+            reported = dict.fromkeys((*experiment.metrics, *HARNESS_METRICS))  # in order, once each
             raise UserError(f"study file {where}: unknown metric '{metric}'; experiment {spec.experiment} "
-                            f"reports {', '.join((*known, *HARNESS_METRICS))}.")
+                            f"reports {', '.join(reported)}.")
         sense = METRIC_SENSE.get(metric)
         if sense and sense != direction:
             raise UserError(f"study file {where} asks to {direction} {metric}, which is better when "

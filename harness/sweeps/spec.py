@@ -5,7 +5,7 @@ ours. This module reads a file and expands it into cells; it runs nothing."""
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
@@ -19,6 +19,7 @@ __all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "
 
 
 class SweepSpec(SpecFile):
+    kind: ClassVar[str] = "sweep"
     grid: dict[str, list] = {}
     repeats: int = Field(1, ge=1)
     report: dict[str, Any] = {}
@@ -74,7 +75,7 @@ def available() -> list[str]:
 
 def load(name_or_path: str) -> SweepSpec:
     path = specfile.find(name_or_path, folder=SWEEPS_DIR, prefix="", kind="sweep", available=available())
-    spec = specfile.read(path, SweepSpec, "sweep")
+    spec = specfile.read(path, SweepSpec)
     spec.title = spec.title or spec.name
     spec.check_fields()
     for grid in (spec.grid, *spec.scale_grids.values()):
