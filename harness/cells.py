@@ -98,7 +98,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
             epoch_hook(epoch, metrics)
 
     try:
-        store.log_params(run_id, cfg.model_dump())
+        store.log_params(run_id, params_to_log(cfg, experiment))
         store.log_dict(run_id, cfg.model_dump(), "config.json")
         reset_peak_rss()
         metrics = dict(experiment.run(cfg, on_epoch))
@@ -123,6 +123,17 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
         return CellResult(cell, Outcome.FAILED, reason=reason, run_id=run_id)
     finally:
         bar.close()
+
+
+def params_to_log(cfg: RunConfig, experiment) -> dict[str, Any]:
+    """The config fields the cell's experiment reads, plus the ones that always mean something
+    (experiment, repeat, threads): MLflow's compare view then lists what could explain a difference,
+    not 47 fields most of which the experiment never looks at. The whole resolved config stays in
+    the `config.json` artifact."""
+    import experiments
+
+    keep = experiment.reads | experiments.ALWAYS_ALLOWED
+    return {k: v for k, v in cfg.model_dump().items() if k in keep}
 
 
 def preflight(configs: list[RunConfig]) -> None:

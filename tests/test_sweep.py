@@ -27,8 +27,10 @@ def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sw
     assert run.tags["mlflow.parentRunId"] == result.parent_run_id
     assert run.name == "sparsity=0.5"
     for key in ("experiment", "model", "dataset", "epochs", "batch_size", "lr", "sparsity", "seed",
-                "device", "threads", "pruning_backend", "weight_decay"):
+                "device", "threads", "pruning_backend", "weight_decay", "repeat"):
         assert key in run.params
+    # Params are the fields pruning reads (the compare view's rows); config.json keeps every field.
+    assert set(run.params) == experiments.pruning.EXPERIMENT.reads | experiments.ALWAYS_ALLOWED
     for key in ("train_time_s", "test_accuracy", "param_count", "samples_per_s", "peak_rss_mb", "epoch_time_s"):
         assert key in run.metrics
     assert 0.0 <= run.metrics["test_accuracy"] <= 1.0
@@ -40,7 +42,8 @@ def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sw
     assert [m.step for m in history] == [0, 1]
     assert sum(m.value for m in history) == pytest.approx(run.metrics["train_time_s"])
     config = mlflow_client(store).download_artifacts(run.run_id, "config.json")
-    assert '"sparsity": 0.5' in open(config).read()
+    config_text = open(config).read()
+    assert '"sparsity": 0.5' in config_text and '"world_size": 1' in config_text
 
 
 def test_running_again_reuses_finished_cells_and_records_nothing_twice(store, sweep_file):
