@@ -68,3 +68,9 @@ def fingerprint() -> dict[str, str]:
     identity = "|".join(tags[k] for k in ("torch.version", "torch.cuda", "cpu.model", "cpu.cores", "gpu.names"))
     tags["fingerprint"] = hashlib.sha1(identity.encode()).hexdigest()[:10]
     return tags
+
+
+def machine_text(tags: dict[str, str]) -> str:
+    """One line naming the machine and software in fingerprint tags (a run's, or this process's)."""
+    return (f"{tags.get('cpu.model')}, {tags.get('cpu.cores')} cores, GPUs: {tags.get('gpu.names')}, "
+            f"torch {tags.get('torch.version')}")

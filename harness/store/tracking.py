@@ -27,8 +27,11 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIN
     "harness.sweep", "harness.scale", "harness.cell_id", "harness.outcome", "harness.reason",
     "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId", "harness.clock", "harness.kind",
 )
+DESCRIPTION = "mlflow.note.content"  # what the MLflow UI shows as an experiment's or a run's description
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
 REASON_LIMIT = 5000            # MLflow caps a tag value; a long traceback goes in an artifact instead
+# MLflow's caps on an experiment's and a run's tag values (mlflow/utils/validation.py).
+EXPERIMENT_TAG_LIMIT, RUN_TAG_LIMIT = 20000, 8000
 
 
 @dataclass
@@ -144,6 +147,13 @@ class Store:
                 raise
             return found.experiment_id
 
+    def describe_experiment(self, experiment_id: str, markdown: str) -> None:
+        """The experiment's description, the Markdown the UI shows on its overview."""
+        self._client.set_experiment_tag(experiment_id, DESCRIPTION, _fit(markdown, EXPERIMENT_TAG_LIMIT))
+
+    def experiment_description(self, experiment_id: str) -> str:
+        return self._client.get_experiment(experiment_id).tags.get(DESCRIPTION, "")
+
     # --- writing runs -----------------------------------------------------------------------------
     def start_run(self, experiment_id: str, name: str, tags: dict[str, str],
                   parent_id: str | None = None) -> str:
@@ -176,6 +186,10 @@ class Store:
         from mlflow.entities import RunTag
 
         self._client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def describe_run(self, run_id: str, markdown: str) -> None:
+        """The run's description (Markdown, shown on its page in the UI)."""
+        self.set_tags(run_id, {DESCRIPTION: _fit(markdown, RUN_TAG_LIMIT)})
 
     def log_dict(self, run_id: str, data: dict, path: str) -> None:
         self._client.log_dict(run_id, data, path)
@@ -264,6 +278,14 @@ def _quiet_mlflow_logs() -> None:
     # A new SQLite store runs ~40 schema migrations, each logged at INFO by alembic.
     for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _fit(markdown: str, limit: int) -> str:
+    """Markdown cut to MLflow's cap on a tag value, saying so, rather than a refused write."""
+    if len(markdown) <= limit:
+        return markdown
+    tail = f"\n\n*(cut here: MLflow keeps at most {limit} characters; the full text is in the report)*\n"
+    return markdown[:limit - len(tail)].rsplit("\n", 1)[0] + tail
 
 
 def _quote(value: str) -> str:

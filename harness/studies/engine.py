@@ -28,10 +28,12 @@ from typing import Any, Callable
 from harness.cells import Cell, preflight, run_cell
 from harness.config import make_config
 from harness.errors import CellPruned, UserError, first_line
+from harness.fingerprint import fingerprint, machine_text
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, Store, redact
 from harness.store.claims import DONE, Claim
+from harness.store.process import this_process
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.tracking import KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite
@@ -233,6 +235,8 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
         "study": name, "study_file": spec.path, "scale": scale, "metrics": spec.metrics,
         "directions": spec.directions, "sampler": spec.sampler or {"name": "tpe"},
         "pruner": spec.pruner or {"name": "none"}, "overrides": overrides, "storage": redact(db_url)})
+    what = _what_ran(spec, name, scale, target, overrides, workers, db_url)
+    store.describe_run(parent, what)
     done = counts(study)
     log(f"study {name}: target {target} finished trials, {done['complete'] + done['pruned']} already; "
         f"storage {redact(db_url)}; MLflow parent run {parent}")
@@ -263,9 +267,24 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     outcome.parent_run_id = parent
     paths = study_report.write(spec, report, store, parent, out_dir)
     store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
+    store.describe_run(parent, what + "\n\n" + report.text.splitlines()[0] + ".")
     log(report.text)
     log("written: " + ", ".join(str(p) for p in paths))
     return outcome
+
+
+def _what_ran(spec: StudySpec, name: str, scale: str, target: int, overrides: dict[str, Any], workers: int,
+              db_url: str) -> str:
+    """The parent run's description: which study, at which scale, how far, on which machine."""
+    goal = ", ".join(f"{d} `{m}`" for m, d in zip(spec.metrics, spec.directions))
+    changed = ", ".join(f"`{k}={v}`" for k, v in overrides.items()) or "none"
+    source = f" Source: {spec.source}." if spec.source else ""
+    return (f"**{spec.title}**.{source}\n\n"
+            f"Study `{name}` at scale **{scale}** from `{spec.path}`: {goal} over "
+            f"{', '.join(f'`{p}`' for p in spec.space)}; target {target} finished trials; sampler "
+            f"{spec.sampler.get('name', 'tpe')}, pruner {spec.pruner.get('name', 'none')}; overrides: {changed}; "
+            f"{workers} worker process(es) this invocation; storage {redact(db_url)}.\n\n"
+            f"Machine: {this_process().host} ({machine_text(fingerprint())}).")
 
 
 def status(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any]) -> str:

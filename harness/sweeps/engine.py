@@ -20,9 +20,11 @@ from tqdm import tqdm
 
 from harness.cells import Cell, CellResult, preflight, run_cell
 from harness.config import make_config
+from harness.fingerprint import fingerprint, machine_text
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, RunRecord, Store, new_token
+from harness.store.process import this_process
 from harness.store.claims import DONE, FAILED
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.shared_db import check_url
@@ -81,6 +83,8 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     parent = store.start_run(experiment_id, f"{spec.name} ({scale})", tags)
     store.log_params(parent, {"sweep": spec.name, "scale": scale, "overrides": overrides, "cells": len(cells),
                               "sweep_file": spec.path, "workers": workers})
+    what = _what_ran(spec, scale, cells, overrides, workers)
+    store.describe_run(parent, what)
     claims = Claims(db_url)  # also creates the claims table before any worker races to
     results: list[CellResult] = []
     with sigterm_as_interrupt():
@@ -96,10 +100,14 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
         except BaseException:
             store.end_run(parent, Outcome.INTERRUPTED,
                           f"interrupted after {len(results)} of {len(cells)} cells", tags=_count_tags(results))
+            store.describe_run(parent, what + f"\n\n**Interrupted** after {len(results)} of {len(cells)} cells.")
             raise
         finally:
             claims.close()
-    return SweepResult(spec.name, scale, parent, results, time.perf_counter() - started)
+    result = SweepResult(spec.name, scale, parent, results, time.perf_counter() - started)
+    store.describe_run(parent, what + "\n\nCells: " + ", ".join(f"{n} {o}" for o, n in result.counts().items())
+                       + f", in {result.seconds:.0f} s.")
+    return result
 
 
 def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: list[Cell], claims: Claims,
@@ -203,6 +211,17 @@ def _count_tags(results: list[CellResult]) -> dict[str, int]:
     """Bookkeeping as tags of the parent run (metrics would crowd the UI's charts of the cells)."""
     found = Counter(r.outcome for r in results)
     return {f"harness.cells_{str(o).replace(' ', '_')}": found[o] for o in SUMMARY_ORDER if found[o]}
+
+
+def _what_ran(spec: SweepSpec, scale: str, cells: list[Cell], overrides: dict[str, Any], workers: int) -> str:
+    """The parent run's description: which sweep, at which scale, which cells, on which machine."""
+    shown = ", ".join(f"`{c.label}`" for c in cells[:12]) + (f" and {len(cells) - 12} more" if len(cells) > 12 else "")
+    changed = ", ".join(f"`{k}={v}`" for k, v in overrides.items()) or "none"
+    source = f" Source: {spec.source}." if spec.source else ""
+    return (f"**{spec.title}**.{source}\n\n"
+            f"Sweep `{spec.name}` at scale **{scale}** from `{spec.path}`: {len(cells)} cells ({shown}); "
+            f"overrides: {changed}; {workers} worker process(es).\n\n"
+            f"Machine: {this_process().host} ({machine_text(fingerprint())}).")
 
 
 def _fixed_threads(spec: SweepSpec, scale: str, overrides: dict[str, Any]) -> int | None:
