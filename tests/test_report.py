@@ -1,6 +1,9 @@
+import pandas as pd
 import pytest
 
+from harness.cli import main
 from harness.report import tables as report
+from harness.store.tracking import EXPERIMENT_TAG_LIMIT, RunRecord, Store
 from harness.sweeps import spec as sweepspec
 from harness.errors import UserError
 from harness.sweeps.engine import run_sweep
@@ -38,3 +41,53 @@ def test_report_of_a_sweep_not_run_says_how_to_run_it(store, sweep_file):
     spec = sweepspec.load(str(sweep_file("never_run", {"sparsity": [0.0]})))
     with pytest.raises(UserError, match="make sweep-never_run SCALE=smoke"):
         report.build(store, spec)
+
+
+def test_a_sweep_leaves_its_table_in_the_experiment_and_its_speedups_on_the_cells(sweep_file, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    path = sweep_file("story", {"sparsity": [0.0, 0.5]}, repeats=2, published=PUBLISHED)
+    assert main(["sweep", str(path), "--scale", "smoke", "--tracking-uri", uri, "--no-progress"]) == 0
+    store, spec = Store(uri), sweepspec.load(str(path))
+    experiment = mlflow_client(store).get_experiment_by_name("story")
+    built = report.build(store, spec)
+    note = experiment.tags["mlflow.note.content"]
+    assert built.markdown.strip() in note  # the table beside the published figures, verdicts, problems
+    parent = mlflow_client(store).get_run(built.parent_run_id)
+    assert f"#/experiments/{experiment.experiment_id}/runs/{parent.info.run_id}/artifacts/report/story.png" in note
+    logged = {a.path for a in mlflow_client(store).list_artifacts(parent.info.run_id, "report")}
+    assert {"report/story.png", "report/story-overview.png", "report/story.md"} <= logged
+    # The parent says what ran; its counts are tags, so the chart view holds only the cells' metrics.
+    assert parent.data.metrics == {} and parent.data.tags["harness.cells_ok"] == "4"
+    what = parent.data.tags["mlflow.note.content"]
+    assert "scale **smoke**" in what and "4 cells" in what and "Machine:" in what and "Cells: 4 ok" in what
+    # Each repeat carries its grid point's speed-up, the figure the table shows.
+    speedup = built.table.set_index("sparsity")["speedup"]
+    cells = store.sweep_runs(experiment.experiment_id, "story")
+    assert len(cells) == 4
+    for cell in cells:
+        assert cell.metrics["speedup"] == pytest.approx(speedup[float(cell.params["sparsity"])])
+    assert speedup[0.0] == pytest.approx(1.0) and speedup[0.5] != pytest.approx(1.0)
+    # `harness report` refreshes the description; an unchanged figure is not logged again.
+    store.describe_experiment(experiment.experiment_id, "stale")
+    assert main(["report", str(path), "--tracking-uri", uri, "--out", str(tmp_path / "reports")]) == 0
+    assert built.markdown.strip() in store.experiment_description(experiment.experiment_id)
+    assert len(mlflow_client(store).get_metric_history(cells[0].run_id, "speedup")) == 1
+
+
+def test_cells_get_their_grid_points_efficiency_when_the_sweep_counts_workers(store, sweep_file):
+    spec = sweepspec.load(str(sweep_file("eff", {"sparsity": [0.0, 0.5]})))
+    table = pd.DataFrame({"sparsity": [0.0, 0.5], "speedup": [1.0, 1.6], "efficiency": [1.0, 0.8]})
+    runs = [RunRecord(f"run{i}", f"sparsity={s}", "FINISHED", {"sparsity": s}, {}, {}, 0)
+            for i, s in enumerate(["0.5", "0.0", "0.5"])]
+    built = report.Report(spec, "smoke", table, [], "machine", "parent", runs=runs)
+    assert report.cell_figures(built) == {"run0": {"speedup": 1.6, "efficiency": 0.8},
+                                          "run1": {"speedup": 1.0, "efficiency": 1.0},
+                                          "run2": {"speedup": 1.6, "efficiency": 0.8}}
+
+
+def test_a_description_longer_than_mlflow_keeps_is_cut_saying_so(store):
+    experiment_id = store.experiment_id("long_description")
+    store.describe_experiment(experiment_id, "| a | row |\n" * 3000)
+    kept = store.experiment_description(experiment_id)
+    assert len(kept) <= EXPERIMENT_TAG_LIMIT and kept.startswith("| a | row |")
+    assert kept.rstrip().endswith("the full text is in the report)*")

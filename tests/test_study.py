@@ -97,3 +97,11 @@ def test_multi_objective_study_logs_its_pareto_front(study_file, tmp_path):
     assert "Pareto front (maximize test_accuracy, minimize train_time_s)" in table
     assert sum(line.startswith("| ") for line in table.splitlines()) == len(front) + 1
     assert parents[0].data.metrics["pareto_size"] == len(front)
+    # The experiment's overview shows the front; the parent run says what ran.
+    note = mlflow_client(store).get_experiment_by_name("pareto").tags["mlflow.note.content"]
+    assert "**Pareto front** (maximize `test_accuracy`, minimize `train_time_s`)" in note
+    assert sum(line.startswith("| ") for line in note.splitlines()) == len(front) + 1
+    assert f"/runs/{parents[0].info.run_id}/artifacts/study/pareto-full.png" in note
+    what = parents[0].data.tags["mlflow.note.content"]
+    assert "Study `pareto-full` at scale **full**" in what and "target 5 finished trials" in what
+    assert "5 complete" in what and "Machine:" in what

@@ -54,6 +54,7 @@ def cmd_run(args) -> int:
 def cmd_sweep(args) -> int:
     from harness.cli.summary import sweep_summary
     from harness.launchers import WorkerRole
+    from harness.report import overview
     from harness.store import Outcome, resolve_db_url
     from harness.sweeps import spec as sweepspec
     from harness.sweeps.engine import run_sweep
@@ -66,6 +67,7 @@ def cmd_sweep(args) -> int:
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
     if role is None:
         print(sweep_summary(result, spec.report.get("metrics")))
+        overview.refresh(store, spec, args.scale)  # the experiment's description and the cells' speed-ups
     if any(r.outcome == Outcome.FAILED and r.cell.config is None for r in result.results):
         return 2
     return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) else 0
@@ -95,7 +97,7 @@ def cmd_study(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from harness.report import tables
+    from harness.report import overview, tables
     from harness.report.reproduction import write_reproduction
     from harness.sweeps import spec as sweepspec
 
@@ -106,10 +108,10 @@ def cmd_report(args) -> int:
         return 0
     spec = sweepspec.load(args.sweep)
     store = _store(args)
-    built = tables.build(store, spec, args.scale)
-    paths = tables.write(built, store, out_dir)
-    print(built.markdown)
-    print("written: " + ", ".join(str(p) for p in paths))
+    reports = tables.build_all(store, spec, args.scale)
+    written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir)
+    print(reports[0].markdown)
+    print("written: " + ", ".join(str(p) for paths in written for p in paths))
     return 0
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.fingerprint import fingerprint
-from harness.report import tables as report
+from harness.report import overview, tables as report
 from harness.store import Store
 from harness.sweeps import spec as sweepspec
 
@@ -30,9 +30,8 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
                             f"with `make sweep-{name}`).\n")
             continue
         ran.append(name)
-        for i, built in enumerate(reports):
-            suffix = "" if i == 0 else f"-{built.fingerprint}"
-            paths = report.write(built, store, out_dir, stem_suffix=suffix)
+        written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir)
+        for built, paths in zip(reports, written):
             verdicts.update(v.verdict for v in built.verdicts)
             sections.append("#" + built.markdown + f"\n![{spec.title}]({paths[2].name})\n")
     summary = (f"{len(ran)} of {len(ran) + len(not_run)} tables run"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import UserError
-from harness.fingerprint import REPO_ROOT
+from harness.fingerprint import REPO_ROOT, machine_text
 from harness.report import checks
 from harness.store import Outcome, RunRecord, Store
 from harness.store.tracking import CELL_ID, SCALE
@@ -32,6 +32,7 @@ class Report:
     markdown: str = ""
     fingerprint: str = ""
     verdicts: list[checks.Verdict] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)   # the finished cells the table is made of
 
 
 def build(store: Store, spec: SweepSpec, scale: str | None = None, fingerprint: str | None = None) -> Report:
@@ -76,6 +77,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
                          + "; ".join(others))
         report = Report(spec, scale, _table(spec, runs), notes, _machine(runs[0]), parents[0].run_id)
         report.fingerprint = key
+        report.runs = runs
         finished = report.table["repeats"].fillna(0)
         for _, row in report.table[finished < spec.repeats].astype(object).iterrows():
             label = " ".join(f"{a}={row[a]}" for a in spec.axes())
@@ -88,9 +90,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
 
 
 def _machine(run: RunRecord) -> str:
-    t = run.tags
-    return (f"{t.get('cpu.model')}, {t.get('cpu.cores')} cores, GPUs: {t.get('gpu.names')}, "
-            f"torch {t.get('torch.version')}")
+    return machine_text(run.tags)
 
 
 def _table(spec: SweepSpec, runs) -> pd.DataFrame:
@@ -143,6 +143,24 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
     return table[axes + ours + book + tail].reset_index(drop=True)
+
+
+def cell_figures(report: Report) -> dict[str, dict[str, float]]:
+    """Each finished cell's derived figures, by run id: its grid point's `speedup` over the baseline
+    and parallel `efficiency`, the numbers the table shows (medians over repeats), so the UI can
+    chart and sort cells by them. Empty when the sweep names no baseline."""
+    derived = [c for c in ("speedup", "efficiency") if c in report.table]
+    if not derived:
+        return {}
+    axes = report.spec.axes()
+    points = {tuple(row[a] for a in axes): row for row in report.table.to_dict("records")}
+    figures = {}
+    for run in report.runs:
+        row = points.get(tuple(_number(run.params.get(a)) for a in axes))
+        found = {c: float(row[c]) for c in derived if row is not None and pd.notna(row[c])}
+        if found:
+            figures[run.run_id] = found
+    return figures
 
 
 def _iqr_name(time: str) -> str:
@@ -210,7 +228,7 @@ def _number(text):
 
 def to_markdown(report: Report, sample_run: RunRecord) -> str:
     spec, t = report.spec, report.table
-    lines = [f"# {spec.title}", "", f"Source: {spec.source}", ""]
+    lines = [f"# {spec.title}", ""] + ([f"Source: {spec.source}", ""] if spec.source else [])
     params = sample_run.params
     if spec.report.get("settings"):  # experiments that are not a training run name what to show
         shown = ", ".join(f"{name} {_setting(sample_run, name)}" for name in spec.report["settings"])
@@ -277,8 +295,9 @@ def _markdown_table(table: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
-def plot(report: Report, path: Path) -> Path:
-    """Our time, speed-up and accuracy against the swept value, the book's beside them."""
+def plot(report: Report, path: Path, width_px: int | None = None) -> Path:
+    """Our time, speed-up and accuracy against the swept value, the book's beside them; `width_px`
+    scales the image to a width (the MLflow UI crops a wider one in an experiment's description)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -288,7 +307,7 @@ def plot(report: Report, path: Path) -> Path:
     spec = report.spec
     x = spec.report.get("x", list(spec.grid)[0])
     if spec.report.get("plot") == "twin":
-        return _twin_plot(report, x, path)
+        return _twin_plot(report, x, path, width_px)
     time = spec.report.get("time", "train_time_s")
     # Panels: [ours, published or "", title]; the sweep file may name its own.
     panels = spec.report.get("plots") or [
@@ -316,14 +335,24 @@ def plot(report: Report, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle(report.spec.title)
+    return _save(fig, path, width_px)
+
+
+def _save(fig, path: Path, width_px: int | None) -> Path:
+    import matplotlib.pyplot as plt
+
+    dpi = 110
+    if width_px:  # narrower panels at a lower resolution, so the labels stay readable
+        dpi = 80
+        fig.set_size_inches(width_px / dpi, fig.get_size_inches()[1])
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
 
 
-def _twin_plot(report: Report, x: str, path: Path) -> Path:
+def _twin_plot(report: Report, x: str, path: Path, width_px: int | None = None) -> Path:
     """Accuracy and time against the swept value on two y-axes (d2l 12.6's exercise plots)."""
     import matplotlib.pyplot as plt
 
@@ -338,11 +367,7 @@ def _twin_plot(report: Report, x: str, path: Path) -> Path:
     right.set_ylabel(f"{time_column} (s)", color="tab:red")
     left.grid(alpha=0.3)
     fig.suptitle(f"{report.spec.title} ({report.scale})")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, width_px)
 
 
 def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:

@@ -92,6 +92,10 @@ def write(spec: StudySpec, report: StudyReport, store, parent_run_id: str,
         paths.append(_plot(spec, report, stem.with_suffix(".png")))
     for path in paths:
         store.log_artifact(parent_run_id, path, "study")
+    experiment_id = store.find_experiment(spec.name)
+    if experiment_id is not None:
+        plot = paths[2].name if len(paths) > 2 else None
+        store.describe_experiment(experiment_id, description(spec, report, experiment_id, parent_run_id, plot))
     # Trial counts are bookkeeping (tags); only the study's findings are metrics, for the UI's charts.
     store.set_tags(parent_run_id, {f"harness.trials_{k}": v for k, v in report.counts.items()})
     metrics = {}
@@ -102,6 +106,32 @@ def write(spec: StudySpec, report: StudyReport, store, parent_run_id: str,
     if metrics:
         store.log_metrics(parent_run_id, metrics)
     return paths
+
+
+def description(spec: StudySpec, report: StudyReport, experiment_id: str, parent_run_id: str,
+                plot: str | None) -> str:
+    """The experiment's overview in the MLflow UI: what the study searches for, what it has found
+    (best trial or Pareto front) and its plot, shown and linked from the parent run's artifacts."""
+    space = ", ".join(f"`{name}`" for name in spec.space)
+    lines = [f"# {spec.title}", ""]
+    if spec.source:
+        lines += [f"Source: {spec.source}", ""]
+    lines += [f"Optuna study over {space} of experiment `{spec.experiment}`; each trial is a child run of "
+              f"the study's parent run, with the same params and metrics as a grid cell.", "",
+              report.text.splitlines()[0] + ".", ""]
+    if len(report.front):
+        heading = "Pareto front" if spec.multi_objective else "Best trial"
+        goal = ", ".join(f"{d} `{m}`" for m, d in zip(spec.metrics, spec.directions))
+        lines += [f"**{heading}** ({goal}):", "", markdown(report.front.drop(columns=["mlflow_run_id"])), ""]
+    else:
+        lines += ["No complete trial yet.", ""]
+    if plot:
+        artifact = f"study/{plot}"
+        lines += [f"Plot: [{artifact}](#/experiments/{experiment_id}/runs/{parent_run_id}/artifacts/{artifact}) "
+                  "(an artifact of the study's parent run, with the table as .md and .csv)", "",
+                  f"![{report.study_name}](get-artifact?path={artifact}&run_uuid={parent_run_id})", ""]
+    lines.append("*Written by `harness study` after each invocation, from the study's storage.*")
+    return "\n".join(lines) + "\n"
 
 
 def _plot(spec: StudySpec, report: StudyReport, path: Path) -> Path:

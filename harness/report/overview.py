@@ -1,0 +1,85 @@
+"""What the MLflow UI shows of a sweep: the experiment's description is its report (our table beside
+the published figures, the verdicts, the plot), and each finished cell carries the figures the report
+derives for it (`speedup`, `efficiency`) as metrics, so the UI can chart and sort cells by them.
+
+Refreshed after each sweep invocation (`harness sweep`) and by `harness report`; the report's files
+are artifacts of the sweep's latest parent run, which the description links to.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from harness.errors import UserError
+from harness.report import tables
+from harness.store import Store
+from harness.sweeps.spec import SweepSpec
+
+FIGURE_TOLERANCE = 1e-9  # a cell's figure is logged again only when the report's value moved
+# The description's copy of the plot: MLflow crops (never scales) an image wider than the description,
+# which is about 780 px wide with the UI's assistant panel open on a 1500 px window.
+OVERVIEW_WIDTH_PX = 760
+
+
+def refresh(store: Store, spec: SweepSpec, scale: str | None = None) -> list[tables.Report]:
+    """After a sweep invocation: build the sweep's reports (one per machine), log their files to the
+    parent run (not to reports/, which is `harness report`'s), log each cell's derived figures and set
+    the experiment's description. A sweep without a finished cell gets a description saying why."""
+    experiment_id = store.find_experiment(spec.name)
+    if experiment_id is None:
+        return []
+    try:
+        reports = tables.build_all(store, spec, scale)
+    except UserError as err:
+        store.describe_experiment(experiment_id, f"# {spec.title}\n\nNo table yet: {err}\n")
+        return []
+    with tempfile.TemporaryDirectory(prefix="harness-report-") as folder:
+        publish(store, spec, experiment_id, reports, Path(folder))
+    return reports
+
+
+def publish(store: Store, spec: SweepSpec, experiment_id: str, reports: list[tables.Report],
+            out_dir: Path) -> list[list[Path]]:
+    """Write each report (the first one under the sweep's name, the others with their fingerprint),
+    log the cells' figures and describe the experiment; returns each report's written paths."""
+    written = []
+    for i, report in enumerate(reports):
+        written.append(tables.write(report, store, out_dir, stem_suffix="" if i == 0 else f"-{report.fingerprint}"))
+        log_cell_figures(store, report)
+        with tempfile.TemporaryDirectory(prefix="harness-overview-") as folder:
+            small = tables.plot(report, Path(folder) / f"{written[-1][2].stem}-overview.png", OVERVIEW_WIDTH_PX)
+            store.log_artifact(report.parent_run_id, small, "report")
+    store.describe_experiment(experiment_id, description(experiment_id, reports, written))
+    return written
+
+
+def log_cell_figures(store: Store, report: tables.Report) -> int:
+    """Log `speedup` (and `efficiency`) onto each finished cell whose value is new or changed (the
+    baseline was rerun); returns how many cells were written."""
+    figures, changed = tables.cell_figures(report), 0
+    for run in report.runs:
+        new = {k: v for k, v in figures.get(run.run_id, {}).items()
+               if k not in run.metrics or abs(run.metrics[k] - v) > FIGURE_TOLERANCE}
+        if new:
+            store.log_metrics(run.run_id, new)
+            changed += 1
+    return changed
+
+
+def description(experiment_id: str, reports: list[tables.Report], written: list[list[Path]]) -> str:
+    """The experiment's overview: each report's Markdown (title, scale, machine, clock, table, verdicts,
+    cells without a result) with its plot shown and linked from the parent run's artifacts."""
+    parts = []
+    for report, paths in zip(reports, written):
+        plot = f"report/{paths[2].name}"
+        page = f"#/experiments/{experiment_id}/runs/{report.parent_run_id}/artifacts/{plot}"
+        image = f"get-artifact?path=report/{paths[2].stem}-overview.png&run_uuid={report.parent_run_id}"
+        parts.append(report.markdown.rstrip() + "\n\n"
+                     f"Plot: [{plot}]({page}) (an artifact of the sweep's latest parent run, with the table "
+                     f"as .md and .csv)\n\n![{report.spec.title}]({image})\n")
+    derived = [c for c in ("speedup", "efficiency") if any(c in r.table for r in reports)]
+    parts.append("*Written by `harness sweep` and `harness report` from the cells in this store"
+                 + (f"; each cell's {' and '.join(f'`{c}`' for c in derived)} metric is its row's figure above"
+                    if derived else "") + ".*\n")
+    return "\n---\n\n".join(parts)
