@@ -1,8 +1,17 @@
-"""The MLflow UI as a user meets it: `harness ui` over a store holding a smoke sweep, driven by a
-real headless Chromium (Debian's chromium + chromedriver, through Selenium).
+"""The MLflow UI as a user meets it: `harness sweep` into a fresh store, then `harness ui`, driven by
+a real headless Chromium (Debian's chromium + chromedriver, through Selenium). Each test does what
+the README's "Comparing runs in the MLflow UI" walkthrough tells a user to do, and checks what the
+page shows: the experiment's overview holds the table beside the published figures, the sweep
+unfolds to its cells, the chart view charts the cells' metrics (no bookkeeping), and the compare view
+lists only the params the experiment reads.
 
 Needs `make install-system` (which .ci/run calls). Outside CI the test skips, saying why, when the
-browser is missing; under CI=true a missing browser is a failure, never a silent skip."""
+browser is missing; under CI=true a missing browser is a failure, never a silent skip.
+
+The README's screenshots come from this file run against a store holding a real-data T6.1 sweep:
+    make sweep-sparsity SCALE=quick DATASET=imagefolder DATA_DIR=... TRACKING_URI=sqlite:////tmp/t61/mlflow.db
+    HARNESS_UI_STORE=sqlite:////tmp/t61/mlflow.db HARNESS_SCREENSHOT_DIR=docs .venv/bin/pytest tests/test_ui_browser.py
+"""
 
 from __future__ import annotations
 
@@ -14,19 +23,31 @@ import subprocess
 import sys
 import time
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import requests
 
-from harness.sweeps import spec as sweepspec
-from harness.sweeps.engine import run_sweep
-from harness.store.tracking import Store
-from conftest import mlflow_client
+import experiments
+from harness.cli import main
+from harness.store.tracking import PARENT, RunRecord, Store
 
 pytestmark = pytest.mark.slow
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 SCREENSHOTS = Path(os.environ.get("HARNESS_SCREENSHOT_DIR", Path(__file__).resolve().parent.parent / "reports"))
+SWEEP = "sparsity"
+EXPAND_DESCRIPTION = "//button[@data-component-id='mlflow.experiment.metadata_editor.expand_button']"
+FOLD_DESCRIPTION = "//button[@data-component-id='mlflow.experiment.metadata_editor.collapse_button']"
+
+
+@dataclass
+class UI:
+    base: str                 # http://127.0.0.1:PORT
+    experiment_id: str
+    store: Store
+    parent: RunRecord         # the sweep invocation whose cells the tests look at
+    cells: list[RunRecord]    # its finished cells, in grid order
 
 
 def _free_port() -> int:
@@ -62,12 +83,20 @@ def browser():
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
-    """A store with the shipped T6.1 sweep at smoke scale (two cells), served by `harness ui`."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'mlflow.db'}"
+    """The shipped T6.1 sweep at smoke scale (two cells) run by the `harness sweep` command, as a
+    user would (so the experiment's description is what the command leaves), served by `harness ui`.
+    HARNESS_UI_STORE points it at a store that already holds a sparsity sweep instead."""
+    uri = os.environ.get("HARNESS_UI_STORE")
+    if not uri:
+        uri = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'mlflow.db'}"
+        assert main(["sweep", SWEEP, "--scale", "smoke", "--set", "sparsity=[0.0,0.5]", "--tracking-uri", uri,
+                     "--no-progress"]) == 0
     store = Store(uri)
-    result = run_sweep(sweepspec.load("sparsity"), store, scale="smoke",
-                       overrides={"sparsity": [0.0, 0.5]}, show_progress=False)
-    assert [r.outcome for r in result.results] == ["ok", "ok"]
+    experiment_id = store.find_experiment(SWEEP)
+    ok = [r for r in store.sweep_runs(experiment_id, SWEEP) if r.finished_ok]
+    parent = next(r for r in store.sweep_runs(experiment_id, SWEEP, parents=True) if r.run_id == ok[0].tags[PARENT])
+    cells = sorted((r for r in ok if r.tags[PARENT] == parent.run_id), key=lambda r: float(r.params["sparsity"]))
+    assert len(cells) >= 2, "the UI tests need a sweep invocation with two finished cells"
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "harness", "ui", "--port", str(port), "--tracking-uri", uri],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -82,13 +111,13 @@ def ui(tmp_path_factory):
     else:
         server.kill()
         pytest.fail("harness ui did not answer /health within 180 s")
-    experiment_id = mlflow_client(store).get_experiment_by_name("sparsity").experiment_id
-    yield base, experiment_id, result
+    yield UI(base, experiment_id, store, parent, cells)
     os.killpg(server.pid, 15)
     server.wait(timeout=30)
 
 
-def _wait_for_text(driver, *texts: str, timeout: float = 60) -> str:
+# --- what a user does -----------------------------------------------------------------------------
+def _wait_for_text(driver, *texts: str, timeout: float = 90) -> str:
     deadline = time.time() + timeout
     body = ""
     while time.time() < deadline:
@@ -100,31 +129,170 @@ def _wait_for_text(driver, *texts: str, timeout: float = 60) -> str:
     raise AssertionError(f"page never showed {[t for t in texts if t not in body]}; it showed: {body[:600]}")
 
 
-def test_experiment_lists_the_sweep_and_its_cells(browser, ui):
+def _click(driver, xpath: str) -> None:
+    """Click an element at `xpath`, waiting for it to appear."""
     from selenium.webdriver.common.by import By
 
-    base, experiment_id, _ = ui
-    browser.get(f"{base}/#/experiments/{experiment_id}/runs")
-    _wait_for_text(browser, "sparsity (smoke)")
-    # Cells are child runs, folded under the sweep's parent run: unfold it as a user would.
-    expander = browser.find_element(
-        By.XPATH, "//*[text()='sparsity (smoke)']/ancestor::div[contains(@class,'ag-cell')]"
-                  "//button[contains(@data-component-id,'runnamecellrenderer')]")
-    expander.click()
-    _wait_for_text(browser, "sparsity=0.0", "sparsity=0.5")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(SCREENSHOTS / "mlflow-runs.png"))
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        found = driver.find_elements(By.XPATH, xpath)
+        if found:  # a visible one if any: a styled radio hides its <input>, a grid its icon buttons
+            target = next((e for e in found if e.is_displayed()), found[0])
+            driver.execute_script("arguments[0].click()", target)
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"nothing to click at {xpath}")
 
 
-def test_compare_view_shows_params_and_metrics_of_two_cells(browser, ui):
-    base, experiment_id, result = ui
-    runs = json.dumps([r.run_id for r in result.results])
-    browser.get(f"{base}/#/compare-runs?runs={urllib.parse.quote(runs)}"
-                f"&experiments={urllib.parse.quote(json.dumps([experiment_id]))}")
-    body = _wait_for_text(browser, "sparsity=0.0", "sparsity=0.5", "train_time_s", "test_accuracy",
-                          "param_count", "pruning_backend")
-    assert "1059306" in body.replace(",", "") and "2122186" in body.replace(",", "")
+def _open_experiment(driver, ui: UI) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{ui.base}/#/experiments/{ui.experiment_id}/runs")
+    _wait_for_text(driver, ui.parent.name)
+    _close_the_assistant(driver)
+
+
+def _close_the_assistant(driver) -> None:
+    """MLflow 3 opens its assistant panel beside the page; a user closes it to see the runs."""
+    from selenium.webdriver.common.by import By
+
+    for close in driver.find_elements(By.XPATH, "//button[@data-component-id='mlflow.assistant.chat_panel.close']"):
+        if close.is_displayed():
+            close.click()
+
+
+def _unfold_the_sweep(driver, ui: UI) -> None:
+    """Cells are child runs, folded under the sweep's parent run: unfold it as a user would (the UI
+    remembers an unfolded run, and a second click would fold it again)."""
+    expander = (f"//*[text()='{ui.parent.name}']/ancestor::div[contains(@class,'ag-cell')]"
+                "//button[contains(@data-component-id,'runnamecellrenderer')]")
+    for attempt in range(3):
+        try:
+            _wait_for_text(driver, *(c.name for c in ui.cells), timeout=(5, 60, 90)[attempt])
+            return
+        except AssertionError:
+            if attempt == 2:
+                raise
+            _click(driver, expander)
+
+
+def _search(driver, placeholder: str, text: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    box = driver.find_element(By.XPATH, f"//input[@placeholder='{placeholder}']")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    box.send_keys(text)
+    time.sleep(1)
+
+
+def _show_column(driver, name: str, shown: bool) -> None:
+    """Tick or untick one column in the runs table's Columns menu (which is open)."""
+    from selenium.webdriver.common.by import By
+
+    _search(driver, "Search columns", name)
+    node = f"//div[contains(@class,'du-bois-light-tree-treenode')][.//*[normalize-space(text())='{name}']]"
+    found = [n for n in driver.find_elements(By.XPATH, node) if n.is_displayed()]
+    assert found, f"the Columns menu offers no '{name}'"
+    if ("treenode-checkbox-checked" in found[-1].get_attribute("class")) != shown:
+        found[-1].find_element(By.XPATH, f".//*[normalize-space(text())='{name}']").click()
+
+
+def _screenshot(driver, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    browser.execute_script("""const el = [...document.querySelectorAll('h1,h2,h3,span,button')]
-        .find(e => e.innerText && e.innerText.trim() === 'Run details'); if (el) el.scrollIntoView();""")
-    browser.save_screenshot(str(SCREENSHOTS / "mlflow-compare.png"))
+    driver.save_screenshot(str(SCREENSHOTS / name))
+
+
+def _percent(fraction: float) -> str:
+    return f"{100 * fraction:.2f}%"
+
+
+# --- the walkthrough --------------------------------------------------------------------------------
+def test_the_experiments_overview_shows_the_table_beside_the_published_figures(browser, ui):
+    _open_experiment(browser, ui)
+    _click(browser, EXPAND_DESCRIPTION)
+    _wait_for_text(browser, "book_train_time_s", "verdict")
+    table = browser.execute_script("""
+        const t = [...document.querySelectorAll('table')].find(t => t.innerText.includes('book_train_time_s'));
+        return t && [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()));""")
+    assert table, "the overview holds no table beside the published figures"
+    header, rows = table[0], table[1:]
+    for column in ("sparsity", "train_time_s", "speedup", "test_accuracy", "book_train_time_s", "book_test_accuracy"):
+        assert column in header, header
+    by_sparsity = {float(r[0]): dict(zip(header, r)) for r in rows}
+    assert by_sparsity[0.0]["book_test_accuracy"] == "47.10%"  # the book's figure beside ours
+    for cell in ui.cells:  # our figures, as measured by the cells (one repeat each)
+        row = by_sparsity[float(cell.params["sparsity"])]
+        assert row["test_accuracy"] == _percent(cell.metrics["test_accuracy"])
+        assert row["speedup"].endswith("x")
+    plot = browser.execute_script("""
+        const img = [...document.querySelectorAll('img')].find(i => i.src.includes('get-artifact'));
+        const link = [...document.querySelectorAll('a')].find(a => a.href.includes('/artifacts/report/'));
+        return [img && img.complete && img.naturalWidth, link && link.href];""")
+    assert plot[0] and plot[0] > 300, "the plot in the overview did not load"
+    assert plot[1].endswith(f"/runs/{ui.parent.run_id}/artifacts/report/{SWEEP}.png")
+    _screenshot(browser, "mlflow-overview.png")
+    _click(browser, FOLD_DESCRIPTION)  # folded again (the UI remembers), so the runs show below it
+
+
+def test_the_sweep_unfolds_to_its_cells_with_the_columns_a_user_picks(browser, ui):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    _open_experiment(browser, ui)
+    _unfold_the_sweep(browser, ui)
+    _click(browser, "//button[contains(@data-component-id,'experimentviewrunscolumnselector')]")
+    for name, shown in (("Dataset", False), ("Source", False), ("Models", False), ("sparsity", True),
+                        ("train_time_s", True), ("test_accuracy", True), ("speedup", True)):
+        _show_column(browser, name, shown)
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
+    headers = browser.execute_script(
+        "return [...document.querySelectorAll('.ag-header-cell')].map(e => e.innerText.trim())")
+    for name in ("sparsity", "train_time_s", "test_accuracy", "speedup"):
+        assert name in headers, headers
+    assert "Dataset" not in headers and "Source" not in headers
+    _screenshot(browser, "mlflow-runs.png")
+
+
+def test_the_chart_view_charts_the_cells_metrics_and_no_bookkeeping(browser, ui):
+    import re
+
+    assert ui.parent.metrics == {}, "the sweep's parent run holds metrics: they would be charts"
+    charted = {k for run in ui.store.runs(ui.experiment_id) for k in run.metrics}
+    _open_experiment(browser, ui)
+    _unfold_the_sweep(browser, ui)
+    _click(browser, "//input[@name='runs-view-mode' and @value='CHART']")
+    def charts(body: str) -> int:  # the count MLflow shows beside the section's title
+        return int(re.search(r"Model metrics\s*\((\d+)\)", body).group(1))
+
+    shown = charts(_wait_for_text(browser, "Model metrics"))
+    assert shown == len(charted), f"{shown} charts for the {len(charted)} metrics of the cells"
+    _search(browser, "Search metric charts", "cells_")
+    _wait_for_text(browser, "No metric charts")
+    _search(browser, "Search metric charts", "train_time_s|test_accuracy|speedup")
+    assert charts(_wait_for_text(browser, "train_time_s", "test_accuracy", "speedup")) == 3
+    _screenshot(browser, "mlflow-charts.png")
+
+
+def test_the_compare_view_of_two_pruning_cells_lists_only_what_pruning_reads(browser, ui):
+    first, last = ui.cells[0], ui.cells[-1]
+    runs = json.dumps([first.run_id, last.run_id])
+    browser.get(f"{ui.base}/#/compare-runs?runs={urllib.parse.quote(runs)}"
+                f"&experiments={urllib.parse.quote(json.dumps([ui.experiment_id]))}")
+    body = _wait_for_text(browser, first.name, last.name, "train_time_s", "test_accuracy", "speedup", "param_count")
+    lines = body.splitlines()
+    start = len(lines) - 1 - lines[::-1].index("Parameters")
+    params = [line.split("\t")[0] for line in lines[start + 1:lines.index("Metrics", start)]
+              if line and line != "Show diff only"]
+    assert {"sparsity", "pruning_backend", "lr", "epochs"} <= set(params), params
+    pruning = experiments.get("pruning")
+    unread = [p for p in params if p not in pruning.reads | experiments.ALWAYS_ALLOWED]
+    assert not unread, f"the compare view lists params pruning never reads: {unread}"
+    for cell in (first, last):
+        assert f"{cell.metrics['param_count']:.0f}" in body.replace(",", "")
+    _close_the_assistant(browser)
+    # Fold the plots above, as a user does to read the params and metrics side by side.
+    _click(browser, "//*[normalize-space(text())='Visualizations']")
+    time.sleep(1)
+    _screenshot(browser, "mlflow-compare.png")
