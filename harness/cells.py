@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.config import RunConfig, make_config
-from harness.errors import CellPruned, CellSkipped, UserError
+from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
 
@@ -64,19 +64,21 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     import experiments
 
     tags = {**tags, CELL_ID: cell.cell_id}
-    if cell.config is None:
-        run_id = store.start_run(experiment_id, cell.label, tags, parent_id)
-        store.log_params(run_id, cell.values)
-        store.end_run(run_id, Outcome.FAILED, cell.error)
-        return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
-
-    cfg = cell.config
-    experiment = experiments.get(cfg.experiment)
-    run_id = store.start_run(experiment_id, cell.label, {**tags, CLOCK: experiment.clock}, parent_id)
+    experiment = experiments.get(cell.config.experiment) if cell.config is not None else None
+    if experiment is not None:
+        tags[CLOCK] = experiment.clock
+    run_id = store.start_run(experiment_id, cell.label, tags, parent_id)
     try:
+        if experiment is None:
+            store.log_params(run_id, cell.values)
+            store.end_run(run_id, Outcome.FAILED, cell.error)
+            return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
         return _run(store, run_id, cell, experiment, show_epochs, epoch_hook)
     except (KeyboardInterrupt, SystemExit):
-        store.end_run(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running")
+        store.close_after_fault(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running")
+        raise
+    except StoreFault as fault:  # the store stopped taking writes: record what it still takes, then stop
+        store.close_after_fault(run_id, Outcome.FAILED, str(fault))
         raise
 
 
@@ -116,7 +118,9 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
     except CellPruned as err:
         store.end_run(run_id, Outcome.PRUNED, str(err))
         return CellResult(cell, Outcome.PRUNED, reason=str(err), run_id=run_id)
-    except Exception as err:  # a failing cell must not end the sweep; its reason is kept
+    except StoreFault:
+        raise
+    except Exception as err:  # a failing cell (out of memory too) must not end the sweep; its reason is kept
         reason = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
         store.log_text(run_id, traceback.format_exc(), "traceback.txt")
         store.end_run(run_id, Outcome.FAILED, reason)

@@ -1,7 +1,8 @@
 """`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI.
 
 Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
-failed at run time exits 1 after recording them; Ctrl-C exits 130.
+failed at run time exits 1 after recording them, and so does a fault of the machine or the store
+(disk full, a file made read-only) after closing what the store still takes; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import sys
 import warnings
 from typing import Sequence
 
-from harness.errors import UserError
+from harness.errors import StoreFault, UserError, first_line
 
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+EXIT_USAGE, EXIT_FAULT, EXIT_INTERRUPTED = 2, 1, 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,9 +81,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"harness: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except StoreFault as err:  # the engine closed what the store still took and said what is kept
+        print(f"harness: error: {err}", file=sys.stderr)
+        return EXIT_FAULT
+    except (OSError, MemoryError) as err:  # a full disk, a vanished folder: the machine, not a bug
+        print(f"harness: error: {_fault_sentence(err)}", file=sys.stderr)
+        return EXIT_FAULT
     except KeyboardInterrupt:
         print("harness: interrupted; finished cells are kept, the interrupted one reruns next time.", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _fault_sentence(err: BaseException) -> str:
+    if isinstance(err, MemoryError):
+        return "out of memory outside any cell; free memory or shrink the run (batch_size, train_limit)."
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    return f"the system refused an operation: {err.strerror or first_line(err)}{where}."
 
 
 def entry() -> None:

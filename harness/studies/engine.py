@@ -16,6 +16,7 @@ MAX_RETRY times), so a trial cut off by a crash or a Ctrl-C is retried, not lost
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
@@ -25,9 +26,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
+import experiments
 from harness.cells import Cell, preflight, run_cell
 from harness.config import make_config
-from harness.errors import CellPruned, UserError, first_line
+from harness.errors import CellPruned, StoreFault, UserError, first_line
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, Store, redact
@@ -213,6 +215,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
             make_config(spec.fixed(scale, overrides)).threads == 0:
         overrides["threads"] = max(1, available_cores() // workers)  # K workers share the cores
     fixed = spec.fixed(scale, overrides)
+    experiments.get(spec.experiment).check_model(make_config(fixed).model, where=f"study {spec.name}")
     threads = make_config(fixed).threads  # a bad fixed value stops the study before it is created
     name = spec.study_name(scale, overrides)
     target = n_trials or spec.trials_at(scale)
@@ -223,7 +226,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     if role is not None:
         claims = Claims(db_url, token=role.token)
         try:
-            with sigterm_as_interrupt():
+            with sigterm_as_interrupt(), _storage_faults(db_url):
                 return _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
                              timeout=timeout, parent=role.parent_run_id, show_progress=show_progress, log=log)
         finally:
@@ -240,8 +243,10 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     with sigterm_as_interrupt():
         try:
             if workers == 1:
-                outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
-                                timeout=timeout, parent=parent, show_progress=show_progress, log=log)
+                with _storage_faults(db_url):
+                    outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed,
+                                    target=target, timeout=timeout, parent=parent, show_progress=show_progress,
+                                    log=log)
             else:
                 args = ["study", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri,
                         "--n-trials", str(target), *(["--timeout", str(timeout)] if timeout else []),
@@ -253,16 +258,21 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                 stop = StopReason.WORKERS_FAILED if any(codes) else \
                     StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
                 outcome = StudyOutcome(name, target, stop)
+            report = study_report.build(spec, study)
+            outcome.finished = report.counts["complete"] + report.counts["pruned"]
+            outcome.parent_run_id = parent
+            paths = study_report.write(spec, report, store, parent, out_dir)
+            store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
+        except StoreFault as fault:
+            closed = store.close_after_fault(parent, Outcome.FAILED, f"stopped: {fault}")
+            raise StoreFault(f"{fault}; the study stopped, its finished trials are kept and the same command "
+                             "resumes it once the store takes writes again"
+                             + ("" if closed else " (the runs it could not close are marked interrupted then)")) from fault
         except BaseException:
-            store.end_run(parent, Outcome.INTERRUPTED, "interrupted; run the same command again to resume")
+            store.close_after_fault(parent, Outcome.INTERRUPTED, "interrupted; run the same command again to resume")
             raise
         finally:
             claims.close()
-    report = study_report.build(spec, study)
-    outcome.finished = report.counts["complete"] + report.counts["pruned"]
-    outcome.parent_run_id = parent
-    paths = study_report.write(spec, report, store, parent, out_dir)
-    store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
     log(report.text)
     log("written: " + ", ".join(str(p) for p in paths))
     return outcome
@@ -354,9 +364,12 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
         result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress,
                           epoch_hook=report)
         trial.set_user_attr(RUN_ATTR, result.run_id)
-    except BaseException:  # Ctrl-C, SIGTERM: the cut-off trial is queued to run again
-        _fail_and_requeue(study, trial.number, dict(trial.params), trial.user_attrs)
-        claims.drop(namespace, slot)
+    except BaseException:  # Ctrl-C, SIGTERM, a store fault: the cut-off trial is queued to run again
+        # Best effort: if the storage refuses, whoever takes the slot over next does it instead.
+        with contextlib.suppress(Exception):
+            _fail_and_requeue(study, trial.number, dict(trial.params), trial.user_attrs)
+        with contextlib.suppress(Exception):
+            claims.drop(namespace, slot)
         raise
     missing = [m for m in spec.metrics if m not in result.metrics]
     if result.outcome == Outcome.OK and missing:
@@ -398,6 +411,19 @@ def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: di
     if params and retries < MAX_RETRY:
         study.enqueue_trial(params, user_attrs={RETRY_OF: number, RETRIES_ATTR: retries + 1},
                             skip_if_exists=False)
+
+
+@contextlib.contextmanager
+def _storage_faults(url: str):
+    """Optuna's storage refusing a write (disk full, read-only file) is a store fault: one sentence."""
+    import optuna
+
+    try:
+        yield
+    except optuna.exceptions.StorageInternalError as err:
+        cause = err.__cause__ or err
+        raise StoreFault(f"the study storage {redact(url)} refused a write: "
+                         f"{hide_password(first_line(cause), url)}") from err
 
 
 def _short(value) -> str:

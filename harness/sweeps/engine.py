@@ -11,6 +11,7 @@ process are closed as interrupted before anything else happens.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from tqdm import tqdm
 
 from harness.cells import Cell, CellResult, preflight, run_cell
 from harness.config import make_config
+from harness.errors import StoreFault
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, RunRecord, Store, new_token
@@ -79,37 +81,46 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     preflight([c.config for c in cells if c.config is not None and not _finished(records.get(c.cell_id, []))])
     tags = {SWEEP: spec.name, SCALE: scale, KIND: "sweep", "harness.cells": str(len(cells))}
     parent = store.start_run(experiment_id, f"{spec.name} ({scale})", tags)
-    store.log_params(parent, {"sweep": spec.name, "scale": scale, "overrides": overrides, "cells": len(cells),
-                              "sweep_file": spec.path, "workers": workers})
-    claims = Claims(db_url)  # also creates the claims table before any worker races to
     results: list[CellResult] = []
+    claims = None
     with sigterm_as_interrupt():
         try:
+            store.log_params(parent, {"sweep": spec.name, "scale": scale, "overrides": overrides,
+                                      "cells": len(cells), "sweep_file": spec.path, "workers": workers})
+            claims = Claims(db_url)  # also creates the claims table before any worker races to
             if workers == 1:
-                results = _work(store, experiment_id, spec, scale, cells, claims, parent,
-                                records=records, show_progress=show_progress, log=log)
+                _work(store, experiment_id, spec, scale, cells, claims, parent,
+                      records=records, results=results, show_progress=show_progress, log=log)
             else:
                 _launch(launcher or LocalLauncher(), spec, store, db_url, scale, overrides, workers,
                         claims.token, parent, log)
                 results = _outcomes(store, experiment_id, spec, cells, since_ms=_now_ms(started))
             store.end_run(parent, Outcome.OK, tags=_count_tags(results))
+        except StoreFault as fault:
+            closed = store.close_after_fault(parent, Outcome.FAILED, f"stopped after {len(results)} of "
+                                             f"{len(cells)} cells: {fault}", tags=_count_tags(results))
+            raise StoreFault(f"{fault}; the sweep stopped, its finished cells are kept and the same command "
+                             "resumes it once the store takes writes again"
+                             + ("" if closed else " (the runs it could not close are marked interrupted then)")) from fault
         except BaseException:
-            store.end_run(parent, Outcome.INTERRUPTED,
-                          f"interrupted after {len(results)} of {len(cells)} cells", tags=_count_tags(results))
+            store.close_after_fault(parent, Outcome.INTERRUPTED,
+                                    f"interrupted after {len(results)} of {len(cells)} cells", tags=_count_tags(results))
             raise
         finally:
-            claims.close()
+            if claims is not None:
+                claims.close()
     return SweepResult(spec.name, scale, parent, results, time.perf_counter() - started)
 
 
 def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: list[Cell], claims: Claims,
-          parent: str, *, records: dict[str, list[RunRecord]] | None = None, show_progress: bool,
-          log: Log | None) -> list[CellResult]:
-    """Take every cell not finished and not claimed by a live process, in grid order."""
+          parent: str, *, records: dict[str, list[RunRecord]] | None = None,
+          results: list[CellResult] | None = None, show_progress: bool, log: Log | None) -> list[CellResult]:
+    """Take every cell not finished and not claimed by a live process, in grid order; each result
+    is appended to `results` as it comes (the caller's list still holds them if this raises)."""
     if records is None:
         records = store.cell_records(experiment_id, spec.name)
     tags = {SWEEP: spec.name, SCALE: scale}
-    results: list[CellResult] = []
+    results = [] if results is None else results
     bar = tqdm(total=len(cells), desc=f"{spec.name} ({scale})", unit="cell", disable=not show_progress)
     try:
         for cell in cells:
@@ -152,7 +163,8 @@ def _take(store: Store, experiment_id: str, spec: SweepSpec, cell: Cell, records
             store.delete_run(old.run_id)
         result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress)
     except BaseException:
-        claims.drop(namespace, cell.cell_id)  # free for the next invocation at once
+        with contextlib.suppress(StoreFault):  # else its holder's death frees it for the next invocation
+            claims.drop(namespace, cell.cell_id)  # free for the next invocation at once
         raise
     claims.release(namespace, cell.cell_id, DONE if result.outcome == Outcome.OK else FAILED, note=cell.label)
     return result
