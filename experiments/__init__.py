@@ -58,6 +58,15 @@ class Experiment:
     reads: frozenset[str]          # the RunConfig fields run() reads, itself or through harness helpers
     smoke: Mapping[str, Any]       # a tiny config (without "experiment") that runs offline in seconds on CPU
     notes: tuple[str, ...] = ()    # string values run() can return (logged as tags)
+    models: tuple[str, ...] | None = None  # the models run() can train; None: any, or it reads none
+
+    def check_model(self, model: str, *, where: str = "") -> None:
+        """UserError when run() cannot train `model`: refused before any run is made, not found
+        half-way through a cell."""
+        if self.models is not None and model not in self.models:
+            prefix = f"{where}: " if where else ""
+            raise UserError(f"{prefix}experiment '{self.name}' cannot train model '{model}'; it trains "
+                            f"{', '.join(self.models)}.")
 
     def has_metric(self, key: str) -> bool:
         """Whether `key` is one of `metrics` (rank3_train_time_s is rank{i}_train_time_s)."""

@@ -75,6 +75,8 @@ EXPERIMENT = Experiment(
     notes=("forward_dtype",),
     reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | FLAG_READS | {
         "dtype", "grad_scaler", "batch_size", "warmup_epochs", "epochs", "eval_batch_size"},
+    # Image models with a Linear or Conv2d layer whose autocast dtype can be checked.
+    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7"),
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 128, "test_limit": 64, "warmup_epochs": 0,
            "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "dtype": "bf16", "threads": 1},
 )

@@ -51,6 +51,7 @@ EXPERIMENT = Experiment(
              "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
              "rank{i}_train_time_s", "peak_rss_mb"),
     reads=PREPARE_READS | LAUNCH_READS | TRAIN_READS,
+    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7", "lenet_d2l"),  # image models
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
            "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "lr_scaling": "linear_warmup",
            "lr_warmup_epochs": 1, "world_size": 1, "threads": 1},

@@ -207,6 +207,7 @@ EXPERIMENT = Experiment(
              "test_samples", "copies", "rank{i}_train_time_s"),
     # plain SGD written out (lr only: no optimizer, momentum or weight decay), d2l's LeNet (model is checked)
     reads=PREPARE_READS | LAUNCH_READS | SPLITS_READS | {"dp_impl", "batch_size", "lr", "warmup_epochs", "epochs"},
+    models=("lenet_d2l",),
     smoke={"model": "lenet_d2l", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 0,
            "epochs": 1, "batch_size": 32, "lr": 0.1, "world_size": 2, "dp_impl": "scratch", "threads": 1},
 )

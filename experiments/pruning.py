@@ -75,6 +75,8 @@ EXPERIMENT = Experiment(
     reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | {
         "batch_size", "warmup_epochs", "epochs", "eval_batch_size", "sparsity", "pruning_backend",
         "eval_every_epoch"},
+    # Models with Conv2d filters to remove (d2l's plain-tensor LeNet has none; the MLP takes no images).
+    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7"),
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
            "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "sparsity": 0.5,
            "pruning_backend": "torch-pruning", "eval_every_epoch": True, "threads": 1},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -17,7 +18,8 @@ from harness.errors import UserError
 
 
 class RunConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    # allow_inf_nan=False: `lr = inf` or `nan` is refused like any other bad value.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
     # --- what to run -------------------------------------------------------------------------
     experiment: str = Field("pruning", description="Experiment module to run (see `harness list`).")
@@ -264,5 +266,20 @@ def parse_assignment(text: str) -> tuple[str, Any]:
             value = json.loads(raw)
         except json.JSONDecodeError:
             raise UserError(f"--set {key}: '{raw}' is not a valid list; write it like [0.1,0.5].") from None
-        return key, value
-    return key, raw
+    else:
+        value = raw
+    for item in value if isinstance(value, list) else [value]:
+        if not is_finite(item):
+            raise UserError(f"--set {key}: {item!r} is not a finite number; give a finite value.")
+    return key, value
+
+
+def is_finite(value: Any) -> bool:
+    """False for inf and nan, whether a float or text a number parser would read as one ("inf",
+    "-Infinity", "nan"); True for everything else."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return True
+    return not isinstance(value, float) or math.isfinite(value)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness.errors import UserError
+from harness.errors import UserError, first_line
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"}
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "torch-speed-harness"))
@@ -80,9 +80,21 @@ def _imagefolder(data_dir: str, seed: int) -> Dataset:
             f"('{root}/{missing[0]}' is missing); set data_dir to such a folder."
         )
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
-    if not classes:
-        raise UserError(f"'{root}/train' has no class folders; put each class's images in train/<class>/.")
-    return Dataset(_decode_folder(root / "train", classes), _decode_folder(root / "test", classes), len(classes))
+    if len(classes) < 2:
+        raise UserError(f"'{root}/train' has {len(classes) or 'no'} class folder{'' if len(classes) == 1 else 's'}"
+                        f"{' (' + classes[0] + ')' if classes else ''}; a classifier needs at least two: put each "
+                        "class's images in train/<class>/.")
+    extra = sorted(p.name for p in (root / "test").iterdir() if p.is_dir() and p.name not in classes)
+    if extra:
+        raise UserError(f"'{root}/test' has class folder '{extra[0]}', which '{root}/train' lacks; "
+                        "the test classes must be the training classes.")
+    train, test = _decode_folder(root / "train", classes), _decode_folder(root / "test", classes)
+    for split, folder in ((train, "train"), (test, "test")):
+        absent = [c for i, c in enumerate(classes) if not (split.y == i).any()]
+        if absent:  # a class never tested makes the accuracy a figure about the other classes
+            raise UserError(f"'{root}/{folder}' has no images of class '{absent[0]}'; every class needs "
+                            f"images in both train/ and test/.")
+    return Dataset(train, test, len(classes))
 
 
 def _decode_folder(folder: Path, classes: list[str]) -> Split:
@@ -101,8 +113,12 @@ def _decode_folder(folder: Path, classes: list[str]) -> Split:
 
     arrays = []
     for f, _ in tqdm(files, desc=f"decoding {folder.name}", unit="img", leave=False, mininterval=1.0):
-        with Image.open(f) as img:
-            arrays.append(np.asarray(img.convert("RGB")))
+        try:
+            with Image.open(f) as img:
+                arrays.append(np.asarray(img.convert("RGB")))
+        except (OSError, SyntaxError) as err:  # not an image, truncated, or a format PIL misreads
+            raise UserError(f"'{f}' is not an image that can be read ({first_line(err)}); remove or "
+                            "replace it.") from None
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise UserError(f"images in '{folder}' differ in size ({sorted(shapes)[:2]}); resize them to one size first.")

@@ -3,6 +3,7 @@ engine, print, return the exit status."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -24,6 +25,18 @@ def _store(args):
     return Store(args.tracking_uri)
 
 
+def _out_dir(given: str | None, default: Path | None) -> Path:
+    """The folder reports are written to, made and tried now: a file in the way, or a folder that
+    cannot be made or written, is the user's to fix before anything is read or run."""
+    from harness.store.probe import check_folder_writable
+
+    folder = Path(given) if given else default
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--out {folder} is a file, not a folder; give a folder for the report files.")
+    check_folder_writable(folder, "the report folder")
+    return folder
+
+
 def _workers(args) -> int:
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1 (got {args.workers}).")
@@ -41,6 +54,7 @@ def cmd_run(args) -> int:
         raise UserError("`harness run` takes single values; use `harness sweep` for lists.")
     experiments.check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
+    experiments.get(args.experiment).check_model(cfg.model)
     result = run_single(cfg, _store(args))
     if result.outcome != Outcome.OK:
         # A skip (no GPU here, backend missing) is the user's request not fitting this machine.
@@ -79,8 +93,9 @@ def cmd_study(args) -> int:
     spec = studyspec.load(args.study)
     workers, role = _workers(args), WorkerRole.decode(args.worker)
     for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
-        if value is not None and value < low:
-            raise UserError(f"{name} must be positive (got {value}).")
+        if value is not None and not (value >= low and math.isfinite(value)):
+            raise UserError(f"{name} must be a positive finite number (got {value}).")
+    out_dir = _out_dir(args.out, None) if args.out else None
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
     if args.status:
@@ -88,7 +103,7 @@ def cmd_study(args) -> int:
         return 0
     outcome = engine.run_study(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets),
                                n_trials=args.n_trials, timeout=args.timeout, workers=workers, role=role,
-                               show_progress=not args.no_progress, out_dir=Path(args.out) if args.out else None,
+                               show_progress=not args.no_progress, out_dir=out_dir,
                                log=lambda line: print(line, flush=True))
     print(f"{'worker ' + str(os.getpid()) if role else 'study ' + outcome.study_name}: {outcome.line()}", flush=True)
     return outcome.stop.exit_code if role else outcome.exit_code
@@ -99,7 +114,7 @@ def cmd_report(args) -> int:
     from harness.report.reproduction import write_reproduction
     from harness.sweeps import spec as sweepspec
 
-    out_dir = Path(args.out) if args.out else tables.REPORTS_DIR
+    out_dir = _out_dir(args.out, tables.REPORTS_DIR)
     if args.sweep is None:
         path, summary = write_reproduction(_store(args), out_dir)
         print(f"written: {path}\nsummary: {summary}")

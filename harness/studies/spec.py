@@ -206,7 +206,8 @@ def check(spec: StudySpec) -> None:
         for param in spec.space.values():  # each end of each range must make a valid config
             for value in param.extremes():
                 try:
-                    make_config({**fixed, param.name: value})
+                    cfg = make_config({**fixed, param.name: value})
                 except UserError as err:
                     raise UserError(f"study file {where}, scale {scale}: {param.name}={value!r} from the "
                                     f"search space is not valid: {err}") from None
+                experiment.check_model(cfg.model, where=f"study file {where}, scale {scale}")
