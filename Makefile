@@ -40,7 +40,7 @@ STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIM
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
-        bench-workers bench-cells
+        bench-workers bench-cells soak
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -98,6 +98,9 @@ bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute a
 
 bench-cells: ## the harness's own seconds per cell outside run(cfg), by part (goal <= 0.3 s on SQLite)
 	$(BIN)/python benchmarks/cell_cost.py $(ARGS)
+
+soak: ## 3 sweeps + a 2-worker study on one SQLite store, SIGKILLs every 20-40 s (ARGS="--minutes 2"; default 10)
+	$(BIN)/python benchmarks/soak.py $(ARGS)
 
 clean-store: ## delete the default MLflow store (mlruns/) and reports
 	rm -rf mlruns reports/*.md reports/*.csv reports/*.png

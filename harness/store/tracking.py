@@ -160,11 +160,16 @@ class Store:
     def close_after_fault(self, run_id: str, outcome: Outcome, reason: str,
                           tags: dict[str, object] | None = None) -> bool:
         """Close a run after a fault (the store refused a write, Ctrl-C): the whole record when the
-        store takes it, else the status alone (one small update can fit where a batch of tags does
-        not). False when it takes neither; the next invocation then closes the run as interrupted
-        (reap_stale_runs)."""
-        whole = lambda: self.end_run(run_id, outcome, reason, tags=tags)  # noqa: E731
-        for close in (whole, whole, lambda: self._client.set_terminated(run_id, Outcome(outcome).mlflow_status)):
+        store takes it (again after making room), else the status alone (one small update can fit
+        where a batch of tags does not). False when it takes neither; the next invocation then
+        closes the run as interrupted (reap_stale_runs)."""
+        def whole() -> None:
+            self.end_run(run_id, outcome, reason, tags=tags)
+
+        def status_alone() -> None:
+            self._client.set_terminated(run_id, Outcome(outcome).mlflow_status)
+
+        for close in (whole, whole, status_alone):
             try:
                 close()
                 return True
