@@ -477,3 +477,60 @@ def test_15_a_model_the_experiment_cannot_train_is_refused_up_front(tmp_path, ur
     study = study_file("models", space='model = { choices = ["tiny_cnn", "lenet_d2l"] }\n')
     in_process(["study", str(study), "--tracking-uri", uri], 2, capsys, *words)
     assert all_runs(uri) == []
+
+
+# --- found by `make soak`: a study worker dying at the wrong moment -----------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_study_worker_killed_mid_trial_leaves_no_run_open_once_the_launcher_exits(study_file, tmp_path, uri):
+    path = study_file("halfdead", space='lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n',
+                      n_trials=4, base={"model": "cnn", "train_limit": 256, "epochs": 3})
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "study", str(path), "--workers", "2", "--tracking-uri",
+                             uri, "--no-progress", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = None
+    try:
+        deadline = time.time() + 240
+        while killed is None:  # both workers inside a trial, then one of them dies
+            assert proc.poll() is None and time.time() < deadline, "never saw two trials running at once"
+            running = [r for r in cells_and_parents(uri)[0] if r.info.status == "RUNNING"]
+            if len({r.data.tags["harness.pid"] for r in running}) == 2:
+                killed = running[0]
+                os.kill(int(killed.data.tags["harness.pid"]), 9)
+            time.sleep(0.2)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1  # a worker exited with an error: the launcher says so
+    cells, parents = cells_and_parents(uri)
+    assert not [r for r in cells + parents if r.info.status == "RUNNING"], "the dead worker's trial run stayed open"
+    closed = next(r for r in cells if r.info.run_id == killed.info.run_id)
+    assert closed.info.status == "KILLED" and closed.data.tags[OUTCOME] == "interrupted"
+
+
+def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_file, tmp_path, uri):
+    """The worker told Optuna its trial was complete and died before releasing the slot: whoever
+    takes the slot over must count that trial, not run one more (the study would end with N+1)."""
+    import optuna
+
+    path = study_file("toldthendied", space='lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n',
+                      n_trials=1, base={"epochs": 1})
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    dying = textwrap.dedent(f"""\
+        import os, optuna
+        from harness.store import Claims
+        from harness.studies import engine, spec
+        study = engine.open_study(spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
+        claims = Claims({url!r})
+        claims.claim("study:toldthendied-full", "slot-00000")
+        trial = study.ask()
+        trial.set_user_attr(engine.OWNER_ATTR, f"{{claims.host}}|{{claims.pid}}|{{claims.pid_start:.2f}}|{{claims.owner}}")
+        trial.set_user_attr(engine.SLOT_ATTR, "slot-00000")
+        study.tell(trial, 0.5)
+        os._exit(0)  # dies here: the slot is never released
+        """)
+    subprocess.run([sys.executable, "-c", dying], check=True, capture_output=True, timeout=120)
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)]) == 0
+    trials = optuna.load_study(study_name="toldthendied-full", storage=url).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"], "a finished slot was run again"

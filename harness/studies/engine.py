@@ -43,6 +43,7 @@ from harness.train import available_cores
 STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
 OWNER_ATTR = "harness.owner"        # "host|pid|start|claims owner" of the worker process that asked for it
 RETRIES_ATTR = "harness.retries"    # how many times these parameters were queued again
+SLOT_ATTR = "harness.slot"          # the claims slot the trial ran in
 RUN_ATTR = "mlflow_run_id"
 MAX_RETRY = 2
 MAX_FAILS_IN_A_ROW = 5
@@ -255,6 +256,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                 env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1)}
                 codes = (launcher or LocalLauncher()).run([worker_command(args, r) for r in roles],
                                                           [env for _ in roles])
+                store.reap_stale_runs(experiment_id)  # a worker killed mid-trial left its run open
                 stop = StopReason.WORKERS_FAILED if any(codes) else \
                     StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
                 outcome = StudyOutcome(name, target, stop)
@@ -309,8 +311,11 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
         if slot is None:
             outcome.stop = StopReason.OTHERS_RUNNING
             break
-        if grant.previous is not None:
-            _requeue_trials_of(study, grant.previous)
+        if grant.previous is not None:  # its holder died: close and requeue what it left behind
+            _requeue_trials_of(study, store, experiment_id, grant.previous)
+            if _told_before_release(study, slot):
+                claims.release(namespace, slot, DONE, note="finished by a worker that died before releasing it")
+                continue
         state, reason = _one_trial(spec, study, store, experiment_id, claims, namespace, slot, scale=scale,
                                    fixed=fixed, parent=parent, show_progress=show_progress, log=log)
         outcome.ran += 1
@@ -346,6 +351,7 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
     trial = study.ask()
     try:
         trial.set_user_attr(OWNER_ATTR, f"{claims.host}|{claims.pid}|{claims.pid_start:.2f}|{claims.owner}")
+        trial.set_user_attr(SLOT_ATTR, slot)
         values = {**fixed, **{name: p.suggest(trial) for name, p in spec.space.items()}}
         label = f"trial {trial.number}: " + " ".join(f"{k}={_short(values[k])}" for k in spec.space)
         cell = Cell.build(values, label)
@@ -393,14 +399,27 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
     return "fail", reason
 
 
-def _requeue_trials_of(study, dead: Claim) -> None:
-    """The slot we took over belonged to a dead worker: fail the trials it left RUNNING and queue
-    their parameters again."""
+def _requeue_trials_of(study, store: Store, experiment_id: str, dead: Claim) -> None:
+    """The slot we took over belonged to a dead worker: fail the trials it left RUNNING, queue their
+    parameters again, and close their MLflow runs (its own process can no longer)."""
     from optuna.trial import TrialState
 
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if str(frozen.user_attrs.get(OWNER_ATTR, "")).split("|")[-1] == dead.owner:
             _fail_and_requeue(study, frozen.number, dict(frozen.params), frozen.user_attrs)
+            for run in store.runs(experiment_id, tags={STUDY: study.study_name, TRIAL: str(frozen.number)},
+                                  status="RUNNING"):
+                store.end_run(run.run_id, Outcome.INTERRUPTED,
+                              f"its worker (process {dead.pid} on {dead.host}) died; the trial is queued again")
+
+
+def _told_before_release(study, slot: str) -> bool:
+    """Whether a trial of this slot already finished: its worker told Optuna, then died before it
+    could release the slot. Running another would make the study one trial too many."""
+    from optuna.trial import TrialState
+
+    return any(t.user_attrs.get(SLOT_ATTR) == slot
+               for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
 def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:

@@ -94,6 +94,7 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
             else:
                 _launch(launcher or LocalLauncher(), spec, store, db_url, scale, overrides, workers,
                         claims.token, parent, log)
+                store.reap_stale_runs(experiment_id)  # a worker killed mid-cell left its run open
                 results = _outcomes(store, experiment_id, spec, cells, since_ms=_now_ms(started))
             store.end_run(parent, Outcome.OK, tags=_count_tags(results))
         except StoreFault as fault:
