@@ -32,6 +32,7 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIN
 )
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
 REASON_LIMIT = 5000            # MLflow caps a tag value; a long traceback goes in an artifact instead
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")  # database servers MLflow stores runs in directly
 
 
 @dataclass
@@ -131,7 +132,7 @@ class Store:
         elif self.artifact_root is not None:
             probe.check_sqlite(self._sqlite_path(), shown)
             probe.check_folder_writable(self.artifact_root, f"the artifacts folder of {shown}")
-        else:
+        elif self.uri.split(":", 1)[0].split("+")[0] in DATABASE_SCHEMES:
             probe.check_server(self.uri, "the tracking store", shared_db.create_engine)
 
     def _sqlite_path(self) -> Path:
