@@ -76,6 +76,7 @@ class Job:
     started: int = 0
     rounds_done: list[int] = field(default_factory=list)
     done: bool = False  # its last round finished after the kills stopped
+    resumed: int = 0    # starts of a round that a kill (or a failure) cut short
 
     def start(self) -> None:
         self.started += 1
@@ -145,6 +146,8 @@ def main() -> int:
                     job.done = True
                     continue
                 job.round += 1
+            else:
+                job.resumed += 1
             job.start()  # a killed or failed command resumes its round; a finished one starts the next
         if killing and now >= next_kill:
             victims = soak_processes(str(folder))
@@ -199,7 +202,7 @@ def report(folder: Path, uri: str, jobs: list[Job], kills: Counter, wall: float,
     print(f"soak finished in {wall / 60:.1f} min; load average {load_before[0]:.1f} at the start, "
           f"{load_after[0]:.1f} / {load_after[1]:.1f} / {load_after[2]:.1f} (1/5/15 min) at the end")
     print(f"  kills:                                  {sum(kills.values())} ({', '.join(f'{n} {r}' for r, n in kills.items()) or 'none'})")
-    print(f"  restarts:                               {sum(j.started - 1 for j in jobs)}")
+    print(f"  commands restarted after a kill:        {sum(j.resumed for j in jobs)}")
     print(f"  rounds finished:                        " + ", ".join(f"{j.name} {len(set(j.rounds_done))}" for j in jobs))
     print(f"  cells finished:                         {sum(finished.values())} ({', '.join(f'{k} {v}' for k, v in finished.items())})")
     print(f"  cells with more than one FINISHED:      {duplicates}")
