@@ -54,14 +54,19 @@ def in_process(argv: list[str], code: int, capsys, *words: str) -> str:
     return assert_one_sentence(capsys.readouterr().err, *words)
 
 
-def harness(*args: str, file_size_limit: int | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def harness(*args: str, file_size_limit: int | None = None, memory_limit: int | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
     """`harness ARGS` as a real process; with `file_size_limit`, no file it writes may grow past
-    that many bytes (Python ignores SIGXFSZ, so a write beyond it fails as on a full disk)."""
-    def limit_files() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+    that many bytes (Python ignores SIGXFSZ, so a write beyond it fails as on a full disk); with
+    `memory_limit`, its address space may not grow past that many bytes."""
+    def limit() -> None:
+        if file_size_limit:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+        if memory_limit:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=limit_files if file_size_limit else None)
+                          timeout=timeout, preexec_fn=limit if file_size_limit or memory_limit else None)
 
 
 def all_runs(uri: str) -> list:
@@ -400,6 +405,23 @@ def test_10_a_store_created_on_a_full_disk_leaves_nothing_and_works_once_space_i
     assert again.returncode == 0, again.stderr[-2000:]
     cells, _ = cells_and_parents(uri)
     assert [r.data.tags[OUTCOME] for r in cells] == ["ok"]
+
+
+# --- out of memory inside a cell: that cell fails with the reason, the sweep goes on ----------------------
+@pytest.mark.slow
+def test_out_of_memory_in_a_cell_records_it_failed_and_the_sweep_goes_on(tmp_path, uri):
+    path = tmp_path / "oom.toml"
+    path.write_text('name = "oom"\nexperiment = "async"\n[base]\nmatmul_iterations = 1\ntiming_repeats = 1\n'
+                    "threads = 1\n[grid]\nmatrix_size = [64, 60000, 32]\n")  # 60000: a 14.4 GB matrix
+    done = harness("sweep", str(path), "--tracking-uri", uri, "--no-progress", memory_limit=12 << 30)
+    assert done.returncode == 1, done.stderr[-2000:]  # some cell failed
+    assert "Traceback" not in done.stderr and not visible_lines(done.stderr), done.stderr[-2000:]
+    cells, parents = cells_and_parents(uri)
+    by_size = {r.data.params["matrix_size"]: r for r in cells}
+    assert by_size["60000"].info.status == "FAILED" and "allocate" in by_size["60000"].data.tags[REASON]
+    assert by_size["64"].data.tags[OUTCOME] == by_size["32"].data.tags[OUTCOME] == "ok"  # before and after it
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.tags["harness.cells_failed"] == "1"
 
 
 # --- 11. report --out: a file, an impossible path ---------------------------------------------------
