@@ -7,6 +7,7 @@ failed at run time exits 1 after recording them; Ctrl-C exits 130.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from typing import Sequence
@@ -87,4 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `harness list | head`: the reader has gone, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
