@@ -20,7 +20,8 @@ WORKERS ?=
 STORAGE ?=
 TIMEOUT ?=
 
-# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only.
+# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device, and for the
+# DDP sweeps (NCCL_SWEEPS) the backend to nccl too: gloo on GPUs would allreduce through host memory.
 DEVICE_SET := $(if $(filter cpu,$(DEVICE)),--set device=cpu --set backend=gloo,$(if $(DEVICE),--set device=$(DEVICE)))
 OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
              $(DEVICE_SET) $(foreach s,$(SET),--set $(s))
@@ -28,13 +29,16 @@ OVERRIDES := $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set da
 SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
+NCCL_SWEEPS := gpus dp-scratch $(RESNET_SWEEPS)
+# $(call nccl_on_cuda,SWEEP): --set backend=nccl when DEVICE is cuda and SWEEP trains with DDP.
+nccl_on_cuda = $(if $(and $(filter cuda%,$(DEVICE)),$(filter $(1),$(NCCL_SWEEPS))),--set backend=nccl)
 WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE))
 STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
 
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
-        study-lr-batch study-sparsity-tradeoff bench-workers
+        study-lr-batch study-sparsity-tradeoff bench-workers gpu-check
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -57,7 +61,7 @@ test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow"
 
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ...
-	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(OVERRIDES) $(STORE)
+	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(OVERRIDES) $(call nccl_on_cuda,$*) $(STORE)
 
 study-lr-batch: ## Optuna study: best lr, batch size, optimizer for test accuracy (resumes; ARGS=--status)
 	$(HARNESS) study lr_batch --scale $(SCALE) $(STUDY_OPTS) $(OVERRIDES) $(STORE)
@@ -72,7 +76,7 @@ report: ## reports/REPRODUCTION.md: every sweep beside the published tables, wit
 	$(HARNESS) report $(STORE)
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
-	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(OVERRIDES) $(STORE); done
+	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(OVERRIDES) $(call nccl_on_cuda,resnet) $(STORE); done
 
 report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two y-axes
 	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) report $$s $(STORE); done
@@ -85,6 +89,9 @@ ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
 
 list: ## experiments, sweeps, models, datasets and config fields
 	$(HARNESS) list
+
+gpu-check: ## first run on a GPU machine: GPU tests + every GPU sweep at smoke scale, one line each (< 8 min)
+	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
 bench-overhead: ## harness vs bare training, and harness loop vs the notebook's DataLoader loop
 	$(BIN)/python benchmarks/overhead.py $(ARGS)
