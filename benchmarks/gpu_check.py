@@ -23,7 +23,6 @@ reason and the check passes in under two minutes. Exit status: 0 when nothing fa
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys

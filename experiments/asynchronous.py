@@ -21,6 +21,7 @@ the size as given: it queues nothing, so there is nothing to size.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 import torch
@@ -62,7 +63,8 @@ def torch_round(n: int, iterations: int, device: torch.device) -> tuple[float, f
     return returned, time.perf_counter() - start
 
 
-def sized_to_device(n: int, device: torch.device, measure=None) -> int:
+def sized_to_device(n: int, device: torch.device,
+                    measure: Callable[[int], tuple[float, float]] | None = None) -> int:
     """The matrix side to use: `n` on a CPU; on a GPU `n` doubled until a round's device time is at
     least ROUND_OVER_LAUNCH times the time its calls take to return (MAX_MATRIX_SIZE at most).
     `measure(n) -> (returned, finished)` times one round (torch_round by default; tests pass theirs)."""

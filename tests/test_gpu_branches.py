@@ -24,7 +24,7 @@ from harness.distributed.launch import torchrun_command
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped
 from harness.fingerprint import REPO_ROOT
-from harness.tracking import CELL_ID, OK, OUTCOME, SCALE, SWEEP
+from harness.tracking import CELL_ID, OK, SCALE, SWEEP
 
 TINY = {"experiment": "data_parallel", "model": "tiny_cnn", "dataset": "synthetic", "train_limit": 96,
         "test_limit": 32, "epochs": 1, "warmup_epochs": 0, "batch_size": 32, "lr": 0.01, "threads": 1}
