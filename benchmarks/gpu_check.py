@@ -14,8 +14,10 @@ skipped (reason) / failed (reason), our speed-ups beside the published ones, the
 
 Nothing is downloaded: before anything runs, every cell is checked to read scikit-learn's bundled
 digits or synthetic data, and no model here loads pretrained weights (random init throughout).
-Budget: 8 minutes on one GPU, 10 on several; a sweep still running when it is spent is stopped
-(its finished cells stay recorded) and counts as failed. Without a GPU every cell is a skip with its
+Steps 1 and 2 run one at a time where there are GPUs (nothing else on them while a cell is timed),
+two at a time where there are none (every cell is then a skip). Budget: 8 minutes on one GPU, 10 on
+several; a sweep still running when it is spent is stopped (its finished cells stay recorded) and
+counts as failed. Without a GPU every cell is a skip with its
 reason and the check passes in under two minutes. Exit status: 0 when nothing failed, 1 otherwise,
 2 for a usage mistake.
 """
@@ -29,12 +31,14 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OFFLINE_DATASETS = {"digits", "synthetic"}
 STOP_GRACE_S = 60  # after SIGTERM a sweep closes its run and kills its ranks; then SIGKILL
+TESTS = "gpu-tests"
 
 
 @dataclass
@@ -93,21 +97,28 @@ def check(args) -> int:
     def left() -> float:
         return budget - (time.monotonic() - started)
 
-    failed = False
-    if not args.skip_tests:
-        failed |= not _gpu_tests(out, min(left(), 0.4 * budget))
-    exits = {}
+    xml = out / "gpu-tests.xml"
+    jobs = {} if args.skip_tests else {  # name: (command, the most of the budget it may take)
+        TESTS: ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", f"--junitxml={xml}"], 0.4)}
     for sweep in SWEEPS:
-        exits[sweep.name] = _run(sweep.name, [_harness(), "sweep", sweep.name, "--scale", "smoke",
-                                              *[a for s in sweep.sets for a in ("--set", s)],
-                                              "--tracking-uri", uri, "--no-progress"], out, left())
-    report_exit = _run("report", [_harness(), "report", "--tracking-uri", uri, "--out", str(out)], out, max(left(), 30))
+        jobs[sweep.name] = ([_harness(), "sweep", sweep.name, "--scale", "smoke",
+                             *[a for s in sweep.sets for a in ("--set", s)], "--tracking-uri", uri, "--no-progress"], 1.0)
+    # With GPUs one job at a time: two on the same GPUs would time each other's contention. Without,
+    # every cell is a skip decided at start-up, and two at once halve the wait.
+    with ThreadPoolExecutor(max_workers=1 if gpus else 2) as pool:
+        running = {name: pool.submit(lambda n, c, share: _run(n, c, out, min(left(), share * budget)), name, *job)
+                   for name, job in jobs.items()}
+        exits = {name: future.result() for name, future in running.items()}
+    took = {name: seconds for name, (_, seconds) in exits.items()}
+    exits = {name: status for name, (status, _) in exits.items()}
+    report_exit, _ = _run("report", [_harness(), "report", "--tracking-uri", uri, "--out", str(out)], out, max(left(), 30))
 
+    failed = False if args.skip_tests else not _gpu_tests(xml, exits[TESTS], out)
     from harness.tracking import Store  # read only once every subprocess has ended
 
     store = Store(uri)
     for sweep in SWEEPS:
-        failed |= not _summarise(store, sweep, *expected[sweep.name], exits[sweep.name])
+        failed |= not _summarise(store, sweep, *expected[sweep.name], exits[sweep.name], took[sweep.name])
     print(f"report: {out / 'REPRODUCTION.md'}" + ("" if report_exit == 0 else f" (harness report: {report_exit})"))
     failed |= report_exit != 0
     seconds = time.monotonic() - started
@@ -142,8 +153,14 @@ def _offline_cells() -> dict[str, tuple[object, set[str]]]:
     return expected
 
 
-def _run(name: str, command: list[str], out: Path, seconds: float) -> int | str:
-    """Run one command with its output in out/logs/NAME.log; its exit status, or why it has none."""
+def _run(name: str, command: list[str], out: Path, seconds: float) -> tuple[int | str, float]:
+    """Run one command with its output in out/logs/NAME.log: its exit status (or why it has none)
+    and its wall time."""
+    started = time.monotonic()
+    return _wait(name, command, out, seconds), time.monotonic() - started
+
+
+def _wait(name: str, command: list[str], out: Path, seconds: float) -> int | str:
     if seconds <= 0:
         return "not started: the budget was spent"
     with open(out / "logs" / f"{name}.log", "wb") as log:
@@ -160,10 +177,8 @@ def _run(name: str, command: list[str], out: Path, seconds: float) -> int | str:
             return f"stopped after {seconds:.0f} s: the budget was spent"
 
 
-def _gpu_tests(out: Path, seconds: float) -> bool:
-    xml = out / "gpu-tests.xml"
-    status = _run("gpu-tests", [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
-                                f"--junitxml={xml}"], out, seconds)
+def _gpu_tests(xml: Path, status: int | str, out: Path) -> bool:
+    """Print the GPU tests' line from pytest's JUnit XML; False when one failed or none ran."""
     if not xml.exists():
         print(f"GPU tests: no result ({status}); see {out / 'logs' / 'gpu-tests.log'}")
         return False
@@ -178,12 +193,13 @@ def _gpu_tests(out: Path, seconds: float) -> bool:
             skipped[(case.find("skipped").get("message") or "").removeprefix("Skipped: ")] += 1
         else:
             counts["passed"] += 1
+    ended = "" if status in (0, 1, 5) else f"; pytest: {status} (logs/{TESTS}.log)"  # 1: tests failed (counted)
     print(f"GPU tests: {counts['passed']} passed, {counts['skipped']} skipped{_reasons(skipped)}, "
-          f"{counts['failed']} failed{_reasons(Counter(failed))}")
+          f"{counts['failed']} failed{_reasons(Counter(failed))}{ended}")
     return counts["failed"] == 0 and status in (0, 5)  # 5: pytest collected no GPU test
 
 
-def _summarise(store, sweep: Sweep, spec, expected: set[str], exit_status: int | str) -> bool:
+def _summarise(store, sweep: Sweep, spec, expected: set[str], exit_status: int | str, seconds: float = 0.0) -> bool:
     """Print the sweep's line from the store; False when a cell failed or the sweep did not end well."""
     records = store.cell_records(store.experiment_id(spec.name), spec.name)
     outcomes: dict[str, Counter] = {"ok": Counter(), "skipped": Counter(), "failed": Counter()}
@@ -200,7 +216,7 @@ def _summarise(store, sweep: Sweep, spec, expected: set[str], exit_status: int |
     ended = "" if exit_status == expected_exit else f"; harness sweep: {exit_status} (logs/{sweep.name}.log)"
     print(f"{sweep.name:<13} {sweep.table}: {sum(outcomes['ok'].values())} ok, "
           f"{sum(outcomes['skipped'].values())} skipped{_reasons(outcomes['skipped'])}, "
-          f"{sum(outcomes['failed'].values())} failed{_reasons(outcomes['failed'])}{ended}")
+          f"{sum(outcomes['failed'].values())} failed{_reasons(outcomes['failed'])}{ended} [{seconds:.0f} s]")
     if outcomes["ok"]:
         for line in _speedups(store, spec):
             print(f"{'':<13}   {line}")
