@@ -64,11 +64,13 @@ def test_gpu_check_passes_here_with_every_gpu_cell_a_skip(tmp_path):
         pytest.skip("this machine has a GPU: make gpu-check runs the real thing")
     started = time.monotonic()
     out = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "c")],
-                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = {line.split()[0]: line for line in out.stdout.splitlines() if line}
     for sweep in gpu_check.SWEEPS:
         assert " 0 ok, " in lines[sweep.name] and " 0 failed" in lines[sweep.name], lines[sweep.name]
         assert "no usable CUDA GPU" in lines[sweep.name] or "0 usable GPU" in lines[sweep.name]
     assert (tmp_path / "c" / "REPRODUCTION.md").exists()
-    assert time.monotonic() - started < 120
+    # Under a minute on an idle 2-core machine; the bound is loose because each step is mostly a Python
+    # start-up, which shared cores stretch. A cell that trained on the CPU instead of skipping would not fit.
+    assert time.monotonic() - started < 300
