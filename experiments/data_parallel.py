@@ -1,8 +1,11 @@
 """T9.1, T9.2/T9.3, T10.2, D12.6: train with threads, with several processes, or on several GPUs.
 
-world_size 1 trains in this process with `threads` threads. world_size N starts N ranks with
-torchrun (DistributedDataParallel, DistributedSampler + set_epoch, backend from the config), each
-pinned to its own cores or GPU; the ranks' result comes back here and is logged as this one cell.
+world_size 1 on a CPU trains in this process with `threads` threads. world_size N starts N ranks
+with torchrun (DistributedDataParallel, DistributedSampler + set_epoch, backend from the config),
+each pinned to its own cores or GPU; the ranks' result comes back here and is logged as this one
+cell. On GPUs world_size 1 runs under torchrun too, as one rank: the sweep process then never holds
+a CUDA context or cached GPU memory that rank 0 of a later cell would share (or, with the GPU in
+EXCLUSIVE_PROCESS mode, be refused), and one GPU is timed in the same setting as several.
 
     harness run data_parallel --set dataset=digits --set epochs=2 --set world_size=2 --set threads=1
 """
@@ -25,7 +28,7 @@ TARGET = "harness.distributed.ddp_train:train"
 
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     check_can_run(cfg)
-    if cfg.world_size == 1 and cfg.nnodes == 1:
+    if cfg.world_size == 1 and cfg.nnodes == 1 and not cfg.device.startswith("cuda"):
         result = ddp_train.train(cfg, RankContext(device=prepare(cfg)))
     else:
         result = launch(cfg, TARGET)

@@ -1,7 +1,8 @@
 """The training loop every experiment shares, and what it needs around it (threads, seed, device).
 
 What is inside the clock, stated once: for each timed epoch, taking the mini-batches from the
-in-memory tensors, moving them to the device, forward, loss, backward and the optimizer step.
+in-memory tensors, moving them to the device (on CUDA through pinned buffers, so the copy is queued
+and the host goes on; see data.DeviceBatches), forward, loss, backward and the optimizer step.
 Outside it: warm-up epochs, pruning, evaluation, logging and the per-epoch callback. The device is
 synchronized before each reading (see timing.timed).
 """
@@ -15,15 +16,17 @@ import torch
 from torch import nn
 
 from harness.config import RunConfig
-from harness.data import Split, batches
+from harness.data import DeviceBatches, Split, batches, shuffled_indices
+from harness.distributed.placement import slice_note
 from harness.errors import CellSkipped
 from harness.timing import spread, timed
 
 if TYPE_CHECKING:
     from harness.precision import Precision
 
-CLOCK = ("training epochs only: batching from memory, host-to-device copy, forward, loss, backward, "
-         "optimizer step; warm-up, pruning, evaluation and logging are outside the clock")
+CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
+         "asynchronous), forward, loss, backward, optimizer step; warm-up, pruning, evaluation and logging "
+         "are outside the clock")
 
 EpochCallback = Callable[[int, dict], None]
 
@@ -46,10 +49,11 @@ def prepare(cfg: RunConfig) -> torch.device:
     device = torch.device(cfg.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU")
+            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU"
+                              + slice_note())
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has "
-                              f"{torch.cuda.device_count()} GPU(s)")
+                              f"{torch.cuda.device_count()} GPU(s)" + slice_note())
     return device
 
 
@@ -69,13 +73,14 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
     around backward and step; None is the plain fp32 step."""
     loss_fn = nn.CrossEntropyLoss()
     model.train()
+    to_device = DeviceBatches(device)
     times = []
     for epoch in range(first_epoch, first_epoch + epochs):
         # Summed on the device and read once per epoch: a per-batch .item() would synchronize.
         loss_sum = torch.zeros((), device=device)
         with timed(device) as clock:
-            for x, y in batches(data, batch_size, generator):
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            for idx in shuffled_indices(len(data), batch_size, generator):
+                x, y = to_device(data, idx)
                 optimizer.zero_grad(set_to_none=True)
                 if precision is None:
                     loss = loss_fn(model(x), y)

@@ -12,6 +12,19 @@ import pytest
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` are skipped, saying why, where torch sees no CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False here); "
+                                   "make gpu-check runs it on a GPU machine")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def store(tmp_path_factory):
     from harness.store.tracking import Store

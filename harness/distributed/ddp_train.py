@@ -6,8 +6,13 @@ wrapper, the sampler hands that one rank every sample), so one worker and N work
 what data parallelism adds.
 
 Inside the clock (each timed epoch, after a barrier so the ranks start together): taking this
-rank's mini-batches from memory, the host-to-device copy, forward, loss, backward with DDP's
-gradient allreduce, optimizer step. A cell's time is the slowest rank's sum of timed epochs.
+rank's mini-batches from memory, the host-to-device copy (on CUDA from pinned buffers, queued
+without waiting), forward, loss, backward with DDP's gradient allreduce, optimizer step. A cell's
+time is the slowest rank's sum of timed epochs.
+
+Random streams: every rank builds the model from the same seed (identical initial weights), then
+reseeds with seed + rank, so dropout and stochastic-depth masks differ between ranks as they would
+with independent samples; with one shared stream every rank would drop the same units.
 """
 
 from __future__ import annotations
@@ -20,14 +25,15 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from harness.config import RunConfig
-from harness.data import SPLITS_READS, Split, load_splits
+from harness.data import SPLITS_READS, DeviceBatches, Split, load_splits
 from harness.distributed.rank import RankContext
 from harness.models import MODELS, build_model
 from harness.timing import peak_rss_mb, spread, timed
 from harness.train import OPTIMIZER_READS, evaluate, make_optimizer
 
 CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "
-         "host-to-device copy, forward, loss, backward with DDP's gradient allreduce, optimizer step; "
+         "host-to-device copy (on CUDA from pinned buffers, asynchronous), forward, loss, backward with "
+         "DDP's gradient allreduce, optimizer step; "
          "process start, data loading, warm-up epochs and evaluation are outside the clock")
 
 
@@ -73,6 +79,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
                        train_limit=cfg.train_limit, test_limit=cfg.test_limit)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = build_model(cfg.model, data.num_classes).to(ctx.device)
+    seed_rank(cfg.seed, ctx.rank)  # from here on, each rank its own dropout / stochastic-depth masks
     net = model
     if ctx.distributed:
         net = DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
@@ -83,6 +90,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     batch = rank_batch_size(cfg, ctx.world_size)
     steps_per_epoch = -(-len(sampler) // batch)
     schedule = LrSchedule(cfg, ctx.world_size, steps_per_epoch)
+    to_device = DeviceBatches(ctx.device)
 
     def epoch(index: int) -> tuple[float, float]:
         sampler.set_epoch(index)  # a new shuffle each epoch, the same on every rank
@@ -93,7 +101,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
             for start in range(0, len(order), batch):
                 ctx.fault("first_step")
                 idx = order[start:start + batch]
-                loss_sum += _step(net, optimizer, data.train, idx, schedule.next(), ctx.device)
+                loss_sum += _step(net, optimizer, *to_device(data.train, idx), schedule.next())
                 ctx.beat()
             if index == cfg.warmup_epochs + cfg.epochs - 1:
                 ctx.fault("end_of_training")
@@ -112,15 +120,25 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
                  batch, schedule.target)
 
 
-def _step(net, optimizer, split: Split, idx: torch.Tensor, lr: float, device: torch.device) -> torch.Tensor:
+def seed_rank(seed: int, rank: int) -> None:
+    """Reseed every generator (CPU and each CUDA device) with seed + rank: called after the model is
+    built, so weights stay identical across ranks while the random masks of training differ."""
+    torch.manual_seed(seed + rank)
+
+
+def _step(net, optimizer, x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
     for group in optimizer.param_groups:
         group["lr"] = lr
-    x, y = split.x[idx].to(device, non_blocking=True), split.y[idx].to(device, non_blocking=True)
     optimizer.zero_grad(set_to_none=True)
     loss = nn.functional.cross_entropy(net(x), y)
     loss.backward()
     optimizer.step()
     return loss.detach() * len(y)
+
+
+def launched_rank() -> bool:
+    """Whether this is a torchrun rank (a process group is up, even one of a single rank)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: float, eval_seconds: float,
@@ -153,6 +171,6 @@ def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: floa
         "param_digests": [r["digest"] for r in everyone],
     }
     result.update({f"rank{i}_train_time_s": t for i, t in enumerate(totals)})
-    if ctx.distributed:  # in one process the sweep engine measures the peak itself
+    if launched_rank():  # in the sweep's own process the sweep engine measures the peak itself
         result["peak_rss_mb"] = max(r["rss"] for r in everyone)
     return result

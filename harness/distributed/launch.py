@@ -44,7 +44,8 @@ class LaunchFailed(RuntimeError):
         self.workdir = workdir
 
 
-def torchrun_command(cfg: RunConfig, config_path: Path, workdir: Path, target: str) -> list[str]:
+def torchrun_command(cfg: RunConfig, config_path: Path, workdir: Path, target: str,
+                     processes: int | None = None) -> list[str]:
     command = [sys.executable, "-m", "torch.distributed.run"]
     if cfg.nnodes == 1:
         command += ["--standalone", "--nnodes=1"]
@@ -52,7 +53,7 @@ def torchrun_command(cfg: RunConfig, config_path: Path, workdir: Path, target: s
         command += [f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id=harness-{_job_id(cfg)}",
                     f"--rdzv-conf=join_timeout={int(cfg.dist_timeout_s)}"]
-    command += [f"--nproc-per-node={ranks_per_node(cfg)}", "--max-restarts=0",
+    command += [f"--nproc-per-node={processes or ranks_per_node(cfg)}", "--max-restarts=0",
                 "-m", "harness.distributed.worker", str(config_path), str(workdir), target]
     return command
 
@@ -62,28 +63,32 @@ def _job_id(cfg: RunConfig) -> str:
     return cfg.model_copy(update={"node_rank": 0}).cell_id()
 
 
-def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False) -> dict:
-    """Run `target` ("module:function") on cfg.world_size ranks; return the dict they return."""
+def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False, processes: int | None = None) -> dict:
+    """Run `target` ("module:function") on cfg.world_size ranks; return the dict they return.
+    `processes` overrides the number of ranks on this node: 1 runs a single-process cell (one that
+    drives several GPUs itself, or one GPU) away from the sweep process, so no CUDA context or
+    cached GPU memory stays behind in the sweep for a later cell's rank 0 to share."""
+    local = processes or ranks_per_node(cfg)
     workdir = Path(tempfile.mkdtemp(prefix="harness-ddp-"))
     config_path = workdir / "config.json"
     config_path.write_text(cfg.model_dump_json())
     cores = usable_cores()
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": str(threads_per_rank(cfg, len(cores))),
+           "OMP_NUM_THREADS": str(threads_per_rank(cfg, len(cores), local)),
            "HARNESS_CORES": json.dumps(cores),
            "PYTHONUNBUFFERED": "1"}
     log_path = workdir / "launcher.log"
     started = time.time()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(torchrun_command(cfg, config_path, workdir, target), env=env,
+        proc = subprocess.Popen(torchrun_command(cfg, config_path, workdir, target, local), env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     tree = _Tree(proc.pid)
     failed = True
     try:
         while proc.poll() is None:
             tree.refresh()
-            silent = _silence(workdir, ranks_per_node(cfg), started)
+            silent = _silence(workdir, local, started)
             if silent > cfg.dist_timeout_s:
                 raise LaunchFailed(f"a rank made no progress for {silent:.0f} s (dist_timeout_s="
                                    f"{cfg.dist_timeout_s:g}): hung or waiting for a dead peer; all "

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from harness.cells import Cell, preflight, run_cell
 from harness.config import make_config
+from harness.distributed.placement import worker_gpu_env
 from harness.errors import CellPruned, UserError, first_line
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
@@ -249,7 +250,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                 roles = [WorkerRole(i, claims.token, parent) for i in range(workers)]
                 env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1)}
                 codes = (launcher or LocalLauncher()).run([worker_command(args, r) for r in roles],
-                                                          [env for _ in roles])
+                                                          [{**env, **worker_gpu_env(r.index, workers)} for r in roles])
                 stop = StopReason.WORKERS_FAILED if any(codes) else \
                     StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
                 outcome = StudyOutcome(name, target, stop)

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from harness.cells import Cell, CellResult, preflight, run_cell
 from harness.config import make_config
+from harness.distributed.placement import worker_gpu_env
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, RunRecord, Store, new_token
@@ -162,8 +163,6 @@ def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scal
             overrides: dict[str, Any], workers: int, token: str, parent: str, log: Log | None) -> list[int]:
     import json
 
-    from harness.distributed.placement import worker_gpu_env
-
     args = ["sweep", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri]
     for key, value in overrides.items():
         args += ["--set", f"{key}={json.dumps(value) if isinstance(value, list) else value}"]
@@ -171,6 +170,7 @@ def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scal
     roles = [WorkerRole(i, token, parent) for i in range(workers)]
     if log is not None:
         log(f"sweep {spec.name} ({scale}): {workers} workers, {threads} thread(s) each")
+    # Each worker its own cores' worth of threads and its own slice of the GPUs (none here without GPUs).
     envs = [{"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **worker_gpu_env(r.index, workers)}
             for r in roles]
     return launcher.run([worker_command(args, r) for r in roles], envs)
