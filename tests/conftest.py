@@ -4,12 +4,15 @@ run the real engine on the tiny CNN and synthetic data in a second or two."""
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+# Peaks the tests measure (under their own load) stay out of the user's cache (harness/peak.py).
+os.environ.setdefault("HARNESS_CACHE_DIR", tempfile.mkdtemp(prefix="harness-test-cache-"))
 
 
 @pytest.fixture(scope="session")

@@ -174,10 +174,11 @@ def cmd_peak(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
-    from harness.store import redact, resolve_db_url
+    from harness.store import redact, resolve_db_url, resolve_tracking_uri
     from harness.store.uris import is_sqlite
 
-    storage = resolve_db_url(args.storage, _store(args).uri)
+    # Only the URI: the dashboard reads the study database, not the MLflow store.
+    storage = resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri))
     if is_sqlite(storage) and not Path(storage.removeprefix("sqlite:///")).exists():
         raise UserError(f"no study database at {redact(storage)} yet; run a study first "
                         "(make study-speed-recipe SCALE=smoke) or pass --storage.")

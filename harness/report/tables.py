@@ -236,6 +236,9 @@ def to_markdown(report: Report, sample_run: RunRecord) -> str:
     if "speedup" in t:
         lines.append("- Speed-up: our baseline's time divided by the cell's time (the book's likewise); "
                      "absolute seconds from different hardware are shown, not compared.")
+    if MFU in t:
+        lines.append("- MFU: training FLOPs per second (counted per step, harness/flops.py) over this machine's "
+                     "measured matmul peak in the run's dtype (`harness peak`).")
     lines += [f"- {text}" for text in spec.report.get("comments", [])]
     lines.append("")
     lines.append(_markdown_table(t))
@@ -260,6 +263,8 @@ def _markdown_table(table: pd.DataFrame) -> str:
             return "—"
         if "accuracy" in column:
             return f"{100 * value:.2f}%"
+        if column == MFU:
+            return f"{100 * value:.1f}%" if value >= 0.001 else f"{100 * value:.2g}%"
         if "param_count" in column or column == "repeats":
             return f"{int(value):,}"
         if "speedup" in column:
