@@ -50,6 +50,8 @@ CLOCK = ("training only, from the first step (no warm-up epoch): batching from m
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     speed_methods.check(cfg)
     check_can_run(cfg)
+    # A dtype autocast cannot run on this device is a skip here, before any rank is started.
+    Precision.for_device(torch.device(cfg.device), cfg.dtype, cfg.grad_scaler)
     if cfg.world_size == 1 and cfg.nnodes == 1:
         result = train_recipe(cfg, RankContext(device=prepare(cfg)), on_epoch)
     else:
