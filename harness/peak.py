@@ -37,7 +37,7 @@ from harness.train import available_cores
 CPU_SIZES = (512, 1024, 2048)
 GPU_SIZES = (4096, 8192)
 MIN_SECONDS = 0.25      # per size: repeat until this much time was measured ...
-MAX_REPEATS = 10        # ... or this many repeats
+MAX_REPEATS = {"cpu": 10, "cuda": 50}   # ... or this many repeats (a GPU matmul takes a millisecond)
 BUSIER_BY = 1.0         # a cached figure is measured again when its load average was this much higher
 
 # Datasheet figures (dense, no sparsity), TFLOP/s, shown beside the measured peak on GPUs and named
@@ -129,7 +129,7 @@ def measure(device: torch.device, dtype: str, threads: int) -> Peak:
                 break
             a @ b
             spent, repeats = 0.0, 0
-            while spent < MIN_SECONDS and repeats < MAX_REPEATS:
+            while spent < MIN_SECONDS and repeats < MAX_REPEATS[device.type]:
                 with timed(device) as clock:
                     a @ b
                 spent += clock.seconds

@@ -3,7 +3,9 @@ run the real engine on the tiny CNN and synthetic data in a second or two."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import textwrap
 from pathlib import Path
@@ -12,7 +14,9 @@ import pytest
 
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 # Peaks the tests measure (under their own load) stay out of the user's cache (harness/peak.py).
-os.environ.setdefault("HARNESS_CACHE_DIR", tempfile.mkdtemp(prefix="harness-test-cache-"))
+if "HARNESS_CACHE_DIR" not in os.environ:
+    os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
