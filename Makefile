@@ -19,6 +19,7 @@ N_TRIALS ?=
 WORKERS ?=
 STORAGE ?=
 TIMEOUT ?=
+PORT ?=
 
 # DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only. The
 # backend is set only for the experiments that read it ($(call overrides,FILE) looks at FILE's
@@ -45,7 +46,7 @@ STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIM
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
-        bench-workers bench-cells gpu-check
+        bench-workers bench-cells gpu-check dashboard peak
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -91,6 +92,12 @@ bench-ddp: ## N ranks x t threads against 1 rank x N*t threads on the same cores
 
 ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
 	$(HARNESS) ui $(STORE)
+
+dashboard: ## optuna-dashboard on http://127.0.0.1:8080 over the study storage (STORAGE=, PORT= to change)
+	$(HARNESS) dashboard $(if $(STORAGE),--storage $(STORAGE)) $(if $(PORT),--port $(PORT)) $(STORE)
+
+peak: ## the measured matmul peak every run's MFU is taken against (cached per machine; ARGS=--remeasure)
+	$(HARNESS) peak $(ARGS)
 
 list: ## experiments, sweeps, models, datasets and config fields
 	$(HARNESS) list

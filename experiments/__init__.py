@@ -32,6 +32,7 @@ REGISTRY: dict[str, str] = {
     "data_parallel": "experiments.data_parallel",
     "dp_scratch": "experiments.dp_scratch",
     "autoparallel": "experiments.autoparallel",
+    "recipe": "experiments.recipe",
 }
 
 # Fields a cell may always set, whatever its experiment:

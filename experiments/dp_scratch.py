@@ -31,12 +31,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from experiments import Experiment
+from harness import flops
 from harness.config import RunConfig
 from harness.data import SPLITS_READS, Dataset, Split, load_splits
 from harness.distributed.launch import READS as LAUNCH_READS, launch
 from harness.distributed.placement import check_can_run, slice_note
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped, UserError
+from harness.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
 from harness.timing import peak_rss_mb, spread, timed
 from harness.train import PREPARE_READS, EpochCallback, prepare
@@ -163,7 +165,10 @@ def _launched(cfg: RunConfig, target: str, on_epoch: EpochCallback | None, proce
     if on_epoch is not None:
         for i, seconds in enumerate(result.pop("epoch_times")):
             on_epoch(i, {"epoch_time_s": seconds})
-    return _numbers(result)
+    metrics = _numbers(result)
+    if "flops_per_sample" not in metrics:  # DDP ranks report times; the FLOPs are counted here
+        metrics.update(_flop_metrics(cfg, _data(cfg), metrics["train_time_s"], nodes=cfg.nnodes))
+    return metrics
 
 
 def _numbers(result: dict) -> dict[str, float]:
@@ -183,12 +188,20 @@ def scratch(cfg: RunConfig, on_epoch: EpochCallback | None = None,
     # every copy must hold the same parameters after each allreduce + step
     metrics["copies_identical"] = float(all(torch.equal(a.cpu(), b.cpu()) for ps in copies for a, b in zip(ps, copies[0])))
     return {**metrics, **_summary(cfg, times, accuracy(copies[0], data.test, devices[0]), data),
-            "epoch_times": times}
+            **_flop_metrics(cfg, data, sum(times)), "epoch_times": times}
 
 
 def scratch_target(cfg: RunConfig, ctx: RankContext) -> dict:
     """The scratch copies in a launched process of their own (one rank, every GPU of the cell)."""
     return {**scratch(cfg, beat=ctx.beat), "peak_rss_mb": peak_rss_mb()}
+
+
+def _flop_metrics(cfg: RunConfig, data: Dataset, train_time_s: float, nodes: int = 1) -> dict[str, float]:
+    """LeNet's training FLOPs per sample and the run's MFU over the devices its copies or ranks used."""
+    model = TensorLeNet(get_params(cfg.seed, data.num_classes))
+    return flop_metrics(flops_per_sample(model, data.train.x[:2]), samples=len(data.train) * cfg.epochs,
+                        train_time_s=train_time_s, device=cfg.device,
+                        devices=peak_devices(cfg.device.partition(":")[0], cfg.world_size, nodes))
 
 
 def _summary(cfg: RunConfig, times: list[float], test_accuracy: float, data: Dataset) -> dict[str, float]:
@@ -243,7 +256,7 @@ EXPERIMENT = Experiment(
     needs_dataset=True,
     metrics=("first_step_param_diff", "params_match", "max_param_diff", "copies_identical", "train_time_s",
              "test_accuracy", "epoch_time_median_s", "epoch_time_iqr_s", "samples_per_s", "train_samples",
-             "test_samples", "copies", "rank{i}_train_time_s"),
+             "test_samples", "copies", "rank{i}_train_time_s", *flops.METRICS),
     # plain SGD written out (lr only: no optimizer, momentum or weight decay), d2l's LeNet (model is checked)
     reads=PREPARE_READS | LAUNCH_READS | SPLITS_READS | {"dp_impl", "batch_size", "lr", "warmup_epochs", "epochs"},
     smoke={"model": "lenet_d2l", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 0,

@@ -3,13 +3,20 @@ run the real engine on the tiny CNN and synthetic data in a second or two."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+# Peaks the tests measure (under their own load) stay out of the user's cache (harness/peak.py).
+if "HARNESS_CACHE_DIR" not in os.environ:
+    os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -169,8 +169,10 @@ def test_one_gpu_rank_runs_under_torchrun_not_in_the_sweep_process(pretend_gpus,
     pretend_gpus(1)
     launched = []
     monkeypatch.setattr(data_parallel, "launch", lambda cfg, target: launched.append(cfg.world_size) or
-                        {"epoch_times": [1.0], "epoch_losses": [0.5], "train_time_s": 1.0})
+                        {"epoch_times": [1.0], "epoch_losses": [0.5], "train_time_s": 1.0, "train_samples": 64,
+                         "flops_per_sample": 1e6})
     monkeypatch.setattr(ddp_train, "train", lambda *a: pytest.fail("trained in the sweep process"))
+    monkeypatch.setattr(data_parallel, "flop_metrics", lambda *a, **k: {})  # the GPU peak needs a real GPU
     assert data_parallel.run(_cfg(world_size=1, device="cuda", backend="nccl"))["train_time_s"] == 1.0
     assert launched == [1]
 
@@ -179,10 +181,10 @@ def test_scratch_copies_on_gpus_run_in_one_launched_process(pretend_gpus, monkey
     pretend_gpus(2)
     calls = []
     monkeypatch.setattr(dp_scratch, "launch", lambda cfg, target, processes=None: calls.append((target, processes))
-                        or {"epoch_times": [0.1], "train_time_s": 0.1, "params_match": 1.0})
+                        or {"epoch_times": [0.1], "train_time_s": 0.1, "params_match": 1.0, "flops_per_sample": 1e6})
     cfg = make_config({"experiment": "dp_scratch", "model": "lenet_d2l", "dataset": "synthetic",
                        "world_size": 2, "device": "cuda", "dp_impl": "scratch", "batch_size": 32})
-    assert dp_scratch.run(cfg) == {"train_time_s": 0.1, "params_match": 1.0}
+    assert dp_scratch.run(cfg) == {"train_time_s": 0.1, "params_match": 1.0, "flops_per_sample": 1e6}
     assert calls == [(dp_scratch.SCRATCH_TARGET, 1)]
     pretend_gpus(1)
     with pytest.raises(CellSkipped, match="need 2 GPUs"):  # decided here, before anything is launched

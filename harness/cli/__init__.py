@@ -1,4 +1,5 @@
-"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI.
+"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI
+or the study dashboard, show the measured peak.
 
 Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
 failed at run time exits 1 after recording them; Ctrl-C exits 130.
@@ -62,6 +63,18 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
     p.add_argument("--port", type=int, default=5000)
+
+    p = sub.add_parser("peak", help="the peak matmul rate each run's MFU is measured against (measured here, "
+                       "cached per machine)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: the CPU and every GPU present)")
+    p.add_argument("--dtype", action="append", choices=["fp32", "bf16", "fp16"],
+                   help="repeatable (default: all three)")
+    p.add_argument("--remeasure", action="store_true", help="measure again even if a figure is cached")
+
+    p = sub.add_parser("dashboard", parents=[common], help="serve optuna-dashboard on 127.0.0.1 over the "
+                       "study storage, to watch studies live")
+    p.add_argument("--storage", help="study database (default: optuna.db beside the MLflow store)")
+    p.add_argument("--port", type=int, default=8080)
     return parser
 
 

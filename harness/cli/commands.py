@@ -150,5 +150,47 @@ def cmd_ui(args) -> int:
     return 0
 
 
+def cmd_peak(args) -> int:
+    import torch
+
+    from harness import peak
+
+    devices = [args.device] if args.device else \
+        ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0))]
+    for name in devices:
+        if name.startswith("cuda") and not torch.cuda.is_available():
+            raise UserError(f"--device {name}: this machine has no usable CUDA GPU.")
+        if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+            raise UserError(f"--device must be cpu, cuda or cuda:N (got {name}).")
+        if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+            raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s).")
+    for name in devices:
+        for dtype in args.dtype or ["fp32", "bf16", "fp16"]:
+            try:
+                print(peak.peak_flops(name, dtype, remeasure=args.remeasure).line(), flush=True)
+            except RuntimeError as err:  # a dtype this device cannot multiply
+                print(f"{name} {dtype}: cannot be measured here ({str(err).splitlines()[0]})", flush=True)
+    print(f"cached in {peak.cache_path()}; MFU = achieved FLOP/s over these (harness/flops.py)")
+    return 0
+
+
+def cmd_dashboard(args) -> int:
+    from harness.store import redact, resolve_db_url, resolve_tracking_uri
+    from harness.store.uris import is_sqlite
+
+    # Only the URI: the dashboard reads the study database, not the MLflow store.
+    storage = resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri))
+    if is_sqlite(storage) and not Path(storage.removeprefix("sqlite:///")).exists():
+        raise UserError(f"no study database at {redact(storage)} yet; run a study first "
+                        "(make study-speed-recipe SCALE=smoke) or pass --storage.")
+    script = Path(sys.executable).with_name("optuna-dashboard")
+    if not script.exists():
+        raise UserError("optuna-dashboard is not installed in this environment; run `make install`.")
+    print(f"optuna-dashboard on http://127.0.0.1:{args.port} over {redact(storage)} (Ctrl-C stops it)", flush=True)
+    os.execv(str(script), [str(script), storage, "--host", "127.0.0.1", "--port", str(args.port),
+                           "--server", "wsgiref"])
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
-            "ui": cmd_ui}
+            "ui": cmd_ui, "peak": cmd_peak, "dashboard": cmd_dashboard}

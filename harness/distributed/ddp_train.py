@@ -18,6 +18,7 @@ with independent samples; with one shared stream every rank would drop the same 
 from __future__ import annotations
 
 import hashlib
+import itertools
 
 import torch
 from torch import nn
@@ -27,18 +28,21 @@ from torch.utils.data import DistributedSampler
 from harness.config import RunConfig
 from harness.data import SPLITS_READS, DeviceBatches, Split, load_splits
 from harness.distributed.rank import RankContext
+from harness.errors import UserError
+from harness.flops import flops_per_sample
 from harness.models import MODELS, build_model
+from harness.time_to_accuracy import READS as TARGET_READS, AccuracyWatch
 from harness.timing import peak_rss_mb, spread, timed
 from harness.train import OPTIMIZER_READS, evaluate, make_optimizer
 
 CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "
          "host-to-device copy (on CUDA from pinned buffers, asynchronous), forward, loss, backward with "
-         "DDP's gradient allreduce, optimizer step; "
-         "process start, data loading, warm-up epochs and evaluation are outside the clock")
+         "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs and "
+         "evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
 
 
 # What train() reads from the config (lr_warmup_epochs with lr_scaling=linear_warmup only).
-TRAIN_READS = SPLITS_READS | OPTIMIZER_READS | {"batch_size", "batch_is_global", "lr_scaling", "lr_warmup_epochs",
+TRAIN_READS = SPLITS_READS | OPTIMIZER_READS | TARGET_READS | {"batch_size", "batch_is_global", "lr_scaling", "lr_warmup_epochs",
                                                 "warmup_epochs", "epochs", "eval_batch_size"}
 
 
@@ -107,8 +111,23 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
                 ctx.fault("end_of_training")
         return clock.seconds, loss_sum.item() / len(order)
 
+    def test_accuracy() -> float:  # rank 0 evaluates, every rank gets the figure
+        return ctx.broadcast(evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=ctx.device)
+                             if ctx.rank == 0 else None)
+
+    per_sample = flops_per_sample(model, data.train.x[:2].to(ctx.device))
+    watch = AccuracyWatch.from_config(cfg, test_accuracy)
+    if watch is not None and watch.per_epoch > 1:
+        raise UserError("data_parallel checks the test accuracy once per epoch; set evals_per_epoch=1 "
+                        "(the recipe experiment checks more often)")
     warmup = [epoch(i)[0] for i in range(cfg.warmup_epochs)]
-    timed_epochs = [epoch(cfg.warmup_epochs + i) for i in range(cfg.epochs)]
+    timed_epochs = []
+    for i in range(cfg.epochs):  # after each epoch, off the clock: the watch's check (all ranks stop together)
+        timed_epochs.append(epoch(cfg.warmup_epochs + i))
+        if watch is not None:
+            watch.check(epochs=i + 1, seconds=timed_epochs[-1][0], samples=len(sampler))
+            if watch.should_stop:
+                break
     my_times = [t for t, _ in timed_epochs]
 
     with timed(ctx.device) as evaluation:
@@ -116,8 +135,15 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     accuracy = ctx.broadcast(accuracy)
     everyone = ctx.gather({"times": my_times, "losses": [loss for _, loss in timed_epochs],
                            "digest": param_digest(model), "rss": peak_rss_mb(), "warmup": sum(warmup)})
-    return merge(cfg, ctx, everyone, accuracy, evaluation.seconds, len(data.train), len(data.test),
-                 batch, schedule.target)
+    result = merge(cfg, ctx, everyone, accuracy, evaluation.seconds, len(data.train), len(data.test),
+                   batch, schedule.target)
+    result["flops_per_sample"] = per_sample
+    if watch is not None:
+        # The slowest rank's training seconds at each checkpoint, as the cell's time is the slowest rank's.
+        slowest = [max(cumulative) for cumulative in zip(*(itertools.accumulate(r["times"]) for r in everyone))]
+        result.update(watch.metrics(slowest))
+        result["epoch_accuracies"] = [c.accuracy for c in watch.checkpoints]
+    return result
 
 
 def seed_rank(seed: int, rank: int) -> None:
@@ -151,7 +177,7 @@ def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: floa
     result = {
         "train_time_s": train_time,
         "test_accuracy": accuracy,
-        "samples_per_s": train_samples * cfg.epochs / train_time,
+        "samples_per_s": train_samples * len(slowest_per_epoch) / train_time,
         "epoch_time_median_s": epochs["median"],
         "epoch_time_iqr_s": epochs["iqr"],
         "warmup_time_s": max(r["warmup"] for r in everyone),

@@ -36,13 +36,15 @@ from harness.store.claims import DONE, Claim
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.tracking import KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite
-from harness.studies.spec import StudySpec
+from harness.studies import baseline
+from harness.studies.spec import NOT_REACHED, StudySpec
 from harness.train import available_cores
 
 STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
 OWNER_ATTR = "harness.owner"        # "host|pid|start|claims owner" of the worker process that asked for it
 RETRIES_ATTR = "harness.retries"    # how many times these parameters were queued again
 RUN_ATTR = "mlflow_run_id"
+METRICS_ATTR = "harness.metrics"    # the [report] metrics of a complete trial, for the study's report
 MAX_RETRY = 2
 MAX_FAILS_IN_A_ROW = 5
 Log = Callable[[str], None]
@@ -210,6 +212,9 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     from harness.studies import report as study_report
 
     overrides = dict(overrides)
+    if spec.baseline is not None and (workers > 1 or role is not None):
+        raise UserError(f"study {spec.name} times its trials against a baseline trial; run it with one worker "
+                        "(parallel trials would share the cores they are timed on, and wait for the baseline).")
     if workers > 1 and role is None and "threads" not in overrides and \
             make_config(spec.fixed(scale, overrides)).threads == 0:
         overrides["threads"] = max(1, available_cores() // workers)  # K workers share the cores
@@ -302,6 +307,7 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
             break
         if grant.previous is not None:
             _requeue_trials_of(study, grant.previous)
+        baseline.queue(spec, study)  # a study with a baseline runs it first (again, if it failed)
         state, reason = _one_trial(spec, study, store, experiment_id, claims, namespace, slot, scale=scale,
                                    fixed=fixed, parent=parent, show_progress=show_progress, log=log)
         outcome.ran += 1
@@ -337,8 +343,15 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
     trial = study.ask()
     try:
         trial.set_user_attr(OWNER_ATTR, f"{claims.host}|{claims.pid}|{claims.pid_start:.2f}|{claims.owner}")
-        values = {**fixed, **{name: p.suggest(trial) for name, p in spec.space.items()}}
-        label = f"trial {trial.number}: " + " ".join(f"{k}={_short(values[k])}" for k in spec.space)
+        sampled = {name: p.suggest(trial) for name, p in spec.space.items()}
+        values = dict(fixed)
+        for name, value in sampled.items():
+            values.update(spec.space[name].fields(value))
+        values = baseline.trial_values(spec, study, trial, values)
+        label = f"trial {trial.number}: " + " ".join(
+            spec.space[k].optuna_value(v) if spec.space[k].compound else f"{k}={_short(v)}" for k, v in sampled.items())
+        if trial.user_attrs.get(baseline.BASELINE_ATTR):
+            label += f" ({spec.baseline.name})"
         cell = Cell.build(values, label)
         trial.set_user_attr("cell_id", cell.cell_id)
         tags = {STUDY: study.study_name, SCALE: scale, KIND: "trial", TRIAL: str(trial.number)}
@@ -359,14 +372,19 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
         _fail_and_requeue(study, trial.number, dict(trial.params), trial.user_attrs)
         claims.drop(namespace, slot)
         raise
-    missing = [m for m in spec.metrics if m not in result.metrics]
+    values = [objective(m, d, result.metrics) for m, d in zip(spec.metrics, spec.directions)]
+    missing = [m for m, v in zip(spec.metrics, values) if v is None]
     if result.outcome == Outcome.OK and missing:
         result.outcome, result.reason = Outcome.FAILED, (
             f"experiment {spec.experiment} returned no metric '{missing[0]}'; it returns {', '.join(sorted(result.metrics))}")
     if result.outcome == Outcome.OK:
-        study.tell(trial, [result.metrics[m] for m in spec.metrics])
+        trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in spec.report.get("metrics", [])
+                                           if m in result.metrics})
+        study.tell(trial, values)
+        baseline.record(study, trial, result.metrics)
         claims.release(namespace, slot, DONE, note=f"trial {trial.number}")
-        shown = ", ".join(f"{m}={result.metrics[m]:.4g}" for m in spec.metrics)
+        shown = ", ".join(f"{m}={v:.4g}" if abs(v) != float("inf") else f"{m}: not reached"
+                          for m, v in zip(spec.metrics, values))
         log(f"  trial {trial.number} complete: {shown}")
         return "complete", None
     if result.outcome == Outcome.PRUNED:
@@ -379,6 +397,17 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
     reason = f"{result.outcome}: {result.reason}"
     log(f"  trial {trial.number} failed: {reason}")
     return "fail", reason
+
+
+def objective(metric: str, direction: str, metrics: dict[str, float]) -> float | None:
+    """The value Optuna is told for one objective: the metric; for a target a complete run did not
+    reach (time_to_accuracy_s absent, target_reached 0), the worst value there is; else None."""
+    if metric in metrics:
+        return metrics[metric]
+    flag = NOT_REACHED.get(metric)
+    if flag is not None and metrics.get(flag) == 0:
+        return float("inf") if direction == "minimize" else float("-inf")
+    return None
 
 
 def _requeue_trials_of(study, dead: Claim) -> None:
@@ -397,7 +426,8 @@ def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: di
     study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
     retries = int(user_attrs.get(RETRIES_ATTR, 0))
     if params and retries < MAX_RETRY:
-        study.enqueue_trial(params, user_attrs={RETRY_OF: number, RETRIES_ATTR: retries + 1},
+        kept = {k: v for k, v in user_attrs.items() if k == baseline.BASELINE_ATTR}  # a cut-off baseline stays one
+        study.enqueue_trial(params, user_attrs={RETRY_OF: number, RETRIES_ATTR: retries + 1, **kept},
                             skip_if_exists=False)
 
 
