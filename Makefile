@@ -19,6 +19,14 @@ N_TRIALS ?=
 WORKERS ?=
 STORAGE ?=
 TIMEOUT ?=
+# LAUNCHER=slurm: the WORKERS as one Slurm job array (SLURM_PARTITION, SLURM_TIME, SLURM_GPUS_PER_TASK,
+# SLURM_CPUS_PER_TASK, DETACH=1); STORAGE and TRACKING_URI must be ones every node reaches.
+LAUNCHER ?=
+SLURM_PARTITION ?=
+SLURM_TIME ?=
+SLURM_GPUS_PER_TASK ?=
+SLURM_CPUS_PER_TASK ?=
+DETACH ?=
 
 # DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only. The
 # backend is set only for the experiments that read it ($(call overrides,FILE) looks at FILE's
@@ -34,7 +42,10 @@ SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.to
 STUDIES := $(subst _,-,$(patsubst study_%,%,$(basename $(notdir $(wildcard sweeps/study_*.toml)))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
-WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE))
+SLURM_OPTS := $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION)) \
+              $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME)) $(if $(SLURM_GPUS_PER_TASK),--slurm-gpus-per-task $(SLURM_GPUS_PER_TASK)) \
+              $(if $(SLURM_CPUS_PER_TASK),--slurm-cpus-per-task $(SLURM_CPUS_PER_TASK)) $(if $(DETACH),--detach)
+WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE)) $(SLURM_OPTS)
 STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
 
 .DEFAULT_GOAL := help

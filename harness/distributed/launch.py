@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc-per-node N ...                  (one node)
     torchrun --nnodes M --node-rank R --rdzv-endpoint host:port   (several nodes)
-    srun --ntasks M ... torchrun ...                              (a Slurm worker's cell too big for one node: slurm_span)
+    srun --ntasks M ... torchrun ...                              (too big for a Slurm node: slurm_span)
 
 Logging stays in the calling (sweep) process, so a distributed cell is one MLflow child run like
 any other. The ranks touch heartbeat files while they make progress; when any rank has been silent

@@ -255,13 +255,14 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                         *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
                 launcher = launcher or LocalLauncher()
                 roles = [WorkerRole(i, claims.token, parent, closes_parent=launcher.detach) for i in range(workers)]
-                if launcher.detach:  # this process leaves: no host's process owns the parent run any more
-                    store.set_tags(parent, {HOST: DETACHED_HOST})
                 env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1)}
                 namespace = f"study:{name}"
-                progress = (lambda: (sum(c.state == DONE for c in claims.all(namespace).values()), target)) \
-                    if show_progress else None
-                codes = launcher.run([worker_command(args, r) for r in roles], [env for _ in roles], progress)
+                progress = (lambda: (_finished_slots(claims, namespace), target)) if show_progress else None
+                codes = []
+                if _finished_slots(claims, namespace) < target:  # else there is nothing for workers to do
+                    if launcher.detach:  # this process leaves: no host's process owns the parent run any more
+                        store.set_tags(parent, {HOST: DETACHED_HOST})
+                    codes = launcher.run([worker_command(args, r) for r in roles], [env for _ in roles], progress)
                 if codes is None:
                     return StudyOutcome(name, target, StopReason.DETACHED, parent_run_id=parent)
                 stop = StopReason.WORKERS_FAILED if any(codes) else \
@@ -332,6 +333,11 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
             fails_in_a_row = 0
     outcome.finished = sum(c.state == DONE for c in claims.all(namespace).values())
     return outcome
+
+
+def _finished_slots(claims: Claims, namespace: str) -> int:
+    """The study's finished trials, counted by their slots."""
+    return sum(c.state == DONE for c in claims.all(namespace).values())
 
 
 def _siblings_running(claims: Claims, held: dict[str, Claim]) -> bool:
