@@ -245,3 +245,28 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 2
     closed = mlflow_client(store).get_run(orphan_run)
     assert closed.info.status == "KILLED" and closed.data.tags[OUTCOME] == "interrupted"
+
+
+class _WorkersThatNeverStart:
+    """A launcher whose workers all fail before taking a cell (jobs that could not start on their nodes)."""
+    detach = False
+
+    def cores_per_worker(self, workers):
+        return 1
+
+    def run(self, commands, envs, progress=None):
+        assert len(commands) == 2 and all("--worker" in c for c in commands)
+        return [1, 1]
+
+
+def test_cells_no_worker_ran_say_that_the_workers_failed(sweep_file, tmp_path):
+    from harness.store import Outcome, Store
+    from harness.sweeps import spec as sweepspec
+    from harness.sweeps.engine import run_sweep
+
+    spec = sweepspec.load(str(sweep_file("nostart", {"sparsity": [0.0, 0.5]})))
+    store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    result = run_sweep(spec, store, scale="smoke", db_url=f"sqlite:///{tmp_path / 'claims.db'}", workers=2,
+                       launcher=_WorkersThatNeverStart(), show_progress=False)
+    assert [r.outcome for r in result.results] == [Outcome.NOT_RUN, Outcome.NOT_RUN]
+    assert all("2 of 2 worker(s) exited with an error" in r.reason for r in result.results)

@@ -97,7 +97,7 @@ def cmd_sweep(args) -> int:
         print(sweep_summary(result, spec.report.get("metrics")))
     if any(r.outcome == Outcome.FAILED and r.cell.config is None for r in result.results):
         return 2
-    return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) else 0
+    return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) else 0
 
 
 def cmd_study(args) -> int:

@@ -100,12 +100,17 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
             else:
                 finished = {c.cell_id for c in cells if _finished(records.get(c.cell_id, []))}
                 progress = (lambda: _progress(claims, spec, cells, finished)) if show_progress else None
+                codes = []
                 if len(finished) < len(cells):  # else there is nothing for workers to do
                     codes = _launch(launcher or LocalLauncher(), spec, store, db_url, scale, overrides, workers,
                                     claims.token, parent, log, progress)
                     if codes is None:  # detached: the workers close the parent run when they are done
                         return SweepResult(spec.name, scale, parent, [], time.perf_counter() - started, detached=True)
                 results = _outcomes(store, experiment_id, spec, cells, since_ms=_now_ms(started))
+                for r in results:
+                    if r.outcome == Outcome.NOT_RUN and any(codes):  # say why, e.g. jobs that could not start
+                        r.reason = (f"no worker ran it; {sum(c != 0 for c in codes)} of {len(codes)} worker(s) "
+                                    "exited with an error (their output says why)")
             store.end_run(parent, Outcome.OK, tags=_count_tags(results))
         except BaseException:
             store.end_run(parent, Outcome.INTERRUPTED,
