@@ -118,8 +118,9 @@ class SlurmLauncher:
     def sbatch_parameters(self, command: list[str]) -> dict:
         what = [a for a in command[3:5]]  # [sweep|study, path]: python -m harness sweep PATH ...
         name = "harness-" + "-".join([what[0], Path(what[1]).stem] if len(what) == 2 else ["worker"])
+        # The warning signal before the time limit (USR2, see run_worker): a minute, or a quarter of a short limit.
         params = {"job_name": name, "time": minutes(self.time), "cpus_per_task": self.cpus_per_task,
-                  "ntasks_per_node": 1, "signal_delay_s": 60}
+                  "ntasks_per_node": 1, "signal_delay_s": min(60, minutes(self.time) * 15)}
         if self.partition:
             params["partition"] = self.partition
         if self.gpus_per_task:
