@@ -103,13 +103,21 @@ touch_started() { $SUDO touch "$RUN/started-$1"; }
 
 stop() {
   # Only what start started: a Slurm or munge that was already running stays.
-  [ -f "$RUN/started-slurmd" ] && { $SUDO pkill -F "$RUN/slurmd.pid" 2>/dev/null || true; $SUDO rm -f "$RUN/started-slurmd"; }
-  [ -f "$RUN/started-slurmctld" ] && { $SUDO pkill -F "$RUN/slurmctld.pid" 2>/dev/null || true; $SUDO rm -f "$RUN/started-slurmctld"; }
-  if [ -f "$RUN/started-munged" ]; then
-    [ -f /run/munge/munged.pid ] && { $SUDO pkill -F /run/munge/munged.pid 2>/dev/null || true; }
-    $SUDO rm -f "$RUN/started-munged"
-  fi
+  stop_one slurmd "$RUN/slurmd.pid"
+  stop_one slurmctld "$RUN/slurmctld.pid"
+  stop_one munged /run/munge/munged.pid
   return 0
+}
+
+stop_one() {  # NAME PIDFILE: SIGTERM to the pid in the file, then wait up to 20 s for it to end
+  local pid
+  [ -f "$RUN/started-$1" ] || return 0
+  pid=$(cat "$2" 2>/dev/null || true)
+  if [ -n "$pid" ]; then
+    $SUDO kill "$pid" 2>/dev/null || true
+    for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  fi
+  $SUDO rm -f "$RUN/started-$1"
 }
 
 case "${1:-}" in
