@@ -20,6 +20,14 @@ WORKERS ?=
 STORAGE ?=
 TIMEOUT ?=
 PORT ?=
+# LAUNCHER=slurm: the WORKERS as one Slurm job array (SLURM_PARTITION, SLURM_TIME, SLURM_GPUS_PER_TASK,
+# SLURM_CPUS_PER_TASK, DETACH=1); STORAGE and TRACKING_URI must be ones every node reaches.
+LAUNCHER ?=
+SLURM_PARTITION ?=
+SLURM_TIME ?=
+SLURM_GPUS_PER_TASK ?=
+SLURM_CPUS_PER_TASK ?=
+DETACH ?=
 
 # DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only. The
 # backend is set only for the experiments that read it ($(call overrides,FILE) looks at FILE's
@@ -40,7 +48,10 @@ RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
 NCCL_SWEEPS := gpus dp-scratch $(RESNET_SWEEPS)
 # $(call nccl_on_cuda,SWEEP): --set backend=nccl when DEVICE is cuda and SWEEP trains with DDP.
 nccl_on_cuda = $(if $(and $(filter cuda%,$(DEVICE)),$(filter $(1),$(NCCL_SWEEPS))),--set backend=nccl)
-WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE))
+SLURM_OPTS := $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION)) \
+              $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME)) $(if $(SLURM_GPUS_PER_TASK),--slurm-gpus-per-task $(SLURM_GPUS_PER_TASK)) \
+              $(if $(SLURM_CPUS_PER_TASK),--slurm-cpus-per-task $(SLURM_CPUS_PER_TASK)) $(if $(DETACH),--detach)
+WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE)) $(SLURM_OPTS)
 STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
 
 .DEFAULT_GOAL := help

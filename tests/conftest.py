@@ -158,3 +158,26 @@ def mlflow_client(store):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=store.uri)
+
+
+# A real Slurm: .ci/slurm.sh starts a one-node cluster on this machine (.ci/run does, for CI).
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The partition names of a Slurm that answers and has a node up; skip (fail under CI) otherwise."""
+    import shutil
+    import subprocess
+
+    reason = None
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        reason = "no Slurm here (sbatch, sinfo not on PATH)"
+    else:
+        out = subprocess.run(["sinfo", "-h", "-o", "%P %T"], capture_output=True, text=True, timeout=30)
+        states = out.stdout.split()[1::2]
+        if out.returncode != 0 or not {"idle", "mixed", "allocated"} & set(states):
+            reason = f"Slurm does not answer or has no node up ({(out.stderr or out.stdout).strip()[:200]})"
+    if reason:
+        message = reason + "; `.ci/slurm.sh start` starts a one-node cluster (root)"
+        if os.environ.get("CI"):  # CI provides the cluster: its absence is a failure, not a skip
+            pytest.fail(message)
+        pytest.skip(message)
+    return sorted({p.rstrip("*") for p in out.stdout.split()[0::2]})

@@ -82,7 +82,15 @@ def _add_worker_args(p) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
     p.add_argument("--storage", help="database the workers share (claims, studies): sqlite:///file.db (one "
                                      "machine; default optuna.db beside the MLflow store) or postgresql://user:pw@host/db")
-    p.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:TOKEN:PARENT, given by the launcher
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:TOKEN:PARENT[:close], from the launcher
+    p.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                   help="where the workers run: local processes, or one Slurm job array (needs a PostgreSQL "
+                        "--storage and an http:// --tracking-uri every node reaches)")
+    p.add_argument("--slurm-partition", help="Slurm partition (default: the cluster's default)")
+    p.add_argument("--slurm-time", help="time limit of each worker job: minutes or [D-]HH:MM[:SS] (default 60)")
+    p.add_argument("--slurm-gpus-per-task", type=int, help="GPUs for each worker job (default 0)")
+    p.add_argument("--slurm-cpus-per-task", type=int, help="cores for each worker job, its torch threads (default 1)")
+    p.add_argument("--detach", action="store_true", help="with --launcher slurm: submit, print the job ids and return")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

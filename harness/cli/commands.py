@@ -30,6 +30,31 @@ def _workers(args) -> int:
     return args.workers
 
 
+SLURM_OPTIONS = {"slurm_partition": "partition", "slurm_time": "time", "slurm_gpus_per_task": "gpus_per_task",
+                 "slurm_cpus_per_task": "cpus_per_task"}
+
+
+def _launcher(args):
+    """The launcher the options ask for (None: this process, or local workers), checked before the
+    engine creates or submits anything."""
+    from harness.store import resolve_db_url, resolve_tracking_uri
+
+    given = [f"--{k.replace('_', '-')}" for k in [*SLURM_OPTIONS, "detach"] if getattr(args, k) not in (None, False)]
+    if args.launcher != "slurm":
+        if given and args.worker is None:
+            raise UserError(f"{given[0]} needs --launcher slurm.")
+        return None
+    if args.worker is not None:
+        return None
+    from harness.launchers.slurm import SlurmLauncher
+
+    launcher = SlurmLauncher(detach=args.detach, **{field: getattr(args, k) for k, field in SLURM_OPTIONS.items()
+                                                     if getattr(args, k) is not None})
+    tracking_uri = resolve_tracking_uri(args.tracking_uri)
+    launcher.check(resolve_db_url(args.storage, tracking_uri), tracking_uri)
+    return launcher
+
+
 def cmd_run(args) -> int:
     import experiments
     from harness.cells import run_single
@@ -59,11 +84,15 @@ def cmd_sweep(args) -> int:
     from harness.sweeps.engine import run_sweep
 
     spec = sweepspec.load(args.sweep)
-    workers, role = _workers(args), WorkerRole.decode(args.worker)
+    workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
     store = _store(args)
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
-                       db_url=resolve_db_url(args.storage, store.uri), workers=workers, role=role,
+                       db_url=resolve_db_url(args.storage, store.uri), workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+    if result.detached:
+        print(f"sweep {spec.name} ({args.scale}): the workers run on; the same command again prints the "
+              "summary once they are done (every cell reused)")
+        return 0
     if role is None:
         print(sweep_summary(result, spec.report.get("metrics")))
     if any(r.outcome == Outcome.FAILED and r.cell.config is None for r in result.results):
@@ -82,14 +111,16 @@ def cmd_study(args) -> int:
     for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
         if value is not None and value < low:
             raise UserError(f"{name} must be positive (got {value}).")
+    launcher = None if args.status else _launcher(args)
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
     if args.status:
         print(engine.status(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets)))
         return 0
     outcome = engine.run_study(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets),
-                               n_trials=args.n_trials, timeout=args.timeout, workers=workers, role=role,
-                               show_progress=not args.no_progress, out_dir=Path(args.out) if args.out else None,
+                               n_trials=args.n_trials, timeout=args.timeout, workers=workers, launcher=launcher,
+                               role=role, show_progress=not args.no_progress,
+                               out_dir=Path(args.out) if args.out else None,
                                log=lambda line: print(line, flush=True))
     print(f"{'worker ' + str(os.getpid()) if role else 'study ' + outcome.study_name}: {outcome.line()}", flush=True)
     return outcome.stop.exit_code if role else outcome.exit_code

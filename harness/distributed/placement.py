@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from harness.config import RunConfig
+from harness.distributed import slurm_span
 from harness.errors import CellSkipped
 
 CCL_MODULE = "oneccl_bindings_for_pytorch"
@@ -136,6 +137,8 @@ def check_can_run(cfg: RunConfig) -> None:
             raise CellSkipped(problem)
         if cfg.backend == "nccl" and device_type != "cuda":
             raise CellSkipped("backend 'nccl' runs on GPUs only; use backend=gloo (or ccl) with device=cpu")
+    if slurm_span.nodes_needed(cfg) > 1:
+        return  # Slurm places it on nodes that hold it (slurm_span), not on this one
     local = ranks_per_node(cfg)
     if device_type == "cuda":
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -32,13 +32,12 @@ from harness.errors import CellPruned, UserError, first_line
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, Store, redact
-from harness.store.claims import DONE, Claim
+from harness.store.claims import DONE, RUNNING, Claim
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
-from harness.store.tracking import KIND, SCALE
+from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite
 from harness.studies import baseline
 from harness.studies.spec import NOT_REACHED, StudySpec
-from harness.train import available_cores
 
 STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
 OWNER_ATTR = "harness.owner"        # "host|pid|start|claims owner" of the worker process that asked for it
@@ -47,6 +46,7 @@ RUN_ATTR = "mlflow_run_id"
 METRICS_ATTR = "harness.metrics"    # the [report] metrics of a complete trial, for the study's report
 MAX_RETRY = 2
 MAX_FAILS_IN_A_ROW = 5
+WAIT_POLL_S = 2.0  # how often a worker with no slot left looks at the trials its siblings run
 Log = Callable[[str], None]
 
 
@@ -56,10 +56,12 @@ class StopReason(Enum):
     OTHERS_RUNNING = "every remaining trial is running in another worker"
     TOO_MANY_FAILURES = f"{MAX_FAILS_IN_A_ROW} trials in a row failed"
     WORKERS_FAILED = "a worker exited with an error"
+    DETACHED = "the workers run on as detached jobs"
 
     @property
     def exit_code(self) -> int:
-        return 0 if self in (StopReason.TARGET_REACHED, StopReason.TIMEOUT, StopReason.OTHERS_RUNNING) else 1
+        return 0 if self in (StopReason.TARGET_REACHED, StopReason.TIMEOUT, StopReason.OTHERS_RUNNING,
+                             StopReason.DETACHED) else 1
 
 
 @dataclass
@@ -78,7 +80,7 @@ class StudyOutcome:
         """0 when the study has what was asked (or the timeout said stop), 1 when it fell short."""
         if self.stop.exit_code:
             return self.stop.exit_code
-        return 1 if self.stop is not StopReason.TIMEOUT and self.finished < self.target else 0
+        return 1 if self.stop not in (StopReason.TIMEOUT, StopReason.DETACHED) and self.finished < self.target else 0
 
     def line(self) -> str:
         ran = ", ".join(f"{n} {s}" for s, n in self.states.items()) or "none"
@@ -215,9 +217,11 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     if spec.baseline is not None and (workers > 1 or role is not None):
         raise UserError(f"study {spec.name} times its trials against a baseline trial; run it with one worker "
                         "(parallel trials would share the cores they are timed on, and wait for the baseline).")
-    if workers > 1 and role is None and "threads" not in overrides and \
+    launched = launcher is not None or workers > 1
+    if launched and role is None and "threads" not in overrides and \
             make_config(spec.fixed(scale, overrides)).threads == 0:
-        overrides["threads"] = max(1, available_cores() // workers)  # K workers share the cores
+        # each worker gets the cores its launcher gives it (K workers on one machine share them)
+        overrides["threads"] = (launcher or LocalLauncher()).cores_per_worker(workers)
     fixed = spec.fixed(scale, overrides)
     threads = make_config(fixed).threads  # a bad fixed value stops the study before it is created
     name = spec.study_name(scale, overrides)
@@ -230,10 +234,13 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
         claims = Claims(db_url, token=role.token)
         try:
             with sigterm_as_interrupt():
-                return _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
-                             timeout=timeout, parent=role.parent_run_id, show_progress=show_progress, log=log)
+                outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
+                                timeout=timeout, parent=role.parent_run_id, show_progress=show_progress, log=log)
         finally:
             claims.close()
+        if role.closes_parent:  # the launcher detached; the workers end together (they wait for each other)
+            store.end_run(role.parent_run_id, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
+        return outcome
 
     parent = parent_run(store, experiment_id, name, scale, {
         "study": name, "study_file": spec.path, "scale": scale, "metrics": spec.metrics,
@@ -245,17 +252,26 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     claims = Claims(db_url)  # also creates the claims table before any worker races to
     with sigterm_as_interrupt():
         try:
-            if workers == 1:
+            if not launched:
                 outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
                                 timeout=timeout, parent=parent, show_progress=show_progress, log=log)
             else:
                 args = ["study", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri,
                         "--n-trials", str(target), *(["--timeout", str(timeout)] if timeout else []),
                         *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
-                roles = [WorkerRole(i, claims.token, parent) for i in range(workers)]
+                launcher = launcher or LocalLauncher()
+                roles = [WorkerRole(i, claims.token, parent, closes_parent=launcher.detach) for i in range(workers)]
                 env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1)}
-                codes = (launcher or LocalLauncher()).run([worker_command(args, r) for r in roles],
-                                                          [{**env, **worker_gpu_env(r.index, workers)} for r in roles])
+                namespace = f"study:{name}"
+                progress = (lambda: (_finished_slots(claims, namespace), target)) if show_progress else None
+                codes = []
+                if _finished_slots(claims, namespace) < target:  # else there is nothing for workers to do
+                    if launcher.detach:  # this process leaves: no host's process owns the parent run any more
+                        store.set_tags(parent, {HOST: DETACHED_HOST})
+                    envs = [{**env, **worker_gpu_env(r.index, workers)} for r in roles]
+                    codes = launcher.run([worker_command(args, r) for r in roles], envs, progress)
+                if codes is None:
+                    return StudyOutcome(name, target, StopReason.DETACHED, parent_run_id=parent)
                 stop = StopReason.WORKERS_FAILED if any(codes) else \
                     StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
                 outcome = StudyOutcome(name, target, stop)
@@ -303,10 +319,13 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
             break
         slot, grant = _claim_slot(claims, namespace, slots, held)
         if slot is None:
+            if _siblings_running(claims, held):  # wait: if one of them dies, its slot is taken over here
+                time.sleep(WAIT_POLL_S)
+                continue
             outcome.stop = StopReason.OTHERS_RUNNING
             break
         if grant.previous is not None:
-            _requeue_trials_of(study, grant.previous)
+            _requeue_trials_of(study, grant.previous, store, experiment_id)
         baseline.queue(spec, study)  # a study with a baseline runs it first (again, if it failed)
         state, reason = _one_trial(spec, study, store, experiment_id, claims, namespace, slot, scale=scale,
                                    fixed=fixed, parent=parent, show_progress=show_progress, log=log)
@@ -322,6 +341,17 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
             fails_in_a_row = 0
     outcome.finished = sum(c.state == DONE for c in claims.all(namespace).values())
     return outcome
+
+
+def _finished_slots(claims: Claims, namespace: str) -> int:
+    """The study's finished trials, counted by their slots."""
+    return sum(c.state == DONE for c in claims.all(namespace).values())
+
+
+def _siblings_running(claims: Claims, held: dict[str, Claim]) -> bool:
+    """Whether another live worker of this invocation is running a trial."""
+    return any(c.state == RUNNING and c.token == claims.token and c.owner != claims.owner and claims.holder_alive(c)
+               for c in held.values())
 
 
 def _claim_slot(claims: Claims, namespace: str, slots: list[str], held: dict[str, Claim]):
@@ -410,14 +440,18 @@ def objective(metric: str, direction: str, metrics: dict[str, float]) -> float |
     return None
 
 
-def _requeue_trials_of(study, dead: Claim) -> None:
-    """The slot we took over belonged to a dead worker: fail the trials it left RUNNING and queue
-    their parameters again."""
+def _requeue_trials_of(study, dead: Claim, store: Store, experiment_id: str) -> None:
+    """The slot we took over belonged to a dead worker: fail the trials it left RUNNING, close
+    their MLflow runs as interrupted, and queue their parameters again."""
     from optuna.trial import TrialState
 
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if str(frozen.user_attrs.get(OWNER_ATTR, "")).split("|")[-1] == dead.owner:
             _fail_and_requeue(study, frozen.number, dict(frozen.params), frozen.user_attrs)
+            for run in store.runs(experiment_id, tags={STUDY: study.study_name, TRIAL: str(frozen.number)},
+                                  status="RUNNING"):
+                store.end_run(run.run_id, Outcome.INTERRUPTED,
+                              f"its worker (process {dead.pid} on {dead.host}) died during the trial")
 
 
 def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
