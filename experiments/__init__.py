@@ -32,13 +32,14 @@ REGISTRY: dict[str, str] = {
     "data_parallel": "experiments.data_parallel",
     "dp_scratch": "experiments.dp_scratch",
     "autoparallel": "experiments.autoparallel",
+    "recipe": "experiments.recipe",
 }
 
 # Fields a cell may always set, whatever its experiment:
 # - experiment: chooses the descriptor itself;
 # - repeat: tells identical cells apart (it is part of the cell id); no run() reads it;
 # - threads: the harness sets it on every cell when it splits a machine's cores between workers
-#   (harness/workers.thread_overrides, and OMP_NUM_THREADS for each worker), so it applies to
+#   (the sweep and study engines, and OMP_NUM_THREADS for each worker), so it applies to
 #   every experiment even where run() itself never calls torch.set_num_threads (autoparallel).
 # seed and device are not here: every experiment reads them, so they are in every `reads`.
 ALWAYS_ALLOWED = frozenset({"experiment", "repeat", "threads"})

@@ -132,13 +132,15 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
 def preflight(configs: list[RunConfig]) -> None:
     """Load each dataset the cells need once, so a missing folder or an offline download fails
     the whole invocation with one sentence before any run is created. An experiment that makes its
-    own inputs needs none."""
+    own inputs needs none. Also measure the peaks the training cells' MFU is taken against (once
+    per machine, then cached) now, before any cell or worker trains beside the measurement."""
     import experiments
     from harness.data import load_splits
     from harness.models import MODELS
 
     seen = set()
     for cfg in configs:
+        _measure_peak(cfg)
         if not experiments.get(cfg.experiment).needs_dataset:
             continue
         key = (cfg.dataset, cfg.data_dir, cfg.model, cfg.train_limit, cfg.test_limit, cfg.seed)
@@ -146,6 +148,23 @@ def preflight(configs: list[RunConfig]) -> None:
             seen.add(key)
             load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
                         train_limit=cfg.train_limit, test_limit=cfg.test_limit)
+
+
+def _measure_peak(cfg: RunConfig) -> None:
+    import experiments
+
+    if not experiments.get(cfg.experiment).has_metric("mfu"):
+        return
+    import torch
+
+    from harness.peak import peak_flops
+
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        return  # the cell itself is skipped, with its reason
+    try:
+        peak_flops(cfg.device, cfg.dtype)
+    except RuntimeError:  # a dtype the device cannot multiply: the cell says so when it runs
+        pass
 
 
 def run_single(cfg: RunConfig, store: Store) -> CellResult:

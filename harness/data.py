@@ -227,10 +227,68 @@ def batches(split: Split, batch_size: int, generator: torch.Generator | None = N
             shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Mini-batches in a fresh random order each call (like DataLoader(shuffle=True), last batch kept)."""
     n = len(split)
-    order = torch.randperm(n, generator=generator) if shuffle else None
-    for start in range(0, n, batch_size):
-        if order is None:
+    if not shuffle:
+        for start in range(0, n, batch_size):
             yield split.x[start:start + batch_size], split.y[start:start + batch_size]
-        else:
-            idx = order[start:start + batch_size]
-            yield split.x[idx], split.y[idx]
+        return
+    for idx in shuffled_indices(n, batch_size, generator):
+        yield split.x[idx], split.y[idx]
+
+
+def shuffled_indices(n: int, batch_size: int, generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+    """The sample indices of each mini-batch, in a fresh random order each call (last batch kept)."""
+    order = torch.randperm(n, generator=generator)
+    for start in range(0, n, batch_size):
+        yield order[start:start + batch_size]
+
+
+class DeviceBatches:
+    """Gathers mini-batches from the in-memory tensors and copies them to `device`.
+
+    Why pinned buffers: `split.x[idx]` is a fresh pageable tensor, and CUDA copies from pageable
+    memory synchronously whatever `non_blocking` says (the host waits until the GPU has taken the
+    data), so the CPU could never queue the next step while the GPU computes. On CUDA each batch is
+    therefore gathered (`torch.index_select(..., out=)`) into a page-locked host buffer and copied
+    with `non_blocking=True`, which returns at once. Two buffers take turns; a CUDA event recorded
+    after each copy is waited on before its buffer is overwritten, so a copy still queued never
+    reads the next batch. Elsewhere (CPU) a batch is the indexed tensors, as before.
+
+    `staged=True` uses the buffers on any device (unpinned off CUDA): the tests' way to check the
+    gather on a machine without a GPU.
+    """
+
+    SLOTS = 2
+
+    def __init__(self, device: torch.device, staged: bool | None = None):
+        self.device = torch.device(device)
+        self.staged = self.device.type == "cuda" if staged is None else staged
+        self._pin = self.device.type == "cuda"
+        self._buffers: list[dict[str, torch.Tensor]] = [{} for _ in range(self.SLOTS)]
+        self._copied: list[torch.cuda.Event | None] = [None] * self.SLOTS
+        self._turn = 0
+
+    def __call__(self, split: Split, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.staged:
+            return (split.x[idx].to(self.device, non_blocking=True),
+                    split.y[idx].to(self.device, non_blocking=True))
+        slot = self._turn
+        self._turn = (slot + 1) % self.SLOTS
+        if self._copied[slot] is not None:
+            self._copied[slot].synchronize()  # this buffer's previous copy has left the host
+        x = self._gather(slot, "x", split.x, idx)
+        y = self._gather(slot, "y", split.y, idx)
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            self._copied[slot] = torch.cuda.Event()
+            self._copied[slot].record(torch.cuda.current_stream(self.device))
+        return x, y
+
+    def _gather(self, slot: int, name: str, source: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        buffer = self._buffers[slot].get(name)
+        if buffer is None or len(buffer) < len(idx) or buffer.shape[1:] != source.shape[1:] \
+                or buffer.dtype != source.dtype:
+            buffer = torch.empty((len(idx), *source.shape[1:]), dtype=source.dtype, pin_memory=self._pin)
+            self._buffers[slot][name] = buffer
+        out = buffer[:len(idx)]  # the last batch of an epoch may be shorter
+        torch.index_select(source, 0, idx, out=out)
+        return out

@@ -43,6 +43,31 @@ def _workers(args) -> int:
     return args.workers
 
 
+SLURM_OPTIONS = {"slurm_partition": "partition", "slurm_time": "time", "slurm_gpus_per_task": "gpus_per_task",
+                 "slurm_cpus_per_task": "cpus_per_task"}
+
+
+def _launcher(args):
+    """The launcher the options ask for (None: this process, or local workers), checked before the
+    engine creates or submits anything."""
+    from harness.store import resolve_db_url, resolve_tracking_uri
+
+    given = [f"--{k.replace('_', '-')}" for k in [*SLURM_OPTIONS, "detach"] if getattr(args, k) not in (None, False)]
+    if args.launcher != "slurm":
+        if given and args.worker is None:
+            raise UserError(f"{given[0]} needs --launcher slurm.")
+        return None
+    if args.worker is not None:
+        return None
+    from harness.launchers.slurm import SlurmLauncher
+
+    launcher = SlurmLauncher(detach=args.detach, **{field: getattr(args, k) for k, field in SLURM_OPTIONS.items()
+                                                     if getattr(args, k) is not None})
+    tracking_uri = resolve_tracking_uri(args.tracking_uri)
+    launcher.check(resolve_db_url(args.storage, tracking_uri), tracking_uri)
+    return launcher
+
+
 def cmd_run(args) -> int:
     import experiments
     from harness.cells import run_single
@@ -73,16 +98,21 @@ def cmd_sweep(args) -> int:
     from harness.sweeps.engine import run_sweep
 
     spec = sweepspec.load(args.sweep)
-    workers, role = _workers(args), WorkerRole.decode(args.worker)
+    workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
     store = _store(args)
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
-                       db_url=resolve_db_url(args.storage, store.uri), workers=workers, role=role,
+                       db_url=resolve_db_url(args.storage, store.uri), workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+    if result.detached:
+        print(f"sweep {spec.name} ({args.scale}): the workers run on; the same command again prints the "
+              "summary once they are done (every cell reused)")
+        return 0
     if role is None:
         print(sweep_summary(result, spec.report.get("metrics")))
     if any(r.outcome == Outcome.FAILED and r.cell.config is None for r in result.results):
         return 2
-    return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) else 0
+    # A failed cell, or one no worker reached (a worker died, or stopped on a mistake), is unfinished work.
+    return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) else 0
 
 
 def cmd_study(args) -> int:
@@ -96,14 +126,15 @@ def cmd_study(args) -> int:
         if value is not None and not (value >= low and math.isfinite(value)):
             raise UserError(f"{name} must be a positive finite number (got {value}).")
     out_dir = _out_dir(args.out, None) if args.out else None
+    launcher = None if args.status else _launcher(args)
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
     if args.status:
         print(engine.status(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets)))
         return 0
     outcome = engine.run_study(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets),
-                               n_trials=args.n_trials, timeout=args.timeout, workers=workers, role=role,
-                               show_progress=not args.no_progress, out_dir=out_dir,
+                               n_trials=args.n_trials, timeout=args.timeout, workers=workers, launcher=launcher,
+                               role=role, show_progress=not args.no_progress, out_dir=out_dir,
                                log=lambda line: print(line, flush=True))
     print(f"{'worker ' + str(os.getpid()) if role else 'study ' + outcome.study_name}: {outcome.line()}", flush=True)
     return outcome.stop.exit_code if role else outcome.exit_code
@@ -164,5 +195,47 @@ def cmd_ui(args) -> int:
     return 0
 
 
+def cmd_peak(args) -> int:
+    import torch
+
+    from harness import peak
+
+    devices = [args.device] if args.device else \
+        ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0))]
+    for name in devices:
+        if name.startswith("cuda") and not torch.cuda.is_available():
+            raise UserError(f"--device {name}: this machine has no usable CUDA GPU.")
+        if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
+            raise UserError(f"--device must be cpu, cuda or cuda:N (got {name}).")
+        if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
+            raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s).")
+    for name in devices:
+        for dtype in args.dtype or ["fp32", "bf16", "fp16"]:
+            try:
+                print(peak.peak_flops(name, dtype, remeasure=args.remeasure).line(), flush=True)
+            except RuntimeError as err:  # a dtype this device cannot multiply
+                print(f"{name} {dtype}: cannot be measured here ({str(err).splitlines()[0]})", flush=True)
+    print(f"cached in {peak.cache_path()}; MFU = achieved FLOP/s over these (harness/flops.py)")
+    return 0
+
+
+def cmd_dashboard(args) -> int:
+    from harness.store import redact, resolve_db_url, resolve_tracking_uri
+    from harness.store.uris import is_sqlite
+
+    # Only the URI: the dashboard reads the study database, not the MLflow store.
+    storage = resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri))
+    if is_sqlite(storage) and not Path(storage.removeprefix("sqlite:///")).exists():
+        raise UserError(f"no study database at {redact(storage)} yet; run a study first "
+                        "(make study-speed-recipe SCALE=smoke) or pass --storage.")
+    script = Path(sys.executable).with_name("optuna-dashboard")
+    if not script.exists():
+        raise UserError("optuna-dashboard is not installed in this environment; run `make install`.")
+    print(f"optuna-dashboard on http://127.0.0.1:{args.port} over {redact(storage)} (Ctrl-C stops it)", flush=True)
+    os.execv(str(script), [str(script), storage, "--host", "127.0.0.1", "--port", str(args.port),
+                           "--server", "wsgiref"])
+    return 0
+
+
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
-            "ui": cmd_ui}
+            "ui": cmd_ui, "peak": cmd_peak, "dashboard": cmd_dashboard}

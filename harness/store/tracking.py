@@ -30,6 +30,7 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIN
     "harness.sweep", "harness.scale", "harness.cell_id", "harness.outcome", "harness.reason",
     "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId", "harness.clock", "harness.kind",
 )
+DETACHED_HOST = "(detached workers)"  # HOST of a parent run whose launcher left; its workers close it
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
 REASON_LIMIT = 5000            # MLflow caps a tag value; a long traceback goes in an artifact instead
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")  # database servers MLflow stores runs in directly
