@@ -19,6 +19,15 @@ N_TRIALS ?=
 WORKERS ?=
 STORAGE ?=
 TIMEOUT ?=
+PORT ?=
+# LAUNCHER=slurm: the WORKERS as one Slurm job array (SLURM_PARTITION, SLURM_TIME, SLURM_GPUS_PER_TASK,
+# SLURM_CPUS_PER_TASK, DETACH=1); STORAGE and TRACKING_URI must be ones every node reaches.
+LAUNCHER ?=
+SLURM_PARTITION ?=
+SLURM_TIME ?=
+SLURM_GPUS_PER_TASK ?=
+SLURM_CPUS_PER_TASK ?=
+DETACH ?=
 
 # DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only. The
 # backend is set only for the experiments that read it ($(call overrides,FILE) looks at FILE's
@@ -28,19 +37,27 @@ device_set = $(if $(filter cpu,$(DEVICE)),--set device=cpu$(if $(filter data_par
              --set backend=gloo),$(if $(DEVICE),--set device=$(DEVICE)))
 overrides = $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
             $(call device_set,$1) $(foreach s,$(SET),--set $(s))
+# DEVICE=cuda also sets the backend to nccl for the DDP sweeps (NCCL_SWEEPS): gloo on GPUs would
+# allreduce through host memory.
 # Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME`.
 SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml))))
 # Every sweeps/study_NAME.toml has `make study-NAME` (underscores written as hyphens).
 STUDIES := $(subst _,-,$(patsubst study_%,%,$(basename $(notdir $(wildcard sweeps/study_*.toml)))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
-WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE))
+NCCL_SWEEPS := gpus dp-scratch $(RESNET_SWEEPS)
+# $(call nccl_on_cuda,SWEEP): --set backend=nccl when DEVICE is cuda and SWEEP trains with DDP.
+nccl_on_cuda = $(if $(and $(filter cuda%,$(DEVICE)),$(filter $(1),$(NCCL_SWEEPS))),--set backend=nccl)
+SLURM_OPTS := $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION)) \
+              $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME)) $(if $(SLURM_GPUS_PER_TASK),--slurm-gpus-per-task $(SLURM_GPUS_PER_TASK)) \
+              $(if $(SLURM_CPUS_PER_TASK),--slurm-cpus-per-task $(SLURM_CPUS_PER_TASK)) $(if $(DETACH),--detach)
+WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE)) $(SLURM_OPTS)
 STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
 
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
-        bench-workers bench-cells
+        bench-workers bench-cells soak gpu-check dashboard peak
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -64,7 +81,7 @@ test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow"
 
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ...
-	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(call overrides,sweeps/$*.toml) $(STORE)
+	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(call overrides,sweeps/$*.toml) $(call nccl_on_cuda,$*) $(STORE)
 
 study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity-tradeoff (ARGS=--status)
 	$(HARNESS) study $(subst -,_,$*) --scale $(SCALE) $(STUDY_OPTS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
@@ -76,7 +93,7 @@ report: ## reports/REPRODUCTION.md: every sweep beside the published tables, wit
 	$(HARNESS) report $(STORE)
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
-	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(call overrides,sweeps/resnet.toml) $(STORE); done
+	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(call overrides,sweeps/resnet.toml) $(call nccl_on_cuda,resnet) $(STORE); done
 
 report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two y-axes
 	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) report $$s $(STORE); done
@@ -87,8 +104,17 @@ bench-ddp: ## N ranks x t threads against 1 rank x N*t threads on the same cores
 ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
 	$(HARNESS) ui $(STORE)
 
+dashboard: ## optuna-dashboard on http://127.0.0.1:8080 over the study storage (STORAGE=, PORT= to change)
+	$(HARNESS) dashboard $(if $(STORAGE),--storage $(STORAGE)) $(if $(PORT),--port $(PORT)) $(STORE)
+
+peak: ## the measured matmul peak every run's MFU is taken against (cached per machine; ARGS=--remeasure)
+	$(HARNESS) peak $(ARGS)
+
 list: ## experiments, sweeps, models, datasets and config fields
 	$(HARNESS) list
+
+gpu-check: ## first run on a GPU machine: GPU tests + every GPU sweep at smoke scale, one line each (< 8 min)
+	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
 bench-overhead: ## harness vs bare training, and harness loop vs the notebook's DataLoader loop
 	$(BIN)/python benchmarks/overhead.py $(ARGS)
@@ -98,6 +124,9 @@ bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute a
 
 bench-cells: ## the harness's own seconds per cell outside run(cfg), by part (goal <= 0.3 s on SQLite)
 	$(BIN)/python benchmarks/cell_cost.py $(ARGS)
+
+soak: ## 3 sweeps + a 2-worker study on one SQLite store, SIGKILLs every 20-40 s (ARGS="--minutes 2"; default 10)
+	$(BIN)/python benchmarks/soak.py $(ARGS)
 
 clean-store: ## delete the default MLflow store (mlruns/) and reports
 	rm -rf mlruns reports/*.md reports/*.csv reports/*.png

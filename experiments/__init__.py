@@ -32,13 +32,14 @@ REGISTRY: dict[str, str] = {
     "data_parallel": "experiments.data_parallel",
     "dp_scratch": "experiments.dp_scratch",
     "autoparallel": "experiments.autoparallel",
+    "recipe": "experiments.recipe",
 }
 
 # Fields a cell may always set, whatever its experiment:
 # - experiment: chooses the descriptor itself;
 # - repeat: tells identical cells apart (it is part of the cell id); no run() reads it;
 # - threads: the harness sets it on every cell when it splits a machine's cores between workers
-#   (harness/workers.thread_overrides, and OMP_NUM_THREADS for each worker), so it applies to
+#   (the sweep and study engines, and OMP_NUM_THREADS for each worker), so it applies to
 #   every experiment even where run() itself never calls torch.set_num_threads (autoparallel).
 # seed and device are not here: every experiment reads them, so they are in every `reads`.
 ALWAYS_ALLOWED = frozenset({"experiment", "repeat", "threads"})
@@ -58,6 +59,15 @@ class Experiment:
     reads: frozenset[str]          # the RunConfig fields run() reads, itself or through harness helpers
     smoke: Mapping[str, Any]       # a tiny config (without "experiment") that runs offline in seconds on CPU
     notes: tuple[str, ...] = ()    # string values run() can return (logged as tags)
+    models: tuple[str, ...] | None = None  # the models run() can train; None: any, or it reads none
+
+    def check_model(self, model: str, *, where: str = "") -> None:
+        """UserError when run() cannot train `model`: refused before any run is made, not found
+        half-way through a cell."""
+        if self.models is not None and model not in self.models:
+            prefix = f"{where}: " if where else ""
+            raise UserError(f"{prefix}experiment '{self.name}' cannot train model '{model}'; it trains "
+                            f"{', '.join(self.models)}.")
 
     def has_metric(self, key: str) -> bool:
         """Whether `key` is one of `metrics` (rank3_train_time_s is rank{i}_train_time_s)."""

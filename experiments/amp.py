@@ -18,9 +18,12 @@ import torch
 
 from experiments import Experiment
 from harness.config import RunConfig
+from harness import flops, time_to_accuracy
 from harness.data import SPLITS_READS, load_splits
+from harness.flops import flop_metrics, flops_per_sample
 from harness.models import MODELS, build_model, count_parameters
 from harness.precision import FLAG_READS, Precision, backend_flags, native_support
+from harness.time_to_accuracy import AccuracyWatch
 from harness.timing import timed
 from harness.train import (CLOCK, OPTIMIZER_READS, PREPARE_READS, EpochCallback, evaluate, make_optimizer, prepare,
                            train_epochs, training_metrics)
@@ -42,14 +45,22 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         fit = dict(batch_size=cfg.batch_size, device=device, generator=order, precision=precision)
         optimizer = make_optimizer(cfg, model)
         warmup = train_epochs(model, optimizer, data.train, epochs=cfg.warmup_epochs, **fit)
-        epoch_times = train_epochs(model, optimizer, data.train, epochs=cfg.epochs, on_epoch=on_epoch, **fit)
         # Evaluated in fp32: the question is what the mixed-precision training did to the weights.
+        watch = AccuracyWatch.from_config(
+            cfg, lambda: evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device))
+        epoch_times = train_epochs(model, optimizer, data.train, epochs=cfg.epochs, on_epoch=on_epoch,
+                                   watch=watch, **fit)
         with timed(device) as evaluation:
             accuracy = evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device)
 
+    samples = watch.checkpoints[-1].samples if watch else len(data.train) * len(epoch_times)
+    train = training_metrics(epoch_times, warmup, train_samples=len(data.train), test_samples=len(data.test),
+                             accuracy=accuracy, eval_seconds=evaluation.seconds, samples_trained=samples)
     return {
-        **training_metrics(epoch_times, warmup, train_samples=len(data.train), test_samples=len(data.test),
-                           accuracy=accuracy, eval_seconds=evaluation.seconds),
+        **train,
+        **flop_metrics(flops_per_sample(model, data.train.x[:2].to(device), cfg.dtype), samples=samples,
+                       train_time_s=train["train_time_s"], device=device, dtype=cfg.dtype),
+        **(watch.metrics() if watch else {}),
         "param_count": count_parameters(model),
         "dtype_native": float(native_support(device, cfg.dtype)),
         "grad_scaler_used": float(precision.scaler is not None),
@@ -71,10 +82,13 @@ EXPERIMENT = Experiment(
              "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
              "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
              "flag_benchmark", "flag_allow_tf32", "flag_allow_fp16_reduced_precision_reduction",
-             "flag_allow_bf16_reduced_precision_reduction"),
+             "flag_allow_bf16_reduced_precision_reduction", *flops.METRICS, *time_to_accuracy.METRICS),
     notes=("forward_dtype",),
-    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | FLAG_READS | {
+    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | FLAG_READS | time_to_accuracy.READS | {
         "dtype", "grad_scaler", "batch_size", "warmup_epochs", "epochs", "eval_batch_size"},
+    # Image models with a Linear or Conv2d layer whose autocast dtype can be checked.
+    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7"),
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 128, "test_limit": 64, "warmup_epochs": 0,
-           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "dtype": "bf16", "threads": 1},
+           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "dtype": "bf16", "threads": 1,
+           "target_accuracy": 0.05, "eval_every_epoch": True, "stop_at_target": True},
 )

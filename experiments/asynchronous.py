@@ -9,11 +9,19 @@ is synchronous: each call returns after its work is done, and the two readings a
 
 Each repeat reads the clock twice around the same torch work: once right after the last call
 returns (no sync: what a naive timer sees) and once after synchronizing the device (the real time).
+
+Sized to the device: on a recent GPU a 1000x1000 round takes about as long on the device as its
+two calls take to return, so the unsynchronized clock would see half the time from launch cost
+alone, not because nothing was queued. On a GPU matrix_size is therefore a lower bound: it is
+doubled until one round's device time is at least ROUND_OVER_LAUNCH times its calls' return time,
+and the side used is logged as `matrix_size_used` (numpy multiplies the same size). A CPU runs
+the size as given: it queues nothing, so there is nothing to size.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 import torch
@@ -24,6 +32,9 @@ from harness.timing import spread, synchronize
 from harness.train import PREPARE_READS, EpochCallback, prepare
 
 __all__ = ["EXPERIMENT", "run"]
+
+ROUND_OVER_LAUNCH = 10.0   # a round's device time, at least this many times its calls' return time
+MAX_MATRIX_SIZE = 16384    # 1 GiB per fp32 matrix: the growth stops here whatever the ratio
 
 
 def numpy_round(n: int, iterations: int, rng: np.random.Generator) -> float:
@@ -46,9 +57,33 @@ def torch_round(n: int, iterations: int, device: torch.device) -> tuple[float, f
     return returned, time.perf_counter() - start
 
 
+def sized_to_device(n: int, device: torch.device,
+                    measure: Callable[[int], tuple[float, float]] | None = None) -> int:
+    """The matrix side to use: `n` on a CPU; on a GPU `n` doubled until a round's device time is at
+    least ROUND_OVER_LAUNCH times the time its calls take to return (MAX_MATRIX_SIZE at most).
+    `measure(n) -> (returned, finished)` times one round (torch_round by default; tests pass theirs)."""
+    if device.type != "cuda":
+        return n
+    measure = measure or (lambda size: _fastest_round(size, device))
+    while n < MAX_MATRIX_SIZE:
+        returned, finished = measure(n)
+        if finished >= ROUND_OVER_LAUNCH * returned:
+            break
+        n = min(2 * n, MAX_MATRIX_SIZE)
+    return n
+
+
+def _fastest_round(n: int, device: torch.device, tries: int = 3) -> tuple[float, float]:
+    """The least return time and least device time of a few single rounds (the first at a new size
+    also pays for its allocation)."""
+    rounds = [torch_round(n, 1, device) for _ in range(tries)]
+    return min(r for r, _ in rounds), min(f for _, f in rounds)
+
+
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     device = prepare(cfg)
-    n, k = cfg.matrix_size, cfg.matmul_iterations
+    torch_round(cfg.matrix_size, 1, device)  # warm-up before sizing: allocator, kernels, BLAS threads
+    n, k = sized_to_device(cfg.matrix_size, device), cfg.matmul_iterations
     rng = np.random.default_rng(cfg.seed)
     torch_round(n, 1, device)  # warm-up: allocator, kernel selection, BLAS thread pool
     numpy_round(n, 1, rng)
@@ -69,6 +104,7 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         # Share of the real time a naive (unsynchronized) clock sees: about 1 on a synchronous device.
         "nosync_share": float(np.median([a / b for a, b in zip(nosync, synced)])),
         "numpy_over_torch": np_t["median"] / s_t["median"],
+        "matrix_size_used": float(n),
     }
 
 
@@ -76,12 +112,13 @@ EXPERIMENT = Experiment(
     name="async",
     title="D12.2: random-then-matmul in numpy and torch, clock read with and without sync",
     run=run,
-    clock=("matmul_iterations x (random normal matrix, then its square): numpy on the host, and torch on "
-           "the device read twice, before and after synchronizing it; one untimed torch round first "
-           "(allocator, kernels, BLAS threads); timing_repeats repeats, median quoted"),
+    clock=("matmul_iterations x (random normal matrix, then its square; on a GPU the side is grown until the "
+         "device work dwarfs the launch cost, see matrix_size_used): numpy on the host, and torch on "
+         "the device read twice, before and after synchronizing it; one untimed torch round first "
+         "(allocator, kernels, BLAS threads); timing_repeats repeats, median quoted"),
     needs_dataset=False,  # makes its own random matrices; no epochs
     metrics=("numpy_time_s", "numpy_time_iqr_s", "torch_nosync_time_s", "torch_nosync_time_iqr_s",
-             "torch_sync_time_s", "torch_sync_time_iqr_s", "nosync_share", "numpy_over_torch"),
+             "torch_sync_time_s", "torch_sync_time_iqr_s", "nosync_share", "numpy_over_torch", "matrix_size_used"),
     reads=PREPARE_READS | {"matrix_size", "matmul_iterations", "timing_repeats"},
     smoke={"device": "cpu", "matrix_size": 64, "matmul_iterations": 2, "timing_repeats": 2, "threads": 1},
 )

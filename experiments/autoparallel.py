@@ -19,6 +19,7 @@ import torch
 
 from experiments import Experiment
 from harness.config import RunConfig
+from harness.distributed.placement import slice_note
 from harness.errors import CellSkipped
 from harness.timing import spread
 from harness.train import EpochCallback
@@ -51,7 +52,7 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
     if not cfg.device.startswith("cuda") or have < need:
         raise CellSkipped(f"D12.3 {cfg.autopar_case} needs {need} GPU(s) and device=cuda; this machine has "
                           f"{have} usable GPU(s) (device={cfg.device}); on a CPU there is no device queue "
-                          "that runs ahead of Python, so there is nothing to overlap")
+                          "that runs ahead of Python, so there is nothing to overlap" + slice_note())
     torch.manual_seed(cfg.seed)
     n, steps = cfg.autopar_size, cfg.autopar_steps
     if cfg.autopar_case == "two_devices":

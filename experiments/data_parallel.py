@@ -1,8 +1,11 @@
 """T9.1, T9.2/T9.3, T10.2, D12.6: train with threads, with several processes, or on several GPUs.
 
-world_size 1 trains in this process with `threads` threads. world_size N starts N ranks with
-torchrun (DistributedDataParallel, DistributedSampler + set_epoch, backend from the config), each
-pinned to its own cores or GPU; the ranks' result comes back here and is logged as this one cell.
+world_size 1 on a CPU trains in this process with `threads` threads. world_size N starts N ranks
+with torchrun (DistributedDataParallel, DistributedSampler + set_epoch, backend from the config),
+each pinned to its own cores or GPU; the ranks' result comes back here and is logged as this one
+cell. On GPUs world_size 1 runs under torchrun too, as one rank: the sweep process then never holds
+a CUDA context or cached GPU memory that rank 0 of a later cell would share (or, with the GPU in
+EXCLUSIVE_PROCESS mode, be refused), and one GPU is timed in the same setting as several.
 
     harness run data_parallel --set dataset=digits --set epochs=2 --set world_size=2 --set threads=1
 """
@@ -10,11 +13,13 @@ pinned to its own cores or GPU; the ranks' result comes back here and is logged 
 from __future__ import annotations
 
 from experiments import Experiment
+from harness import flops, time_to_accuracy
 from harness.config import RunConfig
 from harness.distributed import ddp_train
 from harness.distributed.ddp_train import CLOCK, TRAIN_READS
 from harness.distributed.launch import READS as LAUNCH_READS, launch
 from harness.distributed.placement import check_can_run
+from harness.flops import flop_metrics, peak_devices
 from harness.distributed.rank import RankContext
 from harness.train import PREPARE_READS, EpochCallback, prepare
 
@@ -25,18 +30,25 @@ TARGET = "harness.distributed.ddp_train:train"
 
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     check_can_run(cfg)
-    if cfg.world_size == 1 and cfg.nnodes == 1:
+    if cfg.world_size == 1 and cfg.nnodes == 1 and not cfg.device.startswith("cuda"):
         result = ddp_train.train(cfg, RankContext(device=prepare(cfg)))
     else:
         result = launch(cfg, TARGET)
-    return to_metrics(result, on_epoch)
+    metrics = to_metrics(result, on_epoch)
+    samples = result["train_samples"] * len(result["epoch_times"])
+    metrics.update(flop_metrics(result["flops_per_sample"], samples=samples, train_time_s=result["train_time_s"],
+                                device=cfg.device, devices=peak_devices(cfg.device.partition(":")[0],
+                                                                        cfg.world_size, cfg.nnodes)))
+    return metrics
 
 
 def to_metrics(result: dict, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     """The numbers as metrics; the per-epoch lists go to the epoch callback (MLflow steps)."""
     if on_epoch is not None:
+        accuracies = result.get("epoch_accuracies", [])
         for i, (seconds, loss) in enumerate(zip(result["epoch_times"], result["epoch_losses"])):
-            on_epoch(i, {"epoch_time_s": seconds, "train_loss": loss})
+            on_epoch(i, {"epoch_time_s": seconds, "train_loss": loss,
+                         **({"epoch_test_accuracy": accuracies[i]} if i < len(accuracies) else {})})
     return {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
 
 
@@ -49,9 +61,10 @@ EXPERIMENT = Experiment(
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
              "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "ranks", "batch_per_rank",
              "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
-             "rank{i}_train_time_s", "peak_rss_mb"),
+             "rank{i}_train_time_s", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
     reads=PREPARE_READS | LAUNCH_READS | TRAIN_READS,
+    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7", "lenet_d2l"),  # image models
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
            "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "lr_scaling": "linear_warmup",
-           "lr_warmup_epochs": 1, "world_size": 1, "threads": 1},
+           "lr_warmup_epochs": 1, "world_size": 1, "threads": 1, "target_accuracy": 0.05, "eval_every_epoch": True},
 )

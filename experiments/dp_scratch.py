@@ -13,27 +13,38 @@ against one device training on the full batch.
 Both then compare their parameters with one device trained on the full batches from the same
 initial parameters: `max_param_diff` (float rounding only) and `params_match`.
 
+On GPUs the scratch copies train in a process of their own (torchrun with one process), like the
+DDP ranks, so the sweep process never holds a CUDA context or cached memory a later DDP rank 0
+would share. Its clock synchronizes every device holding a copy, so the last update on the second
+GPU is inside it. Shards are copied to the devices from pageable memory, as d2l does: those copies
+are synchronous (the host waits for each), and that waiting is part of the time.
+
     harness run dp_scratch --set dataset=digits --set epochs=1 --set world_size=2 --set dp_impl=scratch
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from experiments import Experiment
+from harness import flops
 from harness.config import RunConfig
 from harness.data import SPLITS_READS, Dataset, Split, load_splits
 from harness.distributed.launch import READS as LAUNCH_READS, launch
-from harness.distributed.placement import check_can_run
+from harness.distributed.placement import check_can_run, slice_note
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped, UserError
+from harness.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
-from harness.timing import spread, timed
+from harness.timing import peak_rss_mb, spread, timed
 from harness.train import PREPARE_READS, EpochCallback, prepare
 
 TARGET = "experiments.dp_scratch:ddp_target"
+SCRATCH_TARGET = "experiments.dp_scratch:scratch_target"
 MATCH_ATOL = 1e-5
 
 
@@ -58,17 +69,18 @@ def global_batches(split: Split, batch_size: int, seed: int, epoch: int):
 
 
 def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
-                 on_epoch: EpochCallback | None = None,
-                 max_steps: int | None = None) -> tuple[list[list[torch.Tensor]], list[float]]:
+                 on_epoch: EpochCallback | None = None, max_steps: int | None = None,
+                 beat: Callable[[], None] | None = None) -> tuple[list[list[torch.Tensor]], list[float]]:
     """d2l's `train(num_gpus, batch_size, lr)`: one parameter copy per device; returns the copies
     and each timed epoch's seconds. With one device it is plain full-batch training. `max_steps`
-    stops after that many steps (the per-step equality check)."""
+    stops after that many steps (the per-step equality check); `beat` is called after each step
+    (a launched rank's heartbeat)."""
     start = get_params(cfg.seed, data.num_classes)
     copies = [[p.to(d, copy=True).requires_grad_() for p in start] for d in devices]  # own memory, even on one CPU
     times = []
     steps = 0
     for epoch in range(cfg.warmup_epochs + cfg.epochs):
-        with timed(devices[0]) as clock:
+        with timed(*devices) as clock:  # every copy's device: the last update may be on the last one
             for x, y in global_batches(data.train, cfg.batch_size, cfg.seed, epoch):
                 if max_steps is not None and steps >= max_steps:
                     return copies, times
@@ -85,6 +97,8 @@ def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
                         for p in ps:
                             p -= cfg.lr * p.grad / len(y)
                             p.grad.zero_()
+                if beat is not None:
+                    beat()
         if epoch >= cfg.warmup_epochs:
             times.append(clock.seconds)
             if on_epoch is not None:
@@ -125,7 +139,7 @@ def _devices(cfg: RunConfig) -> list[torch.device]:
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if have < cfg.world_size:
             raise CellSkipped(f"{cfg.world_size} parameter copies on GPUs need {cfg.world_size} GPUs; "
-                              f"this machine has {have}")
+                              f"this machine has {have}" + slice_note())
         return [torch.device("cuda", i) for i in range(cfg.world_size)]
     return [torch.device("cpu")] * cfg.world_size
 
@@ -137,20 +151,57 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         raise UserError(f"batch_size {cfg.batch_size} must split evenly over world_size {cfg.world_size}.")
     if cfg.dp_impl == "ddp" and cfg.world_size > 1:
         check_can_run(cfg)
-        result = launch(cfg, TARGET)
-        if on_epoch is not None:
-            for i, seconds in enumerate(result.pop("epoch_times")):
-                on_epoch(i, {"epoch_time_s": seconds})
-        return {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
+        return _launched(cfg, TARGET, on_epoch)
+    if cfg.device.startswith("cuda"):
+        prepare(cfg)  # no GPU here: a skip, decided before anything is launched
+        _devices(cfg)
+        return _launched(cfg, SCRATCH_TARGET, on_epoch, processes=1)
+    return _numbers(scratch(cfg, on_epoch))
+
+
+def _launched(cfg: RunConfig, target: str, on_epoch: EpochCallback | None, processes: int | None = None):
+    """Run `target` under torchrun; the epoch times it returns become this cell's epoch steps."""
+    result = launch(cfg, target, processes=processes)
+    if on_epoch is not None:
+        for i, seconds in enumerate(result.pop("epoch_times")):
+            on_epoch(i, {"epoch_time_s": seconds})
+    metrics = _numbers(result)
+    if "flops_per_sample" not in metrics:  # DDP ranks report times; the FLOPs are counted here
+        metrics.update(_flop_metrics(cfg, _data(cfg), metrics["train_time_s"], nodes=cfg.nnodes))
+    return metrics
+
+
+def _numbers(result: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
+
+
+def scratch(cfg: RunConfig, on_epoch: EpochCallback | None = None,
+            beat: Callable[[], None] | None = None) -> dict:
+    """dp_impl=scratch (or one device) in this process: world_size copies, one per device; the
+    metrics and the list of timed epochs' seconds (`epoch_times`)."""
     prepare(cfg)
     devices = _devices(cfg)
     data = _data(cfg)
-    copies, times = train_copies(cfg, data, devices, on_epoch)
+    copies, times = train_copies(cfg, data, devices, on_epoch, beat=beat)
     first_step, _ = train_copies(cfg, data, devices, max_steps=1)
     metrics = compare(first_step[0], copies[0], cfg, data, devices[0])
     # every copy must hold the same parameters after each allreduce + step
     metrics["copies_identical"] = float(all(torch.equal(a.cpu(), b.cpu()) for ps in copies for a, b in zip(ps, copies[0])))
-    return {**metrics, **_summary(cfg, times, accuracy(copies[0], data.test, devices[0]), data)}
+    return {**metrics, **_summary(cfg, times, accuracy(copies[0], data.test, devices[0]), data),
+            **_flop_metrics(cfg, data, sum(times)), "epoch_times": times}
+
+
+def scratch_target(cfg: RunConfig, ctx: RankContext) -> dict:
+    """The scratch copies in a launched process of their own (one rank, every GPU of the cell)."""
+    return {**scratch(cfg, beat=ctx.beat), "peak_rss_mb": peak_rss_mb()}
+
+
+def _flop_metrics(cfg: RunConfig, data: Dataset, train_time_s: float, nodes: int = 1) -> dict[str, float]:
+    """LeNet's training FLOPs per sample and the run's MFU over the devices its copies or ranks used."""
+    model = TensorLeNet(get_params(cfg.seed, data.num_classes))
+    return flop_metrics(flops_per_sample(model, data.train.x[:2]), samples=len(data.train) * cfg.epochs,
+                        train_time_s=train_time_s, device=cfg.device,
+                        devices=peak_devices(cfg.device.partition(":")[0], cfg.world_size, nodes))
 
 
 def _summary(cfg: RunConfig, times: list[float], test_accuracy: float, data: Dataset) -> dict[str, float]:
@@ -198,15 +249,17 @@ EXPERIMENT = Experiment(
     name="dp_scratch",
     title="D12.5: hand-written data parallel (copies, split batch, allreduce) vs DDP vs one device",
     run=run,
-    clock=("training epochs only: splitting each global batch, per-copy forward/backward, the gradient "
-           "allreduce (hand-written or DDP's), the SGD step on every copy; the one-device reference run, "
-           "the comparison and evaluation are outside the clock"),
+    clock=("training epochs only, every device synchronized at both ends: splitting each global batch, "
+         "copying the shards to the devices (from pageable memory, so synchronous, as d2l), per-copy "
+         "forward/backward, the gradient allreduce (hand-written or DDP's), the SGD step on every copy; "
+         "the one-device reference run, the comparison and evaluation are outside the clock"),
     needs_dataset=True,
     metrics=("first_step_param_diff", "params_match", "max_param_diff", "copies_identical", "train_time_s",
              "test_accuracy", "epoch_time_median_s", "epoch_time_iqr_s", "samples_per_s", "train_samples",
-             "test_samples", "copies", "rank{i}_train_time_s"),
+             "test_samples", "copies", "rank{i}_train_time_s", *flops.METRICS),
     # plain SGD written out (lr only: no optimizer, momentum or weight decay), d2l's LeNet (model is checked)
     reads=PREPARE_READS | LAUNCH_READS | SPLITS_READS | {"dp_impl", "batch_size", "lr", "warmup_epochs", "epochs"},
+    models=("lenet_d2l",),
     smoke={"model": "lenet_d2l", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 0,
            "epochs": 1, "batch_size": 32, "lr": 0.1, "world_size": 2, "dp_impl": "scratch", "threads": 1},
 )

@@ -11,11 +11,18 @@ Each cell: build the model (seeded), make the `execution` variant, time its firs
 `compile` that is the compilation), check its output against eager, run `warmup_calls` untimed
 calls, then `timing_repeats` times the clock around `forward_calls` calls. The scripted model is
 saved and reloaded through `torch.jit.load` and the reloaded one is the one timed and checked.
+
+On CUDA, the compile modes that capture CUDA graphs (reduce-overhead, max-autotune) run the whole
+cell under torch.no_grad(): a forward with autograd on keeps its graph for a backward that never
+comes, and CUDA graphs would not be what is timed. `autograd_on` (1/0) says which a cell did.
+Inductor needs a C++ compiler on CPU and, on CUDA, Triton and a C compiler for Triton's launcher;
+without them the cell is a skip with the reason.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import warnings
@@ -33,6 +40,8 @@ from harness.timing import spread, timed
 from harness.train import PREPARE_READS, EpochCallback, prepare
 
 __all__ = ["EXPERIMENT", "run", "make_variant", "captured_warnings"]
+# torch.compile modes that capture CUDA graphs on a GPU (max-autotune-no-cudagraphs does not).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +57,25 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
     with torch.no_grad():
         expected = model(x)
 
-    with tempfile.TemporaryDirectory(prefix="hybridize-") as folder, captured_warnings() as captured:
-        variant = make_variant(model, cfg.execution, Path(folder), cfg.compile_mode, cfg.compile_backend)
-        with timed(device) as first:  # for torch.compile: tracing and code generation happen here
-            out = variant(x)
-    max_diff = (out.detach().float() - expected.float()).abs().max().item()
-    torch.testing.assert_close(out.detach(), expected, **TOLERANCE,
-                               msg=lambda m: f"{cfg.execution} output differs from eager: {m}")
+    autograd = not cuda_graphs(cfg.execution, cfg.compile_mode, device)
+    with torch.set_grad_enabled(autograd):
+        with tempfile.TemporaryDirectory(prefix="hybridize-") as folder, captured_warnings() as captured:
+            variant = make_variant(model, cfg.execution, Path(folder), cfg.compile_mode, cfg.compile_backend)
+            with timed(device) as first:  # for torch.compile: tracing and code generation happen here
+                out = variant(x)
+        # Read before the next call: a CUDA graph's output is overwritten by its next replay.
+        max_diff = (out.detach().float() - expected.float()).abs().max().item()
+        torch.testing.assert_close(out.detach(), expected, **TOLERANCE,
+                                   msg=lambda m: f"{cfg.execution} output differs from eager: {m}")
 
-    for _ in range(cfg.warmup_calls):
-        variant(x)
-    times = []
-    for _ in range(cfg.timing_repeats):
-        with timed(device) as clock:
-            for _ in range(cfg.forward_calls):
-                variant(x)
-        times.append(clock.seconds)
+        for _ in range(cfg.warmup_calls):
+            variant(x)
+        times = []
+        for _ in range(cfg.timing_repeats):
+            with timed(device) as clock:
+                for _ in range(cfg.forward_calls):
+                    variant(x)
+            times.append(clock.seconds)
     t = spread(times)
     notes = {"captured_warnings": " | ".join(captured)} if captured else {}
     return {
@@ -74,8 +86,30 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         "first_call_s": first.seconds,
         "max_abs_diff_vs_eager": max_diff,
         "warnings_captured": float(len(captured)),
+        "autograd_on": float(autograd),
         **notes,
     }
+
+
+def cuda_graphs(execution: str, compile_mode: str, device: torch.device) -> bool:
+    """Whether this variant replays CUDA graphs (and so must be timed under no_grad)."""
+    return execution == "compile" and device.type == "cuda" and compile_mode in CUDA_GRAPH_MODES
+
+
+def inductor_problem(device_type: str) -> str | None:
+    """Why torch.compile's inductor backend cannot generate code for `device_type` here, or None."""
+    if device_type == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+        return "torch.compile's inductor backend needs a C++ compiler on CPU and none is on PATH"
+    if device_type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "torch.compile's inductor backend needs Triton on CUDA and it is not installed (or too old for this GPU)"
+        compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+        if not compiler or not shutil.which(compiler):
+            return ("torch.compile's inductor backend on CUDA needs a C compiler for Triton's launcher "
+                    "(CC, gcc or clang) and none is on PATH")
+    return None
 
 
 @contextmanager
@@ -122,9 +156,9 @@ def make_variant(model: nn.Module, execution: str, folder: Path, compile_mode: s
         # What d2l shows: the file alone is enough, no Python class is needed to load it.
         return torch.jit.load(str(path), map_location=next(model.parameters()).device)
     if execution == "compile":
-        if compile_backend == "inductor" and next(model.parameters()).device.type == "cpu" \
-                and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
-            raise CellSkipped("torch.compile's inductor backend needs a C++ compiler on CPU and none is on PATH")
+        problem = inductor_problem(next(model.parameters()).device.type) if compile_backend == "inductor" else None
+        if problem:
+            raise CellSkipped(problem)
         torch._dynamo.reset()  # a cold compile per cell: no graph reused from an earlier cell
         return torch.compile(model, mode=compile_mode, backend=compile_backend)
     raise ValueError(f"unknown execution '{execution}'")
@@ -134,12 +168,13 @@ EXPERIMENT = Experiment(
     name="hybridize",
     title="D12.1: forward-pass time eager vs torch.jit.script vs torch.compile",
     run=run,
-    clock=("forward_calls forward passes of one fixed input (autograd on, as in d2l), after the first call "
-           "and warmup_calls untimed calls; the device is synchronized before each reading; the first call "
-           "(compilation for torch.compile) is timed separately"),
+    clock=("forward_calls forward passes of one fixed input (autograd on, as in d2l; under no_grad for the "
+         "CUDA-graph compile modes on CUDA, see autograd_on), after the first call and warmup_calls untimed "
+         "calls; the device is synchronized before each reading; the first call (compilation for "
+         "torch.compile) is timed separately"),
     needs_dataset=False,  # times one random input of the model's shape; no epochs
     metrics=("forward_time_s", "forward_time_iqr_s", "per_call_us", "per_call_iqr_us", "first_call_s",
-             "max_abs_diff_vs_eager", "warnings_captured"),
+             "max_abs_diff_vs_eager", "warnings_captured", "autograd_on"),
     notes=("captured_warnings",),
     reads=PREPARE_READS | {"model", "batch_size", "execution", "compile_mode", "compile_backend", "warmup_calls",
                            "timing_repeats", "forward_calls"},

@@ -12,9 +12,12 @@ import torch
 
 from experiments import Experiment
 from harness.config import RunConfig
+from harness import flops, time_to_accuracy
 from harness.data import SPLITS_READS, load_splits
+from harness.flops import flop_metrics, flops_per_sample
 from harness.models import MODELS, build_model, count_parameters
 from harness.pruning import prune_conv_filters
+from harness.time_to_accuracy import AccuracyWatch
 from harness.timing import timed
 from harness.train import (CLOCK, OPTIMIZER_READS, PREPARE_READS, EpochCallback, evaluate, make_optimizer, prepare,
                            train_epochs, training_metrics)
@@ -37,30 +40,26 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         example = data.train.x[: cfg.batch_size].to(device)
         prune_conv_filters(model, cfg.sparsity, example, cfg.pruning_backend)
 
-    if cfg.eval_every_epoch and on_epoch is not None:
-        on_epoch = _with_test_accuracy(on_epoch, model, data.test, cfg.eval_batch_size, device)
+    # Per-epoch accuracy (eval_every_epoch, for a study's pruner) and time to a target accuracy, off the clock.
+    watch = AccuracyWatch.from_config(
+        cfg, lambda: evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device))
     # The book builds a new optimizer for the pruned model (its parameters are new tensors).
     epoch_times = train_epochs(model, make_optimizer(cfg, model), data.train, epochs=cfg.epochs,
-                               on_epoch=on_epoch, **fit)
+                               on_epoch=on_epoch, watch=watch, **fit)
     with timed(device) as evaluation:
         accuracy = evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device)
-
+    samples = watch.checkpoints[-1].samples if watch else len(data.train) * len(epoch_times)
+    train = training_metrics(epoch_times, warmup, train_samples=len(data.train), test_samples=len(data.test),
+                             accuracy=accuracy, eval_seconds=evaluation.seconds, samples_trained=samples)
     return {
-        **training_metrics(epoch_times, warmup, train_samples=len(data.train), test_samples=len(data.test),
-                           accuracy=accuracy, eval_seconds=evaluation.seconds),
+        **train,
+        **flop_metrics(flops_per_sample(model, example), samples=samples, train_time_s=train["train_time_s"],
+                       device=device),
+        **(watch.metrics() if watch else {}),
         "param_count": count_parameters(model),
         "param_count_before": param_count_before,
         "prune_time_s": pruning.seconds,
     }
-
-
-def _with_test_accuracy(on_epoch: EpochCallback, model, test, batch_size: int, device) -> EpochCallback:
-    """Adds `epoch_test_accuracy` to each epoch's metrics, for a study's pruner. train_epochs calls
-    on_epoch after reading the clock, so this evaluation stays outside the timed epochs."""
-    def with_accuracy(epoch: int, metrics: dict) -> None:
-        metrics["epoch_test_accuracy"] = evaluate(model, test, batch_size=batch_size, device=device)
-        on_epoch(epoch, metrics)
-    return with_accuracy
 
 
 EXPERIMENT = Experiment(
@@ -71,11 +70,13 @@ EXPERIMENT = Experiment(
     needs_dataset=True,
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
              "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
-             "param_count", "param_count_before", "prune_time_s"),
-    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | {
-        "batch_size", "warmup_epochs", "epochs", "eval_batch_size", "sparsity", "pruning_backend",
-        "eval_every_epoch"},
+             "param_count", "param_count_before", "prune_time_s", *flops.METRICS, *time_to_accuracy.METRICS),
+    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | time_to_accuracy.READS | {
+        "batch_size", "warmup_epochs", "epochs", "eval_batch_size", "sparsity", "pruning_backend"},
+    # Models with Conv2d filters to remove (d2l's plain-tensor LeNet has none; the MLP takes no images).
+    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7"),
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
            "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "sparsity": 0.5,
-           "pruning_backend": "torch-pruning", "eval_every_epoch": True, "threads": 1},
+           "pruning_backend": "torch-pruning", "eval_every_epoch": True, "target_accuracy": 0.05,
+           "evals_per_epoch": 2, "stop_at_target": True, "threads": 1},
 )

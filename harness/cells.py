@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.config import RunConfig, make_config
-from harness.errors import CellPruned, CellSkipped, UserError
+from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
 
@@ -64,19 +64,21 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     import experiments
 
     tags = {**tags, CELL_ID: cell.cell_id}
-    if cell.config is None:
-        run_id = store.start_run(experiment_id, cell.label, tags, parent_id)
-        store.log_params(run_id, cell.values)
-        store.end_run(run_id, Outcome.FAILED, cell.error)
-        return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
-
-    cfg = cell.config
-    experiment = experiments.get(cfg.experiment)
-    run_id = store.start_run(experiment_id, cell.label, {**tags, CLOCK: experiment.clock}, parent_id)
+    experiment = experiments.get(cell.config.experiment) if cell.config is not None else None
+    if experiment is not None:
+        tags[CLOCK] = experiment.clock
+    run_id = store.start_run(experiment_id, cell.label, tags, parent_id)
     try:
+        if experiment is None:
+            store.log_params(run_id, cell.values)
+            store.end_run(run_id, Outcome.FAILED, cell.error)
+            return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
         return _run(store, run_id, cell, experiment, show_epochs, epoch_hook)
     except (KeyboardInterrupt, SystemExit):
-        store.end_run(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running")
+        store.close_after_fault(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running")
+        raise
+    except StoreFault as fault:  # the store stopped taking writes: record what it still takes, then stop
+        store.close_after_fault(run_id, Outcome.FAILED, str(fault))
         raise
 
 
@@ -116,7 +118,9 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
     except CellPruned as err:
         store.end_run(run_id, Outcome.PRUNED, str(err))
         return CellResult(cell, Outcome.PRUNED, reason=str(err), run_id=run_id)
-    except Exception as err:  # a failing cell must not end the sweep; its reason is kept
+    except StoreFault:
+        raise
+    except Exception as err:  # a failing cell (out of memory too) must not end the sweep; its reason is kept
         reason = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
         store.log_text(run_id, traceback.format_exc(), "traceback.txt")
         store.end_run(run_id, Outcome.FAILED, reason)
@@ -139,13 +143,15 @@ def params_to_log(cfg: RunConfig, experiment) -> dict[str, Any]:
 def preflight(configs: list[RunConfig]) -> None:
     """Load each dataset the cells need once, so a missing folder or an offline download fails
     the whole invocation with one sentence before any run is created. An experiment that makes its
-    own inputs needs none."""
+    own inputs needs none. Also measure the peaks the training cells' MFU is taken against (once
+    per machine, then cached) now, before any cell or worker trains beside the measurement."""
     import experiments
     from harness.data import load_splits
     from harness.models import MODELS
 
     seen = set()
     for cfg in configs:
+        _measure_peak(cfg)
         if not experiments.get(cfg.experiment).needs_dataset:
             continue
         key = (cfg.dataset, cfg.data_dir, cfg.model, cfg.train_limit, cfg.test_limit, cfg.seed)
@@ -153,6 +159,23 @@ def preflight(configs: list[RunConfig]) -> None:
             seen.add(key)
             load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
                         train_limit=cfg.train_limit, test_limit=cfg.test_limit)
+
+
+def _measure_peak(cfg: RunConfig) -> None:
+    import experiments
+
+    if not experiments.get(cfg.experiment).has_metric("mfu"):
+        return
+    import torch
+
+    from harness.peak import peak_flops
+
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        return  # the cell itself is skipped, with its reason
+    try:
+        peak_flops(cfg.device, cfg.dtype)
+    except RuntimeError:  # a dtype the device cannot multiply: the cell says so when it runs
+        pass
 
 
 def run_single(cfg: RunConfig, store: Store) -> CellResult:

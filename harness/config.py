@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -17,7 +18,8 @@ from harness.errors import UserError
 
 
 class RunConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    # allow_inf_nan=False: `lr = inf` or `nan` is refused like any other bad value.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
     # --- what to run -------------------------------------------------------------------------
     experiment: str = Field("pruning", description="Experiment module to run (see `harness list`).")
@@ -112,6 +114,23 @@ class RunConfig(BaseModel):
         False, description="Also measure test accuracy after every timed epoch (off the clock), as the "
         "per-epoch metric `epoch_test_accuracy` a study's pruner reads to stop weak trials early.")
 
+    # --- time to accuracy and speed recipes (issue 12) -------------------------------------------
+    target_accuracy: float = Field(
+        0.0, ge=0, le=1, description="Test accuracy to reach (a fraction; 0 = none). Evaluated off the clock "
+        "evals_per_epoch times an epoch; time_to_accuracy_s is the training seconds until it was first met.")
+    target_from_epoch: int = Field(
+        0, ge=0, description="A baseline's target: this run's own test accuracy after epoch N (0 = use "
+        "target_accuracy). The study runs its baseline trial with it and hands the result on.")
+    stop_at_target: bool = Field(False, description="Stop training once the target accuracy is met.")
+    evals_per_epoch: int = Field(
+        1, ge=1, description="Test-set evaluations per epoch while a target is set (off the clock): "
+        "the resolution of time_to_accuracy_s.")
+    channels_last: bool = Field(
+        False, description="Recipe: model weights and input batches in channels-last memory format (NHWC).")
+    lr_base_batch: int = Field(
+        0, ge=0, description="Recipe: lr is the rate for a global batch of this size and scales linearly "
+        "with the global batch (0 = lr as given).")
+
     @field_validator("epochs", "batch_size", "eval_batch_size", "forward_calls", "matrix_size",
                      "matmul_iterations", "timing_repeats")
     @classmethod
@@ -181,6 +200,12 @@ class RunConfig(BaseModel):
             raise ValueError(f"node_rank {self.node_rank} must be below nnodes {self.nnodes}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ValueError("nnodes > 1 needs rdzv_endpoint (host:port of the rendezvous)")
+        if self.target_accuracy and self.target_from_epoch:
+            raise ValueError("give target_accuracy or target_from_epoch, not both")
+        if self.target_from_epoch > self.epochs:
+            raise ValueError(f"target_from_epoch {self.target_from_epoch} is past the last of {self.epochs} epochs")
+        if self.stop_at_target and not (self.target_accuracy or self.target_from_epoch):
+            raise ValueError("stop_at_target needs a target: set target_accuracy (or target_from_epoch)")
         if self.batch_is_global and self.batch_size % self.world_size:
             raise ValueError(f"a global batch_size {self.batch_size} must divide evenly among "
                              f"world_size {self.world_size} ranks")
@@ -264,5 +289,20 @@ def parse_assignment(text: str) -> tuple[str, Any]:
             value = json.loads(raw)
         except json.JSONDecodeError:
             raise UserError(f"--set {key}: '{raw}' is not a valid list; write it like [0.1,0.5].") from None
-        return key, value
-    return key, raw
+    else:
+        value = raw
+    for item in value if isinstance(value, list) else [value]:
+        if not is_finite(item):
+            raise UserError(f"--set {key}: {item!r} is not a finite number; give a finite value.")
+    return key, value
+
+
+def is_finite(value: Any) -> bool:
+    """False for inf and nan, whether a float or text a number parser would read as one ("inf",
+    "-Infinity", "nan"); True for everything else."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return True
+    return not isinstance(value, float) or math.isfinite(value)

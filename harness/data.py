@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness.errors import UserError
+from harness.errors import UserError, first_line
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"}
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "torch-speed-harness"))
@@ -80,9 +80,21 @@ def _imagefolder(data_dir: str, seed: int) -> Dataset:
             f"('{root}/{missing[0]}' is missing); set data_dir to such a folder."
         )
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
-    if not classes:
-        raise UserError(f"'{root}/train' has no class folders; put each class's images in train/<class>/.")
-    return Dataset(_decode_folder(root / "train", classes), _decode_folder(root / "test", classes), len(classes))
+    if len(classes) < 2:
+        raise UserError(f"'{root}/train' has {len(classes) or 'no'} class folder{'' if len(classes) == 1 else 's'}"
+                        f"{' (' + classes[0] + ')' if classes else ''}; a classifier needs at least two: put each "
+                        "class's images in train/<class>/.")
+    extra = sorted(p.name for p in (root / "test").iterdir() if p.is_dir() and p.name not in classes)
+    if extra:
+        raise UserError(f"'{root}/test' has class folder '{extra[0]}', which '{root}/train' lacks; "
+                        "the test classes must be the training classes.")
+    train, test = _decode_folder(root / "train", classes), _decode_folder(root / "test", classes)
+    for split, folder in ((train, "train"), (test, "test")):
+        absent = [c for i, c in enumerate(classes) if not (split.y == i).any()]
+        if absent:  # a class never tested makes the accuracy a figure about the other classes
+            raise UserError(f"'{root}/{folder}' has no images of class '{absent[0]}'; every class needs "
+                            f"images in both train/ and test/.")
+    return Dataset(train, test, len(classes))
 
 
 def _decode_folder(folder: Path, classes: list[str]) -> Split:
@@ -101,8 +113,12 @@ def _decode_folder(folder: Path, classes: list[str]) -> Split:
 
     arrays = []
     for f, _ in tqdm(files, desc=f"decoding {folder.name}", unit="img", leave=False, mininterval=1.0):
-        with Image.open(f) as img:
-            arrays.append(np.asarray(img.convert("RGB")))
+        try:
+            with Image.open(f) as img:
+                arrays.append(np.asarray(img.convert("RGB")))
+        except (OSError, SyntaxError) as err:  # not an image, truncated, or a format PIL misreads
+            raise UserError(f"'{f}' is not an image that can be read ({first_line(err)}); remove or "
+                            "replace it.") from None
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise UserError(f"images in '{folder}' differ in size ({sorted(shapes)[:2]}); resize them to one size first.")
@@ -211,10 +227,68 @@ def batches(split: Split, batch_size: int, generator: torch.Generator | None = N
             shuffle: bool = True) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Mini-batches in a fresh random order each call (like DataLoader(shuffle=True), last batch kept)."""
     n = len(split)
-    order = torch.randperm(n, generator=generator) if shuffle else None
-    for start in range(0, n, batch_size):
-        if order is None:
+    if not shuffle:
+        for start in range(0, n, batch_size):
             yield split.x[start:start + batch_size], split.y[start:start + batch_size]
-        else:
-            idx = order[start:start + batch_size]
-            yield split.x[idx], split.y[idx]
+        return
+    for idx in shuffled_indices(n, batch_size, generator):
+        yield split.x[idx], split.y[idx]
+
+
+def shuffled_indices(n: int, batch_size: int, generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
+    """The sample indices of each mini-batch, in a fresh random order each call (last batch kept)."""
+    order = torch.randperm(n, generator=generator)
+    for start in range(0, n, batch_size):
+        yield order[start:start + batch_size]
+
+
+class DeviceBatches:
+    """Gathers mini-batches from the in-memory tensors and copies them to `device`.
+
+    Why pinned buffers: `split.x[idx]` is a fresh pageable tensor, and CUDA copies from pageable
+    memory synchronously whatever `non_blocking` says (the host waits until the GPU has taken the
+    data), so the CPU could never queue the next step while the GPU computes. On CUDA each batch is
+    therefore gathered (`torch.index_select(..., out=)`) into a page-locked host buffer and copied
+    with `non_blocking=True`, which returns at once. Two buffers take turns; a CUDA event recorded
+    after each copy is waited on before its buffer is overwritten, so a copy still queued never
+    reads the next batch. Elsewhere (CPU) a batch is the indexed tensors, as before.
+
+    `staged=True` uses the buffers on any device (unpinned off CUDA): the tests' way to check the
+    gather on a machine without a GPU.
+    """
+
+    SLOTS = 2
+
+    def __init__(self, device: torch.device, staged: bool | None = None):
+        self.device = torch.device(device)
+        self.staged = self.device.type == "cuda" if staged is None else staged
+        self._pin = self.device.type == "cuda"
+        self._buffers: list[dict[str, torch.Tensor]] = [{} for _ in range(self.SLOTS)]
+        self._copied: list[torch.cuda.Event | None] = [None] * self.SLOTS
+        self._turn = 0
+
+    def __call__(self, split: Split, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.staged:
+            return (split.x[idx].to(self.device, non_blocking=True),
+                    split.y[idx].to(self.device, non_blocking=True))
+        slot = self._turn
+        self._turn = (slot + 1) % self.SLOTS
+        if self._copied[slot] is not None:
+            self._copied[slot].synchronize()  # this buffer's previous copy has left the host
+        x = self._gather(slot, "x", split.x, idx)
+        y = self._gather(slot, "y", split.y, idx)
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            self._copied[slot] = torch.cuda.Event()
+            self._copied[slot].record(torch.cuda.current_stream(self.device))
+        return x, y
+
+    def _gather(self, slot: int, name: str, source: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        buffer = self._buffers[slot].get(name)
+        if buffer is None or len(buffer) < len(idx) or buffer.shape[1:] != source.shape[1:] \
+                or buffer.dtype != source.dtype:
+            buffer = torch.empty((len(idx), *source.shape[1:]), dtype=source.dtype, pin_memory=self._pin)
+            self._buffers[slot][name] = buffer
+        out = buffer[:len(idx)]  # the last batch of an epoch may be shorter
+        torch.index_select(source, 0, idx, out=out)
+        return out

@@ -10,6 +10,12 @@ class UserError(Exception):
     """A mistake in what the user asked for. The CLI prints the message as one sentence and exits 2."""
 
 
+class StoreFault(Exception):
+    """The tracking store or the shared database refused a read or a write while the harness was
+    working (disk full, file made read-only, server gone). Not a mistake in the request: the engines
+    close what they can, keep what is measured, and the CLI prints the sentence and exits 1."""
+
+
 class CellSkipped(Exception):
     """This cell cannot run here (missing backend, too few devices, no GPU). The sweep records the
     reason and goes on; the cell is tried again on the next invocation."""

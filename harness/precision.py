@@ -83,22 +83,48 @@ class Precision:
 
 def autocast_unsupported(device: torch.device, name: str) -> str | None:
     """Why autocast cannot run `name` on `device`, or None. A tiny probe, because an unsupported
-    autocast dtype only warns and silently runs fp32."""
+    autocast dtype only warns and silently runs fp32; it runs a Linear and a Conv2d forward and
+    backward, since cuDNN may lack a bf16 convolution where cuBLAS has the matmul."""
     if name == "fp32":
         return None
-    if device.type == "cuda" and name == "bf16" and not torch.cuda.is_bf16_supported():
-        return f"{torch.cuda.get_device_name(device)} does not support bf16"
+    if device.type == "cuda" and name == "bf16":
+        reason = cuda_bf16_unsupported(device)
+        if reason:
+            return reason
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            with torch.autocast(device.type, dtype=DTYPES[name]):
-                out = nn.functional.linear(torch.ones(2, 2, device=device), torch.ones(2, 2, device=device))
+            out = _probe(device, name)
     except RuntimeError as err:
-        return f"torch.autocast cannot run {name} on {device.type}: {err}"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"torch.autocast cannot run {name} on {device.type}: {first}"
     if out.dtype != DTYPES[name]:
         said = "; ".join(str(w.message) for w in caught) or "no warning given"
         return f"torch.autocast on {device.type} produced {out.dtype} when {name} was asked for ({said})"
     return None
+
+
+def cuda_bf16_unsupported(device: torch.device) -> str | None:
+    """Why `device` (the cell's GPU, not the current one) cannot compute bf16 itself, or None.
+    torch.cuda.is_bf16_supported() counts emulation by default (True on V100 and T4, where bf16
+    runs through fp32 conversions and cuDNN has no bf16 convolution); here emulation does not count."""
+    with torch.cuda.device(device):
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return (f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no native bf16 "
+            "(Ampere, 8.0, and newer have); torch would emulate it, which is not what T7 measures")
+
+
+def _probe(device: torch.device, name: str) -> torch.Tensor:
+    """A Linear and a 3x3 Conv2d under autocast, forward and backward; the Linear's output."""
+    weight = torch.ones(2, 2, device=device, requires_grad=True)
+    kernel = torch.ones(4, 3, 3, 3, device=device, requires_grad=True)
+    with torch.autocast(device.type, dtype=DTYPES[name]):
+        out = nn.functional.linear(torch.ones(2, 2, device=device), weight)
+        conv = nn.functional.conv2d(torch.ones(1, 3, 8, 8, device=device), kernel, padding=1)
+    (out.float().sum() + conv.float().sum()).backward()
+    return out
 
 
 def native_support(device: torch.device, name: str, flags: set[str] | None = None) -> bool:

@@ -12,10 +12,11 @@ from pathlib import Path
 import torch
 
 
-def synchronize(device: torch.device | str) -> None:
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def synchronize(*devices: torch.device | str) -> None:
+    """Wait until every given device has finished its queued work (a CPU has no queue)."""
+    for device in dict.fromkeys(torch.device(d) for d in devices):  # each device once, in order
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
 
 class Interval:
@@ -23,15 +24,16 @@ class Interval:
 
 
 @contextmanager
-def timed(device: torch.device | str):
-    """`with timed(dev) as t: ...` then `t.seconds`; synchronized on entry and exit."""
+def timed(*devices: torch.device | str):
+    """`with timed(dev) as t: ...` then `t.seconds`; every device given is synchronized on entry
+    and exit, so work queued on any of them (the last update on a second GPU) is inside the clock."""
     interval = Interval()
-    synchronize(device)
+    synchronize(*devices)
     start = time.perf_counter()
     try:
         yield interval
     finally:
-        synchronize(device)
+        synchronize(*devices)
         interval.seconds = time.perf_counter() - start
 
 

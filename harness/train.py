@@ -1,13 +1,15 @@
 """The training loop every experiment shares, and what it needs around it (threads, seed, device).
 
 What is inside the clock, stated once: for each timed epoch, taking the mini-batches from the
-in-memory tensors, moving them to the device, forward, loss, backward and the optimizer step.
+in-memory tensors, moving them to the device (on CUDA through pinned buffers, so the copy is queued
+and the host goes on; see data.DeviceBatches), forward, loss, backward and the optimizer step.
 Outside it: warm-up epochs, pruning, evaluation, logging and the per-epoch callback. The device is
 synchronized before each reading (see timing.timed).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import TYPE_CHECKING, Callable
 
@@ -15,15 +17,18 @@ import torch
 from torch import nn
 
 from harness.config import RunConfig
-from harness.data import Split, batches
+from harness.data import DeviceBatches, Split, batches, shuffled_indices
+from harness.distributed.placement import slice_note
 from harness.errors import CellSkipped
 from harness.timing import spread, timed
 
 if TYPE_CHECKING:
     from harness.precision import Precision
+    from harness.time_to_accuracy import AccuracyWatch
 
-CLOCK = ("training epochs only: batching from memory, host-to-device copy, forward, loss, backward, "
-         "optimizer step; warm-up, pruning, evaluation and logging are outside the clock")
+CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
+         "asynchronous), forward, loss, backward, optimizer step; warm-up, pruning, evaluation (also the "
+         "per-epoch and time-to-accuracy checkpoints) and logging are outside the clock")
 
 EpochCallback = Callable[[int, dict], None]
 
@@ -46,10 +51,11 @@ def prepare(cfg: RunConfig) -> torch.device:
     device = torch.device(cfg.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU")
+            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU"
+                              + slice_note())
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has "
-                              f"{torch.cuda.device_count()} GPU(s)")
+                              f"{torch.cuda.device_count()} GPU(s)" + slice_note())
     return device
 
 
@@ -63,32 +69,57 @@ def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
 def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split, *, epochs: int,
                  batch_size: int, device: torch.device, generator: torch.Generator,
                  on_epoch: EpochCallback | None = None, first_epoch: int = 0,
-                 precision: "Precision | None" = None) -> list[float]:
+                 precision: "Precision | None" = None, watch: "AccuracyWatch | None" = None,
+                 memory_format: torch.memory_format = torch.preserve_format) -> list[float]:
     """Train `epochs` epochs; return each epoch's seconds. `on_epoch(i, metrics)` runs off the clock.
     `precision` (harness.precision) puts autocast around forward and loss and a gradient scaler
-    around backward and step; None is the plain fp32 step."""
+    around backward and step; None is the plain fp32 step. `watch` (harness.time_to_accuracy)
+    evaluates the model at its checkpoints with the clock stopped, and may end training at one
+    (the last epoch's seconds are then those trained). `memory_format=torch.channels_last` puts
+    each batch in NHWC as it is copied to the device."""
     loss_fn = nn.CrossEntropyLoss()
     model.train()
+    to_device = DeviceBatches(device)
     times = []
+    steps = -(-len(data) // batch_size)
+    parts = min(watch.per_epoch, steps) if watch is not None else 1
+    bounds = [steps * (k + 1) // parts for k in range(parts)]   # steps done at each checkpoint
     for epoch in range(first_epoch, first_epoch + epochs):
         # Summed on the device and read once per epoch: a per-batch .item() would synchronize.
         loss_sum = torch.zeros((), device=device)
-        with timed(device) as clock:
-            for x, y in batches(data, batch_size, generator):
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                optimizer.zero_grad(set_to_none=True)
-                if precision is None:
-                    loss = loss_fn(model(x), y)
-                    loss.backward()
-                    optimizer.step()
-                else:
-                    with precision.autocast():
+        seconds, done, seen, metrics = 0.0, 0, 0, {}
+        order = shuffled_indices(len(data), batch_size, generator)
+        for bound in bounds:
+            before = seen
+            with timed(device) as clock:
+                for idx in itertools.islice(order, bound - done):
+                    x, y = to_device(data, idx)
+                    if memory_format is not torch.preserve_format:
+                        x = x.contiguous(memory_format=memory_format)
+                    optimizer.zero_grad(set_to_none=True)
+                    if precision is None:
                         loss = loss_fn(model(x), y)
-                    precision.backward_step(loss, optimizer)
-                loss_sum += loss.detach() * len(y)
-        times.append(clock.seconds)
+                        loss.backward()
+                        optimizer.step()
+                    else:
+                        with precision.autocast():
+                            loss = loss_fn(model(x), y)
+                        precision.backward_step(loss, optimizer)
+                    loss_sum += loss.detach() * len(y)
+                    seen += len(y)
+            seconds += clock.seconds
+            done = bound
+            if watch is not None:
+                metrics["epoch_test_accuracy"] = watch.check(epochs=epoch - first_epoch + bound / steps,
+                                                             seconds=clock.seconds, samples=seen - before)
+                model.train()
+                if watch.should_stop:
+                    break
+        times.append(seconds)
         if on_epoch is not None:
-            on_epoch(epoch, {"epoch_time_s": clock.seconds, "train_loss": loss_sum.item() / len(data)})
+            on_epoch(epoch, {"epoch_time_s": seconds, "train_loss": loss_sum.item() / max(seen, 1), **metrics})
+        if watch is not None and watch.should_stop:
+            break
     return times
 
 
@@ -104,15 +135,19 @@ def evaluate(model: nn.Module, data: Split, *, batch_size: int, device: torch.de
 
 
 def training_metrics(epoch_times: list[float], warmup_times: list[float], *, train_samples: int,
-                     test_samples: int, accuracy: float, eval_seconds: float) -> dict[str, float]:
+                     test_samples: int, accuracy: float, eval_seconds: float,
+                     samples_trained: int | None = None) -> dict[str, float]:
     """The metrics every training experiment logs under the same names: the sum of the timed
-    epochs, their median and IQR, throughput, accuracy, and the untimed parts."""
+    epochs, their median and IQR, throughput, accuracy, and the untimed parts. `samples_trained`
+    (default: every epoch whole) is less when training stopped at a target inside an epoch."""
     train_time = sum(epoch_times)
     epochs = spread(epoch_times)
+    if samples_trained is None:
+        samples_trained = train_samples * len(epoch_times)
     return {
         "train_time_s": train_time,
         "test_accuracy": accuracy,
-        "samples_per_s": train_samples * len(epoch_times) / train_time,
+        "samples_per_s": samples_trained / train_time,
         "epoch_time_median_s": epochs["median"],
         "epoch_time_iqr_s": epochs["iqr"],
         "warmup_time_s": sum(warmup_times),

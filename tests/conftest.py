@@ -3,13 +3,33 @@ run the real engine on the tiny CNN and synthetic data in a second or two."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+# Peaks the tests measure (under their own load) stay out of the user's cache (harness/peak.py).
+if "HARNESS_CACHE_DIR" not in os.environ:
+    os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], ignore_errors=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` are skipped, saying why, where torch sees no CUDA GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False here); "
+                                   "make gpu-check runs it on a GPU machine")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -138,3 +158,26 @@ def mlflow_client(store):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=store.uri)
+
+
+# A real Slurm: .ci/slurm.sh starts a one-node cluster on this machine (.ci/run does, for CI).
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The partition names of a Slurm that answers and has a node up; skip (fail under CI) otherwise."""
+    import shutil
+    import subprocess
+
+    reason = None
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        reason = "no Slurm here (sbatch, sinfo not on PATH)"
+    else:
+        out = subprocess.run(["sinfo", "-h", "-o", "%P %T"], capture_output=True, text=True, timeout=30)
+        states = out.stdout.split()[1::2]
+        if out.returncode != 0 or not {"idle", "mixed", "allocated"} & set(states):
+            reason = f"Slurm does not answer or has no node up ({(out.stderr or out.stdout).strip()[:200]})"
+    if reason:
+        message = reason + "; `.ci/slurm.sh start` starts a one-node cluster (root)"
+        if os.environ.get("CI"):  # CI provides the cluster: its absence is a failure, not a skip
+            pytest.fail(message)
+        pytest.skip(message)
+    return sorted({p.rstrip("*") for p in out.stdout.split()[0::2]})

@@ -107,7 +107,7 @@ def test_a_hung_rank_is_caught_by_the_watchdog_when_collectives_would_wait_longe
     import harness.distributed.launch as launch_module
 
     monkeypatch.setattr(launch_module, "torchrun_command",
-                        lambda *a: [sys.executable, "-c", "import time; time.sleep(60)", str(a[2])])
+                        lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)", str(a[2])])
     started = time.monotonic()
     with pytest.raises(LaunchFailed, match="no progress for") as failure:
         launch(_cfg(dist_timeout_s=1.5), data_parallel.TARGET)

@@ -25,12 +25,15 @@ OTHER_BRANCH_READS = {
     "data_parallel": {"backend", "node_rank", "rdzv_endpoint", "dist_timeout_s"},
     # dp_impl=ddp with world_size > 1 (the smoke runs the hand-written copies in one process)
     "dp_scratch": {"backend", "nnodes", "node_rank", "rdzv_endpoint", "dist_timeout_s"},
+    # world_size > 1 (the smoke trains in one process); momentum with optimizer=sgd (the smoke uses adam)
+    "recipe": {"backend", "node_rank", "rdzv_endpoint", "dist_timeout_s", "momentum"},
 }
 # Declared metrics the smoke run cannot return, for the same reason.
 OTHER_BRANCH_METRICS = {
     "data_parallel": {"peak_rss_mb"},            # the ranks' peak, when they are other processes
     "dp_scratch": {"rank{i}_train_time_s"},      # one per torchrun rank (dp_impl=ddp)
     "autoparallel": {"gpu0_time_s", "gpu1_time_s", "both_time_s"},  # two_devices needs 2 GPUs
+    "recipe": {"peak_rss_mb"},                   # the ranks' peak, when they are other processes
 }
 
 

@@ -1,19 +1,22 @@
-"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI.
+"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI
+or the study dashboard, show the measured peak.
 
 Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
-failed at run time exits 1 after recording them; Ctrl-C exits 130.
+failed at run time exits 1 after recording them, and so does a fault of the machine or the store
+(disk full, a file made read-only) after closing what the store still takes; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from typing import Sequence
 
-from harness.errors import UserError
+from harness.errors import StoreFault, UserError, first_line
 
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+EXIT_USAGE, EXIT_FAULT, EXIT_INTERRUPTED = 2, 1, 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,6 +64,18 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
     p.add_argument("--port", type=int, default=5000)
+
+    p = sub.add_parser("peak", help="the peak matmul rate each run's MFU is measured against (measured here, "
+                       "cached per machine)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: the CPU and every GPU present)")
+    p.add_argument("--dtype", action="append", choices=["fp32", "bf16", "fp16"],
+                   help="repeatable (default: all three)")
+    p.add_argument("--remeasure", action="store_true", help="measure again even if a figure is cached")
+
+    p = sub.add_parser("dashboard", parents=[common], help="serve optuna-dashboard on 127.0.0.1 over the "
+                       "study storage, to watch studies live")
+    p.add_argument("--storage", help="study database (default: optuna.db beside the MLflow store)")
+    p.add_argument("--port", type=int, default=8080)
     return parser
 
 
@@ -68,7 +83,15 @@ def _add_worker_args(p) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
     p.add_argument("--storage", help="database the workers share (claims, studies): sqlite:///file.db (one "
                                      "machine; default optuna.db beside the MLflow store) or postgresql://user:pw@host/db")
-    p.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:TOKEN:PARENT, given by the launcher
+    p.add_argument("--worker", help=argparse.SUPPRESS)  # INDEX:TOKEN:PARENT[:close], from the launcher
+    p.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                   help="where the workers run: local processes, or one Slurm job array (needs a PostgreSQL "
+                        "--storage and an http:// --tracking-uri every node reaches)")
+    p.add_argument("--slurm-partition", help="Slurm partition (default: the cluster's default)")
+    p.add_argument("--slurm-time", help="time limit of each worker job: minutes or [D-]HH:MM[:SS] (default 60)")
+    p.add_argument("--slurm-gpus-per-task", type=int, help="GPUs for each worker job (default 0)")
+    p.add_argument("--slurm-cpus-per-task", type=int, help="cores for each worker job, its torch threads (default 1)")
+    p.add_argument("--detach", action="store_true", help="with --launcher slurm: submit, print the job ids and return")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,11 +103,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(f"harness: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except StoreFault as err:  # the engine closed what the store still took and said what is kept
+        print(f"harness: error: {err}", file=sys.stderr)
+        return EXIT_FAULT
+    except (OSError, MemoryError) as err:  # a full disk, a vanished folder: the machine, not a bug
+        print(f"harness: error: {_fault_sentence(err)}", file=sys.stderr)
+        return EXIT_FAULT
     except KeyboardInterrupt:
         print("harness: interrupted; finished cells are kept, the interrupted one reruns next time.", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
+def _fault_sentence(err: BaseException) -> str:
+    if isinstance(err, MemoryError):
+        return "out of memory outside any cell; free memory or shrink the run (batch_size, train_limit)."
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    return f"the system refused an operation: {err.strerror or first_line(err)}{where}."
+
+
 def entry() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `harness list | head`: the reader has gone, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -6,13 +6,19 @@ wrapper, the sampler hands that one rank every sample), so one worker and N work
 what data parallelism adds.
 
 Inside the clock (each timed epoch, after a barrier so the ranks start together): taking this
-rank's mini-batches from memory, the host-to-device copy, forward, loss, backward with DDP's
-gradient allreduce, optimizer step. A cell's time is the slowest rank's sum of timed epochs.
+rank's mini-batches from memory, the host-to-device copy (on CUDA from pinned buffers, queued
+without waiting), forward, loss, backward with DDP's gradient allreduce, optimizer step. A cell's
+time is the slowest rank's sum of timed epochs.
+
+Random streams: every rank builds the model from the same seed (identical initial weights), then
+reseeds with seed + rank, so dropout and stochastic-depth masks differ between ranks as they would
+with independent samples; with one shared stream every rank would drop the same units.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 
 import torch
 from torch import nn
@@ -20,19 +26,23 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from harness.config import RunConfig
-from harness.data import SPLITS_READS, Split, load_splits
+from harness.data import SPLITS_READS, DeviceBatches, Split, load_splits
 from harness.distributed.rank import RankContext
+from harness.errors import UserError
+from harness.flops import flops_per_sample
 from harness.models import MODELS, build_model
+from harness.time_to_accuracy import READS as TARGET_READS, AccuracyWatch
 from harness.timing import peak_rss_mb, spread, timed
 from harness.train import OPTIMIZER_READS, evaluate, make_optimizer
 
 CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "
-         "host-to-device copy, forward, loss, backward with DDP's gradient allreduce, optimizer step; "
-         "process start, data loading, warm-up epochs and evaluation are outside the clock")
+         "host-to-device copy (on CUDA from pinned buffers, asynchronous), forward, loss, backward with "
+         "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs and "
+         "evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
 
 
 # What train() reads from the config (lr_warmup_epochs with lr_scaling=linear_warmup only).
-TRAIN_READS = SPLITS_READS | OPTIMIZER_READS | {"batch_size", "batch_is_global", "lr_scaling", "lr_warmup_epochs",
+TRAIN_READS = SPLITS_READS | OPTIMIZER_READS | TARGET_READS | {"batch_size", "batch_is_global", "lr_scaling", "lr_warmup_epochs",
                                                 "warmup_epochs", "epochs", "eval_batch_size"}
 
 
@@ -73,6 +83,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
                        train_limit=cfg.train_limit, test_limit=cfg.test_limit)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     model = build_model(cfg.model, data.num_classes).to(ctx.device)
+    seed_rank(cfg.seed, ctx.rank)  # from here on, each rank its own dropout / stochastic-depth masks
     net = model
     if ctx.distributed:
         net = DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
@@ -83,6 +94,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     batch = rank_batch_size(cfg, ctx.world_size)
     steps_per_epoch = -(-len(sampler) // batch)
     schedule = LrSchedule(cfg, ctx.world_size, steps_per_epoch)
+    to_device = DeviceBatches(ctx.device)
 
     def epoch(index: int) -> tuple[float, float]:
         sampler.set_epoch(index)  # a new shuffle each epoch, the same on every rank
@@ -93,14 +105,29 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
             for start in range(0, len(order), batch):
                 ctx.fault("first_step")
                 idx = order[start:start + batch]
-                loss_sum += _step(net, optimizer, data.train, idx, schedule.next(), ctx.device)
+                loss_sum += _step(net, optimizer, *to_device(data.train, idx), schedule.next())
                 ctx.beat()
             if index == cfg.warmup_epochs + cfg.epochs - 1:
                 ctx.fault("end_of_training")
         return clock.seconds, loss_sum.item() / len(order)
 
+    def test_accuracy() -> float:  # rank 0 evaluates, every rank gets the figure
+        return ctx.broadcast(evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=ctx.device)
+                             if ctx.rank == 0 else None)
+
+    per_sample = flops_per_sample(model, data.train.x[:2].to(ctx.device))
+    watch = AccuracyWatch.from_config(cfg, test_accuracy)
+    if watch is not None and watch.per_epoch > 1:
+        raise UserError("data_parallel checks the test accuracy once per epoch; set evals_per_epoch=1 "
+                        "(the recipe experiment checks more often)")
     warmup = [epoch(i)[0] for i in range(cfg.warmup_epochs)]
-    timed_epochs = [epoch(cfg.warmup_epochs + i) for i in range(cfg.epochs)]
+    timed_epochs = []
+    for i in range(cfg.epochs):  # after each epoch, off the clock: the watch's check (all ranks stop together)
+        timed_epochs.append(epoch(cfg.warmup_epochs + i))
+        if watch is not None:
+            watch.check(epochs=i + 1, seconds=timed_epochs[-1][0], samples=len(sampler))
+            if watch.should_stop:
+                break
     my_times = [t for t, _ in timed_epochs]
 
     with timed(ctx.device) as evaluation:
@@ -108,19 +135,36 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     accuracy = ctx.broadcast(accuracy)
     everyone = ctx.gather({"times": my_times, "losses": [loss for _, loss in timed_epochs],
                            "digest": param_digest(model), "rss": peak_rss_mb(), "warmup": sum(warmup)})
-    return merge(cfg, ctx, everyone, accuracy, evaluation.seconds, len(data.train), len(data.test),
-                 batch, schedule.target)
+    result = merge(cfg, ctx, everyone, accuracy, evaluation.seconds, len(data.train), len(data.test),
+                   batch, schedule.target)
+    result["flops_per_sample"] = per_sample
+    if watch is not None:
+        # The slowest rank's training seconds at each checkpoint, as the cell's time is the slowest rank's.
+        slowest = [max(cumulative) for cumulative in zip(*(itertools.accumulate(r["times"]) for r in everyone))]
+        result.update(watch.metrics(slowest))
+        result["epoch_accuracies"] = [c.accuracy for c in watch.checkpoints]
+    return result
 
 
-def _step(net, optimizer, split: Split, idx: torch.Tensor, lr: float, device: torch.device) -> torch.Tensor:
+def seed_rank(seed: int, rank: int) -> None:
+    """Reseed every generator (CPU and each CUDA device) with seed + rank: called after the model is
+    built, so weights stay identical across ranks while the random masks of training differ."""
+    torch.manual_seed(seed + rank)
+
+
+def _step(net, optimizer, x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
     for group in optimizer.param_groups:
         group["lr"] = lr
-    x, y = split.x[idx].to(device, non_blocking=True), split.y[idx].to(device, non_blocking=True)
     optimizer.zero_grad(set_to_none=True)
     loss = nn.functional.cross_entropy(net(x), y)
     loss.backward()
     optimizer.step()
     return loss.detach() * len(y)
+
+
+def launched_rank() -> bool:
+    """Whether this is a torchrun rank (a process group is up, even one of a single rank)."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
 def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: float, eval_seconds: float,
@@ -133,7 +177,7 @@ def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: floa
     result = {
         "train_time_s": train_time,
         "test_accuracy": accuracy,
-        "samples_per_s": train_samples * cfg.epochs / train_time,
+        "samples_per_s": train_samples * len(slowest_per_epoch) / train_time,
         "epoch_time_median_s": epochs["median"],
         "epoch_time_iqr_s": epochs["iqr"],
         "warmup_time_s": max(r["warmup"] for r in everyone),
@@ -153,6 +197,6 @@ def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: floa
         "param_digests": [r["digest"] for r in everyone],
     }
     result.update({f"rank{i}_train_time_s": t for i, t in enumerate(totals)})
-    if ctx.distributed:  # in one process the sweep engine measures the peak itself
+    if launched_rank():  # in the sweep's own process the sweep engine measures the peak itself
         result["peak_rss_mb"] = max(r["rss"] for r in everyone)
     return result

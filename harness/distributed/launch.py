@@ -2,6 +2,7 @@
 
     torchrun --standalone --nproc-per-node N ...                  (one node)
     torchrun --nnodes M --node-rank R --rdzv-endpoint host:port   (several nodes)
+    srun --ntasks M ... torchrun ...                              (too big for a Slurm node: slurm_span)
 
 Logging stays in the calling (sweep) process, so a distributed cell is one MLflow child run like
 any other. The ranks touch heartbeat files while they make progress; when any rank has been silent
@@ -25,6 +26,7 @@ from pathlib import Path
 import psutil
 
 from harness.config import RunConfig
+from harness.distributed import slurm_span
 from harness.distributed.placement import ranks_per_node, threads_per_rank, usable_cores
 from harness.fingerprint import REPO_ROOT
 
@@ -44,15 +46,20 @@ class LaunchFailed(RuntimeError):
         self.workdir = workdir
 
 
-def torchrun_command(cfg: RunConfig, config_path: Path, workdir: Path, target: str) -> list[str]:
+def torchrun_command(cfg: RunConfig, config_path: Path, workdir: Path, target: str,
+                     is_host: bool | None = None, processes: int | None = None) -> list[str]:
+    """`is_host`: whether this node hosts the rendezvous (default: the node whose name is the
+    endpoint's; two nodes of one machine, as Slurm tasks may be, must be told). `processes`: ranks
+    on this node, when not the config's (see `launch`)."""
     command = [sys.executable, "-m", "torch.distributed.run"]
     if cfg.nnodes == 1:
         command += ["--standalone", "--nnodes=1"]
     else:
+        host = "" if is_host is None else f",is_host={int(is_host)}"
         command += [f"--nnodes={cfg.nnodes}", f"--node-rank={cfg.node_rank}", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint={cfg.rdzv_endpoint}", f"--rdzv-id=harness-{_job_id(cfg)}",
-                    f"--rdzv-conf=join_timeout={int(cfg.dist_timeout_s)}"]
-    command += [f"--nproc-per-node={ranks_per_node(cfg)}", "--max-restarts=0",
+                    f"--rdzv-conf=join_timeout={int(cfg.dist_timeout_s)}{host}"]
+    command += [f"--nproc-per-node={processes or ranks_per_node(cfg)}", "--max-restarts=0",
                 "-m", "harness.distributed.worker", str(config_path), str(workdir), target]
     return command
 
@@ -62,28 +69,42 @@ def _job_id(cfg: RunConfig) -> str:
     return cfg.model_copy(update={"node_rank": 0}).cell_id()
 
 
-def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False) -> dict:
-    """Run `target` ("module:function") on cfg.world_size ranks; return the dict they return."""
-    workdir = Path(tempfile.mkdtemp(prefix="harness-ddp-"))
+def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False, processes: int | None = None) -> dict:
+    """Run `target` ("module:function") on cfg.world_size ranks; return the dict they return.
+    `processes` overrides the number of ranks on this node: 1 runs a single-process cell (one that
+    drives several GPUs itself, or one GPU) away from the sweep process, so no CUDA context or
+    cached GPU memory stays behind in the sweep for a later cell's rank 0 to share."""
+    local = processes or ranks_per_node(cfg)
+    span = slurm_span.from_env()
+    nodes = slurm_span.nodes_needed(cfg, span)
+    if nodes > 1:  # every node reads the config and writes its heartbeats and result in a shared folder
+        Path(span.shared_dir).mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="harness-ddp-", dir=span.shared_dir if nodes > 1 else None))
     config_path = workdir / "config.json"
     config_path.write_text(cfg.model_dump_json())
     cores = usable_cores()
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": str(threads_per_rank(cfg, len(cores))),
+           "OMP_NUM_THREADS": str(threads_per_rank(cfg, len(cores), local)),
            "HARNESS_CORES": json.dumps(cores),
            "PYTHONUNBUFFERED": "1"}
     log_path = workdir / "launcher.log"
     started = time.time()
+    if nodes > 1:
+        command, env = slurm_span.srun_command(cfg, span, nodes, config_path, workdir, target), slurm_span.srun_env(env)
+    else:
+        command = torchrun_command(cfg, config_path, workdir, target, processes=local)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(torchrun_command(cfg, config_path, workdir, target), env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     tree = _Tree(proc.pid)
     failed = True
     try:
         while proc.poll() is None:
             tree.refresh()
-            silent = _silence(workdir, ranks_per_node(cfg), started)
+            if nodes > 1:  # the job may wait in the queue: the ranks' clock starts when it runs
+                silent = _silence(workdir, cfg.world_size, slurm_span.started(workdir) or time.time())
+            else:
+                silent = _silence(workdir, local, started)
             if silent > cfg.dist_timeout_s:
                 raise LaunchFailed(f"a rank made no progress for {silent:.0f} s (dist_timeout_s="
                                    f"{cfg.dist_timeout_s:g}): hung or waiting for a dead peer; all "

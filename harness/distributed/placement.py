@@ -6,7 +6,12 @@ reason, never a crash of the sweep.
 
 Placement: on CPU, local rank r gets cores r*t .. r*t+t-1 of the cores this process may use
 (`os.sched_setaffinity`) and t intra-op threads (`OMP_NUM_THREADS`, `torch.set_num_threads`); on
-GPUs, local rank r gets `cuda:r`.
+GPUs, local rank r gets `cuda:r` of the GPUs this process sees.
+
+Several sweep workers on one machine: `worker_gpu_env` gives each worker its own disjoint slice of
+the GPUs through `CUDA_VISIBLE_DEVICES`, so workers never run cells on the same GPU at once; a cell
+needing more GPUs than its worker's slice is then an ordinary skip (the counts above see the slice),
+and its reason names the slice.
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ import torch
 import torch.distributed as dist
 
 from harness.config import RunConfig
+from harness.distributed import slurm_span
 from harness.errors import CellSkipped
 
 CCL_MODULE = "oneccl_bindings_for_pytorch"
+VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
+# Set with a worker's slice so a skip reason can say why this process sees so few GPUs.
+SLICE_ENV = "HARNESS_GPU_SLICE"
 
 
 def usable_cores() -> list[int]:
@@ -35,15 +44,70 @@ def ranks_per_node(cfg: RunConfig) -> int:
     return cfg.world_size // cfg.nnodes
 
 
-def threads_per_rank(cfg: RunConfig, cores: int | None = None) -> int:
-    """cfg.threads, or (threads=0) this node's cores shared evenly among its ranks."""
+def threads_per_rank(cfg: RunConfig, cores: int | None = None, ranks: int | None = None) -> int:
+    """cfg.threads, or (threads=0) this node's cores shared evenly among its ranks (`ranks` when the
+    cell runs fewer processes than world_size, see launch)."""
     cores = len(usable_cores()) if cores is None else cores
-    return cfg.threads or max(1, cores // ranks_per_node(cfg))
+    return cfg.threads or max(1, cores // (ranks or ranks_per_node(cfg)))
 
 
 def rank_cores(local_rank: int, threads: int, cores: list[int] | None = None) -> list[int]:
     cores = usable_cores() if cores is None else cores
     return cores[local_rank * threads:(local_rank + 1) * threads]
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may hand out, as CUDA_VISIBLE_DEVICES names them (indices, UUIDs or
+    MIG ids, kept as given), else 0 .. device_count-1. Counting does not create a CUDA context."""
+    listed = os.environ.get(VISIBLE_ENV)
+    if listed is not None:
+        return [name.strip() for name in listed.split(",") if name.strip()]
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return [str(i) for i in range(count)]
+
+
+def worker_gpu_slices(workers: int, visible: list[str]) -> list[list[str]]:
+    """Disjoint GPU slices, one per worker. Every worker gets the same number, len(visible) //
+    workers, so whether a cell fits does not depend on which worker claims it (GPUs left over are
+    idle). With more workers than GPUs the first workers get one GPU each and the rest none: their
+    CUDA cells are skips that say so (gpu_workers_problem lets a launcher refuse that instead)."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if workers > len(visible):
+        return [visible[i:i + 1] for i in range(workers)]
+    size = len(visible) // workers
+    return [visible[i * size:(i + 1) * size] for i in range(workers)]
+
+
+def worker_gpu_env(index: int, workers: int, visible: list[str] | None = None) -> dict[str, str]:
+    """The environment worker `index` (0-based) of `workers` should get: its slice of the GPUs as
+    CUDA_VISIBLE_DEVICES (an empty value hides every GPU), and a note for skip reasons. `visible`
+    defaults to what this process sees. Empty when there are no GPUs or a single worker (nothing
+    to split)."""
+    if not 0 <= index < workers:
+        raise ValueError(f"worker index {index} is not in 0 .. {workers - 1}")
+    visible = visible_gpus() if visible is None else visible
+    if not visible or workers == 1:
+        return {}
+    mine = worker_gpu_slices(workers, visible)[index]
+    return {VISIBLE_ENV: ",".join(mine),
+            SLICE_ENV: f"worker {index + 1} of {workers} sees GPU(s) {','.join(mine) or 'none'} of {','.join(visible)}"}
+
+
+def gpu_workers_problem(workers: int, visible: list[str] | None = None) -> str | None:
+    """Why `workers` workers cannot each get a GPU of their own here, or None: for a launcher that
+    prefers refusing CUDA cells with too many workers to recording some of them as skips."""
+    visible = visible_gpus() if visible is None else visible
+    if workers > 1 and workers > len(visible):
+        return (f"--workers {workers} for CUDA cells needs {workers} GPUs (one slice each, so no two workers "
+                f"time cells on the same GPU); this machine has {len(visible)}: use --workers {max(len(visible), 1)}")
+    return None
+
+
+def slice_note() -> str:
+    """' (worker 2 of 2 sees GPU(s) 1 of 0,1)' inside a worker given a slice, else ''."""
+    note = os.environ.get(SLICE_ENV)
+    return f" ({note}; fewer --workers give each worker more)" if note else ""
 
 
 def backend_problem(backend: str) -> str | None:
@@ -73,13 +137,21 @@ def check_can_run(cfg: RunConfig) -> None:
             raise CellSkipped(problem)
         if cfg.backend == "nccl" and device_type != "cuda":
             raise CellSkipped("backend 'nccl' runs on GPUs only; use backend=gloo (or ccl) with device=cpu")
+    if slurm_span.nodes_needed(cfg) > 1:
+        return  # Slurm places it on nodes that hold it (slurm_span), not on this one
     local = ranks_per_node(cfg)
     if device_type == "cuda":
         have = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if have == 0:
-            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU")
+            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU"
+                              + slice_note())
         if distributed and have < local:
-            raise CellSkipped(f"{local} ranks on this node need {local} GPUs (one each); this machine has {have}")
+            raise CellSkipped(f"{local} ranks on this node need {local} GPUs (one each); this machine has {have}"
+                              + slice_note())
+        if distributed and cfg.backend == "gloo":
+            raise CellSkipped("backend 'gloo' on GPUs would allreduce the gradients through host memory, not "
+                              "GPU to GPU, so the time would not be DDP's on GPUs; set backend=nccl (make "
+                              "sweep-NAME DEVICE=cuda sets it)")
         return
     cores = len(usable_cores())
     threads = threads_per_rank(cfg, cores)
@@ -88,7 +160,3 @@ def check_can_run(cfg: RunConfig) -> None:
         raise CellSkipped(f"{shape} need {local * threads} cores with one thread per core; "
                           f"this process may use {cores}")
 
-
-def worker_gpu_env(index: int, workers: int, visible: list[str] | None = None) -> dict[str, str]:
-    """Placeholder until the GPU-slicing work lands: no GPU environment for workers."""
-    return {}

@@ -75,8 +75,18 @@ def _run(config_path: str, workdir: Path, target: str, rank: int) -> int:
             out.with_suffix(".tmp").write_text(json.dumps(result))
             out.with_suffix(".tmp").rename(out)  # the parent never reads half a file
         dist.barrier()
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    if cfg.backend == "gloo":
+        # Every rank has passed the barrier and the result is on disk. Tearing gloo down races: a rank
+        # whose peer closed its sockets first can abort in C++ ("terminate called without an active
+        # exception", exit -6), which torchrun reports as a failed cell after a good run. Leave
+        # without the C++ destructors; the OS closes the sockets.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    dist.destroy_process_group()
     return 0
 
 

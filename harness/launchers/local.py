@@ -7,14 +7,28 @@ import signal
 import subprocess
 import time
 
+from harness.launchers.follow import FollowBar
+
 GRACE_S = 3       # after a Ctrl-C, how long the workers get to close their runs by themselves
 KILL_AFTER_S = 30
+POLL_S = 1.0      # how often the bar reads the shared database
 
 
 class LocalLauncher:
-    def run(self, commands: list[list[str]], envs: list[dict[str, str]]) -> list[int]:
+    detach = False
+
+    def cores_per_worker(self, workers: int) -> int:
+        from harness.train import available_cores
+
+        return max(1, available_cores() // workers)  # K workers on one machine share its cores
+
+    def run(self, commands: list[list[str]], envs: list[dict[str, str]], progress=None) -> list[int]:
         procs = [subprocess.Popen(command, env={**os.environ, **env}) for command, env in zip(commands, envs)]
+        bar = FollowBar(progress)
         try:
+            while any(p.poll() is None for p in procs):
+                bar.update(f"{sum(p.poll() is None for p in procs)} workers running")
+                time.sleep(POLL_S)
             return [p.wait() for p in procs]
         except KeyboardInterrupt:
             # A Ctrl-C at the terminal reached the workers too (same process group); give them a
@@ -31,3 +45,5 @@ class LocalLauncher:
                 except subprocess.TimeoutExpired:
                     p.kill()
             raise
+        finally:
+            bar.close()

@@ -17,6 +17,7 @@ from harness.store.tracking import CELL_ID, SCALE
 from harness.sweeps.spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
+MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/flops.py)
 
 REPORTS_DIR = REPO_ROOT / "reports"
 
@@ -97,6 +98,8 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
     axes = spec.axes()
     metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
+    if MFU not in metrics and any(MFU in run.metrics for run in runs):
+        metrics = [*metrics, MFU]   # every training run logs it: shown beside the time (below)
     notes = spec.report.get("notes", [])
     rows = []
     for run in runs:
@@ -137,7 +140,7 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
         if column.dtype.kind == "f" and column.notna().all() and (column % 1 == 0).all():
             table[axis] = column.astype(int)
     table = _in_grid_order(table, spec, axes)
-    ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency") if c in table]
+    ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency", MFU) if c in table]
     ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_") and c != "note"]
     book = [c for c in (f"book_{time}", "book_speedup", "book_efficiency") if c in table]
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
@@ -251,6 +254,9 @@ def to_markdown(report: Report, sample_run: RunRecord) -> str:
     if "speedup" in t:
         lines.append("- Speed-up: our baseline's time divided by the cell's time (the book's likewise); "
                      "absolute seconds from different hardware are shown, not compared.")
+    if MFU in t:
+        lines.append("- MFU: training FLOPs per second (counted per step, harness/flops.py) over this machine's "
+                     "measured matmul peak in the run's dtype (`harness peak`).")
     lines += [f"- {text}" for text in spec.report.get("comments", [])]
     lines.append("")
     lines.append(_markdown_table(t))
@@ -275,6 +281,8 @@ def _markdown_table(table: pd.DataFrame) -> str:
             return "—"
         if "accuracy" in column:
             return f"{100 * value:.2f}%"
+        if column == MFU:
+            return f"{100 * value:.1f}%" if value >= 0.001 else f"{100 * value:.2g}%"
         if "param_count" in column or column == "repeats":
             return f"{int(value):,}"
         if "speedup" in column:

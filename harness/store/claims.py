@@ -20,9 +20,11 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from harness.store import shared_db
+from harness.store.faults import refused_as_fault
 from harness.store.process import process_alive, this_process
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
+SHARED_DB = "the shared database (claims)"
 HEARTBEAT_S = 10.0
 STALE_S = 120.0
 
@@ -77,6 +79,7 @@ class Claims:
         self._beat = threading.Thread(target=self._heartbeat_loop, name="claims-heartbeat", daemon=True)
         self._beat.start()
 
+    @refused_as_fault(SHARED_DB, "create the claims table")
     def _create_table(self) -> None:
         for attempt in range(5):
             try:
@@ -93,6 +96,7 @@ class Claims:
         self.engine.dispose()
 
     # --- reading --------------------------------------------------------------------------------
+    @refused_as_fault(SHARED_DB, "list claims")
     def all(self, namespace: str) -> dict[str, Claim]:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(CLAIMS).where(CLAIMS.c.namespace == namespace)).fetchall()
@@ -113,6 +117,7 @@ class Claims:
         return retake_done
 
     # --- taking and releasing -------------------------------------------------------------------
+    @refused_as_fault(SHARED_DB, "record a claim")
     def claim(self, namespace: str, key: str, *, retake_done: bool = False, note: str = "") -> Grant | None:
         """A Grant when this worker now holds the key (and must run it), else None. The grant says
         who held the key before (None for a key never claimed), so a taker-over can clean up."""
@@ -139,12 +144,14 @@ class Claims:
             self._held.add((namespace, key))
         return Grant(current)
 
+    @refused_as_fault(SHARED_DB, "read a claim")
     def get(self, namespace: str, key: str) -> Claim | None:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(CLAIMS).where(CLAIMS.c.namespace == namespace,
                                                        CLAIMS.c.key == key)).fetchone()
         return Claim(**row._mapping) if row else None
 
+    @refused_as_fault(SHARED_DB, "release a claim")
     def release(self, namespace: str, key: str, state: str, note: str = "") -> None:
         """Mark a held key done or failed (failed keys are taken again by the next invocation)."""
         with self._lock:
@@ -155,6 +162,7 @@ class Claims:
                                 CLAIMS.c.owner == self.owner)
                          .values(state=state, heartbeat=time.time(), note=note[:255]))
 
+    @refused_as_fault(SHARED_DB, "drop a claim")
     def drop(self, namespace: str, key: str) -> None:
         """Give a held key back unused (a study's failed trial leaves its slot to the next one)."""
         with self._lock:

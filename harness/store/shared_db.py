@@ -12,8 +12,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from harness.errors import UserError, first_line
-from harness.store.uris import hide_password, is_sqlite, redact
+from harness.errors import UserError
+from harness.store.probe import check_server, check_sqlite
+from harness.store.uris import is_sqlite, redact
 
 BUSY_TIMEOUT_MS = 120_000
 _installed = False
@@ -62,25 +63,14 @@ def create_engine(url: str):
 
 
 def check_url(url: str) -> None:
-    """One sentence (password hidden) when the URL cannot be used, before anything is created."""
+    """One sentence (password hidden) when the URL cannot be used, before anything is created: a
+    SQLite file must be readable, writable and a database; a server must answer within seconds."""
     if is_sqlite(url):
         path = url.removeprefix("sqlite:///")
         if path and path != url:
-            try:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise UserError(f"cannot create the folder of the shared database {url}: {err.strerror}.") from None
+            check_sqlite(Path(path), f"the shared database {url}")
         return
     if not url.startswith(("postgresql", "mysql")):
         raise UserError(f"shared database {redact(url)} is not a database URL; use sqlite:///path.db "
                         "(one machine) or postgresql://user:password@host/db (several machines).")
-    try:
-        engine = create_engine(url)
-        with engine.connect():
-            pass
-        engine.dispose()
-    except ModuleNotFoundError as err:
-        raise UserError(f"shared database {redact(url)} needs the Python driver '{err.name}', which is not "
-                        "installed; `make install` installs psycopg for PostgreSQL.") from None
-    except Exception as err:  # any connect failure: name the URL, never its password
-        raise UserError(f"cannot reach the shared database {redact(url)}: {hide_password(first_line(err), url)}") from None
+    check_server(url, "the shared database", create_engine)

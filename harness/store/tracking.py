@@ -11,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
-from harness.errors import UserError, first_line
+from harness.errors import StoreFault, UserError, first_line
 from harness.fingerprint import fingerprint
-from harness.store import shared_db
+from harness.store import probe, shared_db
+from harness.store.faults import guarded
 from harness.store.outcome import Outcome
 from harness.store.process import process_alive, this_process
 from harness.store.uris import is_sqlite, redact, resolve_tracking_uri
@@ -27,9 +30,11 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIN
     "harness.sweep", "harness.scale", "harness.cell_id", "harness.outcome", "harness.reason",
     "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId", "harness.clock", "harness.kind",
 )
+DETACHED_HOST = "(detached workers)"  # HOST of a parent run whose launcher left; its workers close it
 DESCRIPTION = "mlflow.note.content"  # what the MLflow UI shows as an experiment's or a run's description
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
 REASON_LIMIT = 5000            # MLflow caps a tag value; a long traceback goes in an artifact instead
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")  # database servers MLflow stores runs in directly
 # MLflow's caps on an experiment's and a run's tag values (mlflow/utils/validation.py).
 EXPERIMENT_TAG_LIMIT, RUN_TAG_LIMIT = 20000, 8000
 
@@ -76,10 +81,15 @@ class Store:
             shared_db.patient_sqlite()  # WAL: the UI and other workers read while a sweep writes
         try:
             with self._creation_lock():
-                self._client = MlflowClient(tracking_uri=self.uri)
+                self._create_sqlite_whole()
+                # Every call through the client that fails becomes one StoreFault sentence.
+                self._client = guarded(MlflowClient(tracking_uri=self.uri), f"the tracking store {redact(self.uri)}")
                 self._client.search_experiments(max_results=1)
+        except UserError:
+            raise
         except Exception as err:  # any failure here means the store is not usable as given
-            raise UserError(f"cannot open the tracking store {redact(self.uri)}: {first_line(err)}") from None
+            cause = err.__cause__ if isinstance(err, StoreFault) and err.__cause__ else err
+            raise UserError(f"cannot open the tracking store {redact(self.uri)}: {first_line(cause)}") from None
 
     def _creation_lock(self):
         """Several workers opening a new SQLite store at once would race through MLflow's schema
@@ -111,16 +121,80 @@ class Store:
         return None
 
     def _probe(self) -> None:
-        """Fail fast on an unreachable server instead of MLflow's minutes of retries."""
-        if not self.uri.startswith(("http://", "https://")):
-            return
-        import requests
+        """Fail in seconds, with one sentence, on a store that cannot be used: an unreachable server
+        or database, a corrupt or read-only SQLite file (MLflow would retry for minutes, or fail
+        only at the first write)."""
+        shown = f"the tracking store {redact(self.uri)}"
+        if self.uri.startswith(("http://", "https://")):
+            import requests
 
+            try:
+                requests.get(self.uri.rstrip("/") + "/health", timeout=5).raise_for_status()
+            except requests.RequestException as err:
+                raise UserError(f"cannot reach the MLflow tracking server at {redact(self.uri)} "
+                                f"({type(err).__name__}); start it or pass another --tracking-uri.") from None
+        elif self.artifact_root is not None:
+            probe.check_sqlite(self._sqlite_path(), shown)
+            probe.check_folder_writable(self.artifact_root, f"the artifacts folder of {shown}")
+        elif self.uri.split(":", 1)[0].split("+")[0] in DATABASE_SCHEMES:
+            probe.check_server(self.uri, "the tracking store", shared_db.create_engine)
+
+    def _sqlite_path(self) -> Path:
+        return Path(self.uri.removeprefix("sqlite:///"))
+
+    def _create_sqlite_whole(self) -> None:
+        """A new SQLite store is built and migrated beside its path, then renamed into place."""
+        path = self._sqlite_path() if self.artifact_root is not None else None
+        if path is None or (path.exists() and path.stat().st_size > 0):  # an empty file is no store yet
+            return
+
+        def build(temporary: Path) -> None:
+            from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+            uri = f"sqlite:///{temporary}"
+            try:
+                SqlAlchemyStore(uri, self.artifact_root.resolve().as_uri())
+            finally:
+                # MLflow keeps one engine per URI for the life of the process; this one's file moves.
+                engine = SqlAlchemyStore._engine_map.pop(uri, None)
+                if engine is not None:
+                    engine.dispose()
+
+        probe.create_sqlite_whole(path, f"the tracking store {redact(self.uri)}", build)
+
+    def close_after_fault(self, run_id: str, outcome: Outcome, reason: str,
+                          tags: dict[str, object] | None = None) -> bool:
+        """Close a run after a fault (the store refused a write, Ctrl-C): the whole record when the
+        store takes it (again after making room), else the status alone (one small update can fit
+        where a batch of tags does not). False when it takes neither; the next invocation then
+        closes the run as interrupted (reap_stale_runs)."""
+        def whole() -> None:
+            self.end_run(run_id, outcome, reason, tags=tags)
+
+        def status_alone() -> None:
+            self._client.set_terminated(run_id, Outcome(outcome).mlflow_status)
+
+        for close in (whole, whole, status_alone):
+            try:
+                close()
+                return True
+            except StoreFault:
+                self._make_room()
+        return False
+
+    def _make_room(self) -> None:
+        """On a full disk, fold a SQLite store's write-ahead log into the file and truncate it: the
+        log only grows between checkpoints, and its space is what a last small write needs."""
+        if self.artifact_root is None:
+            return
         try:
-            requests.get(self.uri.rstrip("/") + "/health", timeout=5).raise_for_status()
-        except requests.RequestException as err:
-            raise UserError(f"cannot reach the MLflow tracking server at {redact(self.uri)} "
-                            f"({type(err).__name__}); start it or pass another --tracking-uri.") from None
+            connection = sqlite3.connect(self._sqlite_path(), timeout=5)
+            try:
+                connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                connection.close()
+        except sqlite3.Error:
+            pass  # nothing more to try; the caller reports what stayed open
 
     # --- experiments ------------------------------------------------------------------------------
     def find_experiment(self, name: str) -> str | None:
@@ -129,13 +203,16 @@ class Store:
         return found.experiment_id if found is not None and found.lifecycle_stage != "deleted" else None
 
     def experiment_id(self, name: str) -> str:
-        """The experiment's id, created (or restored from the bin) when needed."""
+        """The experiment's id, created (or restored from the bin) when needed. Its artifacts folder
+        must take files: found now, not at the first cell's config.json."""
         found = self._client.get_experiment_by_name(name)
         if found is not None:
             if found.lifecycle_stage == "deleted":
                 self._client.restore_experiment(found.experiment_id)
+            self._check_artifact_location(found.artifact_location)
             return found.experiment_id
         location = (self.artifact_root / name).resolve().as_uri() if self.artifact_root else None
+        self._check_artifact_location(location)
         try:
             # The kind tag makes the MLflow UI open on the runs table (model development), not
             # on its GenAI traces overview.
@@ -153,6 +230,11 @@ class Store:
 
     def experiment_description(self, experiment_id: str) -> str:
         return self._client.get_experiment(experiment_id).tags.get(DESCRIPTION, "")
+
+    def _check_artifact_location(self, location: str | None) -> None:
+        if location and location.startswith("file:"):
+            folder = Path(unquote(urlsplit(location).path))
+            probe.check_folder_writable(folder, f"the artifacts folder of the tracking store {redact(self.uri)}")
 
     # --- writing runs -----------------------------------------------------------------------------
     def start_run(self, experiment_id: str, name: str, tags: dict[str, str],
@@ -276,8 +358,11 @@ def _record(run) -> RunRecord:
 
 def _quiet_mlflow_logs() -> None:
     # A new SQLite store runs ~40 schema migrations, each logged at INFO by alembic.
-    for name in ("alembic", "mlflow.store.db.utils", "mlflow.tracking"):
+    for name in ("alembic", "mlflow.tracking"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # MLflow logs each database error with its traceback (and each retry) before raising it; the
+    # harness says what failed in one sentence (StoreFault, UserError) instead.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def _fit(markdown: str, limit: int) -> str:

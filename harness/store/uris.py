@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT
 
 DEFAULT_TRACKING_URI = f"sqlite:///{REPO_ROOT / 'mlruns' / 'mlflow.db'}"
@@ -15,17 +16,30 @@ SHARED_DB_NAME = "optuna.db"  # Optuna's study tables and the harness's claims t
 
 def resolve_tracking_uri(cli_value: str | None = None) -> str:
     """--tracking-uri wins, then MLFLOW_TRACKING_URI, then the embedded SQLite store under mlruns/."""
-    return cli_value or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    return _given(cli_value, "--tracking-uri", "MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 def resolve_db_url(cli_value: str | None, tracking_uri: str) -> str:
     """--storage wins, then HARNESS_STORAGE, then SQLite next to a SQLite MLflow store (under the
     project's mlruns/ for any other store)."""
-    if cli_value or os.environ.get("HARNESS_STORAGE"):
-        return cli_value or os.environ["HARNESS_STORAGE"]
+    given = _given(cli_value, "--storage", "HARNESS_STORAGE")
+    if given:
+        return given
     if tracking_uri.startswith("sqlite:///"):
         return f"sqlite:///{Path(tracking_uri.removeprefix('sqlite:///')).parent / SHARED_DB_NAME}"
     return f"sqlite:///{REPO_ROOT / 'mlruns' / SHARED_DB_NAME}"
+
+
+def _given(cli_value: str | None, option: str, variable: str) -> str | None:
+    """The option's value, else the environment variable's; an empty one is a mistake, never a
+    silent fall-back to the project's own store."""
+    for name, value in ((option, cli_value), (variable, os.environ.get(variable))):
+        if value is not None:
+            if not value.strip():
+                raise UserError(f"{name} is empty; give a store location (sqlite:///path/mlflow.db, "
+                                f"postgresql://..., http://host:5000) or omit it for the default.")
+            return value
+    return None
 
 
 def is_sqlite(url: str) -> bool:

@@ -16,6 +16,7 @@ MAX_RETRY times), so a trial cut off by a crash or a Ctrl-C is retried, not lost
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
@@ -25,27 +26,32 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
+import experiments
 from harness.cells import Cell, preflight, run_cell
 from harness.config import make_config
-from harness.errors import CellPruned, UserError, first_line
-from harness.fingerprint import fingerprint, machine_text
+from harness.distributed.placement import worker_gpu_env
+from harness.errors import CellPruned, StoreFault, UserError, first_line
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, Store, redact
-from harness.store.claims import DONE, Claim
+from harness.store.claims import DONE, RUNNING, Claim
+from harness.fingerprint import fingerprint, machine_text
 from harness.store.process import this_process
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
-from harness.store.tracking import KIND, SCALE
+from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite
-from harness.studies.spec import StudySpec
-from harness.train import available_cores
+from harness.studies import baseline
+from harness.studies.spec import NOT_REACHED, StudySpec
 
 STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
 OWNER_ATTR = "harness.owner"        # "host|pid|start|claims owner" of the worker process that asked for it
 RETRIES_ATTR = "harness.retries"    # how many times these parameters were queued again
+SLOT_ATTR = "harness.slot"          # the claims slot the trial ran in
 RUN_ATTR = "mlflow_run_id"
+METRICS_ATTR = "harness.metrics"    # the [report] metrics of a complete trial, for the study's report
 MAX_RETRY = 2
 MAX_FAILS_IN_A_ROW = 5
+WAIT_POLL_S = 2.0  # how often a worker with no slot left looks at the trials its siblings run
 Log = Callable[[str], None]
 
 
@@ -55,10 +61,12 @@ class StopReason(Enum):
     OTHERS_RUNNING = "every remaining trial is running in another worker"
     TOO_MANY_FAILURES = f"{MAX_FAILS_IN_A_ROW} trials in a row failed"
     WORKERS_FAILED = "a worker exited with an error"
+    DETACHED = "the workers run on as detached jobs"
 
     @property
     def exit_code(self) -> int:
-        return 0 if self in (StopReason.TARGET_REACHED, StopReason.TIMEOUT, StopReason.OTHERS_RUNNING) else 1
+        return 0 if self in (StopReason.TARGET_REACHED, StopReason.TIMEOUT, StopReason.OTHERS_RUNNING,
+                             StopReason.DETACHED) else 1
 
 
 @dataclass
@@ -77,7 +85,7 @@ class StudyOutcome:
         """0 when the study has what was asked (or the timeout said stop), 1 when it fell short."""
         if self.stop.exit_code:
             return self.stop.exit_code
-        return 1 if self.stop is not StopReason.TIMEOUT and self.finished < self.target else 0
+        return 1 if self.stop not in (StopReason.TIMEOUT, StopReason.DETACHED) and self.finished < self.target else 0
 
     def line(self) -> str:
         ran = ", ".join(f"{n} {s}" for s, n in self.states.items()) or "none"
@@ -211,10 +219,16 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     from harness.studies import report as study_report
 
     overrides = dict(overrides)
-    if workers > 1 and role is None and "threads" not in overrides and \
+    if spec.baseline is not None and (workers > 1 or role is not None):
+        raise UserError(f"study {spec.name} times its trials against a baseline trial; run it with one worker "
+                        "(parallel trials would share the cores they are timed on, and wait for the baseline).")
+    launched = launcher is not None or workers > 1
+    if launched and role is None and "threads" not in overrides and \
             make_config(spec.fixed(scale, overrides)).threads == 0:
-        overrides["threads"] = max(1, available_cores() // workers)  # K workers share the cores
+        # each worker gets the cores its launcher gives it (K workers on one machine share them)
+        overrides["threads"] = (launcher or LocalLauncher()).cores_per_worker(workers)
     fixed = spec.fixed(scale, overrides)
+    experiments.get(spec.experiment).check_model(make_config(fixed).model, where=f"study {spec.name}")
     threads = make_config(fixed).threads  # a bad fixed value stops the study before it is created
     name = spec.study_name(scale, overrides)
     target = n_trials or spec.trials_at(scale)
@@ -225,11 +239,14 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     if role is not None:
         claims = Claims(db_url, token=role.token)
         try:
-            with sigterm_as_interrupt():
-                return _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
-                             timeout=timeout, parent=role.parent_run_id, show_progress=show_progress, log=log)
+            with sigterm_as_interrupt(), _storage_faults(db_url):
+                outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
+                                timeout=timeout, parent=role.parent_run_id, show_progress=show_progress, log=log)
         finally:
             claims.close()
+        if role.closes_parent:  # the launcher detached; the workers end together (they wait for each other)
+            store.end_run(role.parent_run_id, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
+        return outcome
 
     parent = parent_run(store, experiment_id, name, scale, {
         "study": name, "study_file": spec.path, "scale": scale, "metrics": spec.metrics,
@@ -243,31 +260,48 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     claims = Claims(db_url)  # also creates the claims table before any worker races to
     with sigterm_as_interrupt():
         try:
-            if workers == 1:
-                outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
-                                timeout=timeout, parent=parent, show_progress=show_progress, log=log)
+            if not launched:
+                with _storage_faults(db_url):
+                    outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed,
+                                    target=target, timeout=timeout, parent=parent, show_progress=show_progress,
+                                    log=log)
             else:
                 args = ["study", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri,
                         "--n-trials", str(target), *(["--timeout", str(timeout)] if timeout else []),
                         *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
-                roles = [WorkerRole(i, claims.token, parent) for i in range(workers)]
+                launcher = launcher or LocalLauncher()
+                roles = [WorkerRole(i, claims.token, parent, closes_parent=launcher.detach) for i in range(workers)]
                 env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1)}
-                codes = (launcher or LocalLauncher()).run([worker_command(args, r) for r in roles],
-                                                          [env for _ in roles])
+                namespace = f"study:{name}"
+                progress = (lambda: (_finished_slots(claims, namespace), target)) if show_progress else None
+                codes = []
+                if _finished_slots(claims, namespace) < target:  # else there is nothing for workers to do
+                    if launcher.detach:  # this process leaves: no host's process owns the parent run any more
+                        store.set_tags(parent, {HOST: DETACHED_HOST})
+                    envs = [{**env, **worker_gpu_env(r.index, workers)} for r in roles]
+                    codes = launcher.run([worker_command(args, r) for r in roles], envs, progress)
+                store.reap_stale_runs(experiment_id)  # a worker killed mid-trial left its run open
+                if codes is None:
+                    return StudyOutcome(name, target, StopReason.DETACHED, parent_run_id=parent)
                 stop = StopReason.WORKERS_FAILED if any(codes) else \
                     StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
                 outcome = StudyOutcome(name, target, stop)
+            report = study_report.build(spec, study)
+            outcome.finished = report.counts["complete"] + report.counts["pruned"]
+            outcome.parent_run_id = parent
+            paths = study_report.write(spec, report, store, parent, out_dir)
+            store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
+            store.describe_run(parent, what + "\n\n" + report.text.splitlines()[0] + ".")
+        except StoreFault as fault:
+            closed = store.close_after_fault(parent, Outcome.FAILED, f"stopped: {fault}")
+            raise StoreFault(f"{fault}; the study stopped, its finished trials are kept and the same command "
+                             "resumes it once the store takes writes again"
+                             + ("" if closed else " (the runs it could not close are marked interrupted then)")) from fault
         except BaseException:
-            store.end_run(parent, Outcome.INTERRUPTED, "interrupted; run the same command again to resume")
+            store.close_after_fault(parent, Outcome.INTERRUPTED, "interrupted; run the same command again to resume")
             raise
         finally:
             claims.close()
-    report = study_report.build(spec, study)
-    outcome.finished = report.counts["complete"] + report.counts["pruned"]
-    outcome.parent_run_id = parent
-    paths = study_report.write(spec, report, store, parent, out_dir)
-    store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
-    store.describe_run(parent, what + "\n\n" + report.text.splitlines()[0] + ".")
     log(report.text)
     log("written: " + ", ".join(str(p) for p in paths))
     return outcome
@@ -316,10 +350,17 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
             break
         slot, grant = _claim_slot(claims, namespace, slots, held)
         if slot is None:
+            if _siblings_running(claims, held):  # wait: if one of them dies, its slot is taken over here
+                time.sleep(WAIT_POLL_S)
+                continue
             outcome.stop = StopReason.OTHERS_RUNNING
             break
-        if grant.previous is not None:
-            _requeue_trials_of(study, grant.previous)
+        if grant.previous is not None:  # its holder died: close and requeue what it left behind
+            _requeue_trials_of(study, store, experiment_id, grant.previous)
+            if _told_before_release(study, slot):
+                claims.release(namespace, slot, DONE, note="finished by a worker that died before releasing it")
+                continue
+        baseline.queue(spec, study)  # a study with a baseline runs it first (again, if it failed)
         state, reason = _one_trial(spec, study, store, experiment_id, claims, namespace, slot, scale=scale,
                                    fixed=fixed, parent=parent, show_progress=show_progress, log=log)
         outcome.ran += 1
@@ -334,6 +375,17 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
             fails_in_a_row = 0
     outcome.finished = sum(c.state == DONE for c in claims.all(namespace).values())
     return outcome
+
+
+def _finished_slots(claims: Claims, namespace: str) -> int:
+    """The study's finished trials, counted by their slots."""
+    return sum(c.state == DONE for c in claims.all(namespace).values())
+
+
+def _siblings_running(claims: Claims, held: dict[str, Claim]) -> bool:
+    """Whether another live worker of this invocation is running a trial."""
+    return any(c.state == RUNNING and c.token == claims.token and c.owner != claims.owner and claims.holder_alive(c)
+               for c in held.values())
 
 
 def _claim_slot(claims: Claims, namespace: str, slots: list[str], held: dict[str, Claim]):
@@ -355,8 +407,16 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
     trial = study.ask()
     try:
         trial.set_user_attr(OWNER_ATTR, f"{claims.host}|{claims.pid}|{claims.pid_start:.2f}|{claims.owner}")
-        values = {**fixed, **{name: p.suggest(trial) for name, p in spec.space.items()}}
-        label = f"trial {trial.number}: " + " ".join(f"{k}={_short(values[k])}" for k in spec.space)
+        trial.set_user_attr(SLOT_ATTR, slot)
+        sampled = {name: p.suggest(trial) for name, p in spec.space.items()}
+        values = dict(fixed)
+        for name, value in sampled.items():
+            values.update(spec.space[name].fields(value))
+        values = baseline.trial_values(spec, study, trial, values)
+        label = f"trial {trial.number}: " + " ".join(
+            spec.space[k].optuna_value(v) if spec.space[k].compound else f"{k}={_short(v)}" for k, v in sampled.items())
+        if trial.user_attrs.get(baseline.BASELINE_ATTR):
+            label += f" ({spec.baseline.name})"
         cell = Cell.build(values, label)
         trial.set_user_attr("cell_id", cell.cell_id)
         tags = {STUDY: study.study_name, SCALE: scale, KIND: "trial", TRIAL: str(trial.number)}
@@ -373,18 +433,26 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
         result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress,
                           epoch_hook=report)
         trial.set_user_attr(RUN_ATTR, result.run_id)
-    except BaseException:  # Ctrl-C, SIGTERM: the cut-off trial is queued to run again
-        _fail_and_requeue(study, trial.number, dict(trial.params), trial.user_attrs)
-        claims.drop(namespace, slot)
+    except BaseException:  # Ctrl-C, SIGTERM, a store fault: the cut-off trial is queued to run again
+        # Best effort: if the storage refuses, whoever takes the slot over next does it instead.
+        with contextlib.suppress(Exception):
+            _fail_and_requeue(study, trial.number, dict(trial.params), trial.user_attrs)
+        with contextlib.suppress(Exception):
+            claims.drop(namespace, slot)
         raise
-    missing = [m for m in spec.metrics if m not in result.metrics]
+    values = [objective(m, d, result.metrics) for m, d in zip(spec.metrics, spec.directions)]
+    missing = [m for m, v in zip(spec.metrics, values) if v is None]
     if result.outcome == Outcome.OK and missing:
         result.outcome, result.reason = Outcome.FAILED, (
             f"experiment {spec.experiment} returned no metric '{missing[0]}'; it returns {', '.join(sorted(result.metrics))}")
     if result.outcome == Outcome.OK:
-        study.tell(trial, [result.metrics[m] for m in spec.metrics])
+        trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in spec.report.get("metrics", [])
+                                           if m in result.metrics})
+        study.tell(trial, values)
+        baseline.record(study, trial, result.metrics)
         claims.release(namespace, slot, DONE, note=f"trial {trial.number}")
-        shown = ", ".join(f"{m}={result.metrics[m]:.4g}" for m in spec.metrics)
+        shown = ", ".join(f"{m}={v:.4g}" if abs(v) != float("inf") else f"{m}: not reached"
+                          for m, v in zip(spec.metrics, values))
         log(f"  trial {trial.number} complete: {shown}")
         return "complete", None
     if result.outcome == Outcome.PRUNED:
@@ -399,14 +467,38 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
     return "fail", reason
 
 
-def _requeue_trials_of(study, dead: Claim) -> None:
-    """The slot we took over belonged to a dead worker: fail the trials it left RUNNING and queue
-    their parameters again."""
+def objective(metric: str, direction: str, metrics: dict[str, float]) -> float | None:
+    """The value Optuna is told for one objective: the metric; for a target a complete run did not
+    reach (time_to_accuracy_s absent, target_reached 0), the worst value there is; else None."""
+    if metric in metrics:
+        return metrics[metric]
+    flag = NOT_REACHED.get(metric)
+    if flag is not None and metrics.get(flag) == 0:
+        return float("inf") if direction == "minimize" else float("-inf")
+    return None
+
+
+def _requeue_trials_of(study, store: Store, experiment_id: str, dead: Claim) -> None:
+    """The slot we took over belonged to a dead worker: fail the trials it left RUNNING, queue their
+    parameters again, and close their MLflow runs (its own process can no longer)."""
     from optuna.trial import TrialState
 
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if str(frozen.user_attrs.get(OWNER_ATTR, "")).split("|")[-1] == dead.owner:
             _fail_and_requeue(study, frozen.number, dict(frozen.params), frozen.user_attrs)
+            for run in store.runs(experiment_id, tags={STUDY: study.study_name, TRIAL: str(frozen.number)},
+                                  status="RUNNING"):
+                store.end_run(run.run_id, Outcome.INTERRUPTED,
+                              f"its worker (process {dead.pid} on {dead.host}) died; the trial is queued again")
+
+
+def _told_before_release(study, slot: str) -> bool:
+    """Whether a trial of this slot already finished: its worker told Optuna, then died before it
+    could release the slot. Running another would make the study one trial too many."""
+    from optuna.trial import TrialState
+
+    return any(t.user_attrs.get(SLOT_ATTR) == slot
+               for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
 def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
@@ -415,8 +507,22 @@ def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: di
     study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
     retries = int(user_attrs.get(RETRIES_ATTR, 0))
     if params and retries < MAX_RETRY:
-        study.enqueue_trial(params, user_attrs={RETRY_OF: number, RETRIES_ATTR: retries + 1},
+        kept = {k: v for k, v in user_attrs.items() if k == baseline.BASELINE_ATTR}  # a cut-off baseline stays one
+        study.enqueue_trial(params, user_attrs={RETRY_OF: number, RETRIES_ATTR: retries + 1, **kept},
                             skip_if_exists=False)
+
+
+@contextlib.contextmanager
+def _storage_faults(url: str):
+    """Optuna's storage refusing a write (disk full, read-only file) is a store fault: one sentence."""
+    import optuna
+
+    try:
+        yield
+    except optuna.exceptions.StorageInternalError as err:
+        cause = err.__cause__ or err
+        raise StoreFault(f"the study storage {redact(url)} refused a write: "
+                         f"{hide_password(first_line(cause), url)}") from err
 
 
 def _short(value) -> str:

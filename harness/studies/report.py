@@ -1,15 +1,20 @@
 """What a study has found, read back from its storage: trial counts by state, the best trial (one
 objective) or the Pareto front (several), as a table and a plot written under reports/ and logged
-with the study's parent run in MLflow."""
+with the study's parent run in MLflow. A study with a baseline trial shows it first, each other
+row's speed-up over it (its first objective, when that is a time to minimize), and the [report]
+metrics (MFU) beside the objectives; a target a trial never reached reads "not reached"."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+import math
+
 import pandas as pd
 
 from harness.report.tables import REPORTS_DIR
+from harness.studies import baseline as study_baseline
 from harness.studies.spec import StudySpec
 
 STATES = ("complete", "pruned", "fail", "running", "waiting")
@@ -19,9 +24,11 @@ STATES = ("complete", "pruned", "fail", "running", "waiting")
 class StudyReport:
     study_name: str
     counts: dict[str, int]
-    front: pd.DataFrame           # best trial (one row) or the Pareto front, best first
+    front: pd.DataFrame           # best trial (one row) or the Pareto front, best first (the baseline first, if any)
     trials: pd.DataFrame          # every complete trial, for the plot
     text: str = ""
+    baseline: pd.DataFrame | None = None   # the baseline trial's row, when the study has one and it is complete
+    target: float | None = None            # the target accuracy the baseline set for the others
 
 
 def build(spec: StudySpec, study) -> StudyReport:
@@ -34,22 +41,39 @@ def build(spec: StudySpec, study) -> StudyReport:
         best = study.best_trials if spec.multi_objective else [study.best_trial]
     else:
         best = []
+    base = study_baseline.finished(study) if spec.baseline is not None else None
     front = _frame(spec, best)
     if len(front):
         front = front.sort_values(spec.metrics[0], ascending=spec.directions[0] == "minimize")
     report = StudyReport(study.study_name, counts, front.reset_index(drop=True), _frame(spec, complete))
+    if base is not None:
+        report.baseline = _frame(spec, [base])
+        others = report.front[report.front["trial"] != base.number]
+        report.front = pd.concat([report.baseline, others], ignore_index=True)
+        if _speeds_up(spec):
+            first = spec.metrics[0]
+            report.front.insert(report.front.columns.get_loc(first) + 1, "speedup",
+                                report.baseline[first].iloc[0] / report.front[first])
+        report.target = study.user_attrs.get(study_baseline.TARGET_ATTR)
     report.text = to_text(spec, report)
     return report
 
 
+def _speeds_up(spec: StudySpec) -> bool:
+    """A speed-up over the baseline means something when the first objective is seconds to minimize."""
+    return spec.directions[0] == "minimize" and spec.metrics[0].endswith("_s")
+
+
 def _frame(spec: StudySpec, trials) -> pd.DataFrame:
+    extra = list(spec.report.get("metrics", []))
     rows = []
     for t in trials:
         row = {"trial": t.number, **{k: t.params.get(k) for k in spec.space}}
         row.update(dict(zip(spec.metrics, t.values or [])))
+        row.update({m: t.user_attrs.get("harness.metrics", {}).get(m) for m in extra})
         row["mlflow_run_id"] = t.user_attrs.get("mlflow_run_id", "")
         rows.append(row)
-    return pd.DataFrame(rows, columns=["trial", *spec.space, *spec.metrics, "mlflow_run_id"])
+    return pd.DataFrame(rows, columns=["trial", *spec.space, *spec.metrics, *extra, "mlflow_run_id"])
 
 
 def to_text(spec: StudySpec, report: StudyReport) -> str:
@@ -61,16 +85,44 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
         return "\n".join(lines)
     heading = "Pareto front" if spec.multi_objective else "best so far"
     goal = ", ".join(f"{d} {m}" for m, d in zip(spec.metrics, spec.directions))
-    lines.append(f"{heading} ({goal}):")
+    if report.baseline is not None:
+        lines.append(_baseline_line(spec, report))
+        lines.append(f"{heading} ({goal}), after the baseline (first row):")
+    else:
+        lines.append(f"{heading} ({goal}):")
     lines.append(markdown(report.front.drop(columns=["mlflow_run_id"])))
+    if "mfu" in report.front:
+        lines.append("mfu: training FLOP/s (counted per step) over this machine's measured matmul peak in the "
+                     "trial's dtype (`harness peak`)")
+    if report.baseline is not None and "speedup" in report.front and len(report.front) > 1:
+        best = report.front.iloc[1:].sort_values("speedup", ascending=False).iloc[0]
+        lines.append(f"fastest on the front: trial {best['trial']}, {best['speedup']:.3g}x the baseline's speed "
+                     f"to the target ({_fmt(best[spec.metrics[0]])} vs {_fmt(report.baseline[spec.metrics[0]].iloc[0])} s)"
+                     + "".join(f"; {m} {_fmt(best[m])} vs {_fmt(report.baseline[m].iloc[0])}"
+                               for m in spec.report.get("metrics", []) if m in best))
     return "\n".join(lines)
 
 
+def _baseline_line(spec: StudySpec, report: StudyReport) -> str:
+    row = report.baseline.iloc[0]
+    shown = ", ".join(f"{m} {_fmt(row[m])}" for m in [*spec.metrics, *spec.report.get("metrics", [])])
+    line = f"baseline ({spec.baseline.name}, trial {row['trial']}): {shown}"
+    if spec.targets_from_baseline and report.target is not None:
+        line += (f"; target: test accuracy {report.target:.4g}, the baseline's after "
+                 f"{spec.baseline.target_from_epoch} epoch(s)")
+    return line
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "not reached"
+        return f"{v:.4g}"
+    return str(v)
+
+
 def markdown(frame: pd.DataFrame) -> str:
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return str(v)
+    fmt = _fmt
 
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
@@ -144,9 +196,16 @@ def _plot(spec: StudySpec, report: StudyReport, path: Path) -> Path:
     trials, front = report.trials, report.front
     if spec.multi_objective:
         x, y = spec.metrics[1], spec.metrics[0]
-        ax.scatter(trials[x], trials[y], s=18, color="0.6", label="trials")
-        line = front.sort_values(x)
+        finite = trials[trials[y].abs() != math.inf]   # a target not reached has no point on this plot
+        ax.scatter(finite[x], finite[y], s=18, color="0.6", label="trials")
+        line = front[front[y].abs() != math.inf]
+        if report.baseline is not None:
+            line = line.iloc[1:]   # the baseline row leads the table; it is drawn on its own
+        line = line.sort_values(x)
         ax.plot(line[x], line[y], "o-", color="C3", label="Pareto front")
+        if report.baseline is not None:
+            ax.scatter(report.baseline[x], report.baseline[y], marker="*", s=160, color="C0", zorder=3,
+                       label=spec.baseline.name)
         for row in line.itertuples(index=False):
             ax.annotate(str(row.trial), (getattr(row, x), getattr(row, y)), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")

@@ -5,6 +5,11 @@ the objective metric(s) and direction(s), the sampler and its seed, an optional 
 of trials per scale and the fixed settings (base, then the scale's overrides) - like a sweep file,
 with [space] in place of [grid]. Every sampled point becomes a plain RunConfig and goes through the
 same experiment `run(cfg)` as a grid cell; experiment code never sees Optuna.
+
+A choice may set several fields together (`layout = { choices = [{ world_size = 1, threads = 2 },
+{ world_size = 2, threads = 1 }] }`: Optuna sees each as a label, "world_size=2 threads=1"). A
+`[baseline]` is a fixed trial run first (the book's own loop) whose accuracy after
+`target_from_epoch` epochs becomes the target every later trial is timed to (studies/baseline.py).
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ METRIC_SENSE = {
     "test_accuracy": "maximize", "epoch_test_accuracy": "maximize", "samples_per_s": "maximize",
     "train_time_s": "minimize", "epoch_time_median_s": "minimize", "epoch_time_iqr_s": "minimize",
     "param_count": "minimize", "peak_rss_mb": "minimize", "train_loss": "minimize",
+    "time_to_accuracy_s": "minimize", "mfu": "maximize", "achieved_tflops": "maximize",
 }
+# Objectives an experiment leaves out when a run did not get there, with the metric that says so
+# (0): such a trial is complete and told the worst value (+inf when minimized), not failed.
+NOT_REACHED = {"time_to_accuracy_s": "target_reached", "epochs_to_accuracy": "target_reached"}
 HARNESS_METRICS = ("peak_rss_mb", "threads_used")  # added to every cell by the cell runner
 
 
@@ -55,6 +64,8 @@ class Param(BaseModel):
         if self.type == "categorical":
             if not self.choices:
                 raise ValueError("needs a non-empty list of choices")
+            if any(isinstance(c, dict) for c in self.choices) and not self.compound:
+                raise ValueError("mixes tables and single values in its choices; make every choice a table")
             return self
         if self.low is None or self.high is None:
             raise ValueError("needs low and high")
@@ -66,13 +77,41 @@ class Param(BaseModel):
             raise ValueError(f"is log-scaled, so low must be above 0 (got {self.low:g})")
         return self
 
+    @property
+    def compound(self) -> bool:
+        """Each choice is a table of several fields set together."""
+        return bool(self.choices) and all(isinstance(c, dict) and c for c in self.choices)
+
     def suggest(self, trial) -> Any:
+        """The sampled value: a number, a choice, or (compound) the chosen table of fields."""
         if self.type == "float":
             return trial.suggest_float(self.name, self.low, self.high, log=self.log, step=self.step)
         if self.type == "int":
             return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log,
                                      step=int(self.step or 1))
+        if self.compound:
+            return self.from_label(trial.suggest_categorical(self.name, [label(c) for c in self.choices]))
         return trial.suggest_categorical(self.name, self.choices)
+
+    def fields(self, value: Any) -> dict[str, Any]:
+        """The config fields a sampled value sets."""
+        return dict(value) if self.compound else {self.name: value}
+
+    def optuna_value(self, value: Any) -> Any:
+        """How Optuna stores `value` (a compound choice as its label)."""
+        return label(value) if self.compound else value
+
+    def from_label(self, text: str) -> dict[str, Any]:
+        return next(c for c in self.choices if label(c) == text)
+
+    def field_names(self) -> list[str]:
+        return sorted({k for c in self.choices for k in c}) if self.compound else [self.name]
+
+    def admits(self, value: Any) -> bool:
+        """Whether `value` is one of this parameter's values (a baseline must be)."""
+        if self.type == "categorical":
+            return value in self.choices
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
 
     def extremes(self) -> list:
         if self.type == "categorical":
@@ -80,6 +119,20 @@ class Param(BaseModel):
         if self.type == "int":
             return [int(self.low), int(self.high)]
         return [self.low, self.high]
+
+
+def label(choice: dict[str, Any]) -> str:
+    """A compound choice as Optuna stores it: "world_size=2 threads=1"."""
+    return " ".join(f"{k}={v}" for k, v in choice.items())
+
+
+class Baseline(BaseModel):
+    """`[baseline]`: a fixed trial, run before any sampled one."""
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "baseline"                     # how the report names it ("the book's loop")
+    params: dict[str, Any]                     # a value for every [space] parameter
+    target_from_epoch: int = Field(0, ge=0)    # > 0: its accuracy after this epoch is every later trial's target
 
 
 class StudySpec(SpecFile):
@@ -92,6 +145,8 @@ class StudySpec(SpecFile):
     n_trials: int | dict[str, int] = 20
     sampler: dict[str, Any] = {}
     pruner: dict[str, Any] = {}
+    baseline: Baseline | None = None
+    report: dict[str, Any] = {}                # metrics = [...]: more columns beside the objectives
 
     @model_validator(mode="after")
     def _normalize(self) -> "StudySpec":
@@ -125,16 +180,31 @@ class StudySpec(SpecFile):
         overrides = dict(overrides or {})
         check_keys(overrides)
         self.check_read(overrides)
+        searched = self.searched_fields()
         for key, value in overrides.items():
             if isinstance(value, list):
                 raise UserError(f"--set {key}: a study takes single values; its search space is in {self.path}.")
-            if key in self.space:
+            if key in searched:
                 raise UserError(f"--set {key}: '{key}' is searched by this study; edit [space] in {self.path} "
                                 "to change its range.")
+            if self.targets_from_baseline and key in ("target_accuracy", "target_from_epoch"):
+                raise UserError(f"--set {key}: the target of this study is the accuracy its baseline trial "
+                                f"reaches after {self.baseline.target_from_epoch} epoch(s); see [baseline] in {self.path}.")
         fixed = super().fixed(scale, overrides)
-        for key in self.space:
+        for key in searched:
             fixed.pop(key, None)
+        if self.targets_from_baseline:
+            # What the baseline trial runs with; every later trial gets target_accuracy instead.
+            fixed["target_from_epoch"] = self.baseline.target_from_epoch
         return fixed
+
+    def searched_fields(self) -> list[str]:
+        """Every config field the space sets (a compound parameter sets several)."""
+        return [f for p in self.space.values() for f in p.field_names()]
+
+    @property
+    def targets_from_baseline(self) -> bool:
+        return self.baseline is not None and self.baseline.target_from_epoch > 0
 
     def study_name(self, scale: str, overrides: dict[str, Any] | None = None) -> str:
         """The Optuna study's name. Other fixed settings (--set) make another study, not a mixed one."""
@@ -178,9 +248,15 @@ def check(spec: StudySpec) -> None:
                             f"{'higher' if sense == 'maximize' else 'lower'}; the direction should be {sense}.")
     if len(set(spec.metrics)) != len(spec.metrics):
         raise UserError(f"study file {where} names a metric twice in {spec.metrics}.")
-    check_keys(spec.space)
-    spec.check_read(spec.space)
+    check_keys(spec.searched_fields())
+    spec.check_read(spec.searched_fields())
     spec.check_fields()
+    for metric in spec.report.get("metrics", []):
+        if not (experiment.has_metric(metric) or metric in HARNESS_METRICS):
+            raise UserError(f"study file {where}: [report] metrics names '{metric}', which experiment "
+                            f"{spec.experiment} does not report.")
+    if spec.baseline is not None:
+        check_baseline(spec)
     sampler = spec.sampler.get("name", "tpe")
     if sampler not in SAMPLERS:
         raise UserError(f"study file {where}: unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}.")
@@ -206,7 +282,25 @@ def check(spec: StudySpec) -> None:
         for param in spec.space.values():  # each end of each range must make a valid config
             for value in param.extremes():
                 try:
-                    make_config({**fixed, param.name: value})
+                    cfg = make_config({**fixed, **param.fields(value)})
                 except UserError as err:
                     raise UserError(f"study file {where}, scale {scale}: {param.name}={value!r} from the "
                                     f"search space is not valid: {err}") from None
+                experiment.check_model(cfg.model, where=f"study file {where}, scale {scale}")
+
+
+def check_baseline(spec: StudySpec) -> None:
+    """The baseline names one admissible value for every searched parameter and nothing else, and
+    the experiment can compute the target it hands on."""
+    where, baseline = spec.path, spec.baseline
+    missing = [k for k in spec.space if k not in baseline.params]
+    extra = [k for k in baseline.params if k not in spec.space]
+    if missing or extra:
+        raise UserError(f"study file {where}: [baseline] params must give a value for each [space] parameter; "
+                        + (f"'{missing[0]}' is missing." if missing else f"'{extra[0]}' is not searched."))
+    for name, value in baseline.params.items():
+        if not spec.space[name].admits(value):
+            raise UserError(f"study file {where}: [baseline] {name} = {value!r} is not a value [space] "
+                            f"allows for {name}.")
+    if spec.targets_from_baseline:
+        spec.check_read(["target_accuracy", "target_from_epoch"])

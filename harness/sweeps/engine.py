@@ -11,6 +11,7 @@ process are closed as interrupted before anything else happens.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -20,20 +21,22 @@ from tqdm import tqdm
 
 from harness.cells import Cell, CellResult, preflight, run_cell
 from harness.config import make_config
-from harness.fingerprint import fingerprint, machine_text
-from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
+from harness.distributed.placement import worker_gpu_env
+from harness.errors import StoreFault
+from harness.launchers import Launcher, LocalLauncher, Progress, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, RunRecord, Store, new_token
+from harness.store.claims import DONE, FAILED, RUNNING
+from harness.fingerprint import fingerprint, machine_text
 from harness.store.process import this_process
-from harness.store.claims import DONE, FAILED
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.shared_db import check_url
-from harness.store.tracking import KIND, SCALE, SWEEP
+from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE, SWEEP
 from harness.store.uris import resolve_db_url
-from harness.train import available_cores
 from harness.sweeps.spec import SweepSpec, expand
 
 Log = Callable[[str], None]
+WAIT_POLL_S = 2.0  # how often a worker with nothing left to take looks at the cells others run
 
 
 @dataclass
@@ -43,6 +46,7 @@ class SweepResult:
     parent_run_id: str
     results: list[CellResult]
     seconds: float
+    detached: bool = False   # the workers run on as jobs of a launcher that returned at once
 
     def count(self, outcome: Outcome | str) -> int:
         return sum(r.outcome == outcome for r in self.results)
@@ -58,10 +62,12 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     """One invocation of a sweep. With `role`, this process is one worker of a launcher's
     invocation and runs its share of the cells under the launcher's parent run."""
     overrides = dict(overrides or {})
-    if workers > 1 and role is None and _fixed_threads(spec, scale, overrides) == 0:
-        # K workers on one machine share its cores: unless the sweep fixes threads, each gets
-        # cores // K (a different thread count is a different measurement, so it is in the cell id).
-        overrides["threads"] = max(1, available_cores() // workers)
+    launched = launcher is not None or workers > 1
+    if launched and role is None and _fixed_threads(spec, scale, overrides) == 0:
+        # Workers get the cores their launcher gives each (K workers on one machine: cores // K);
+        # unless the sweep fixes threads (a different thread count is a different measurement, so
+        # it is in the cell id).
+        overrides["threads"] = (launcher or LocalLauncher()).cores_per_worker(workers)
     cells = expand(spec, scale, overrides)
     db_url = db_url or resolve_db_url(None, store.uri)
     check_url(db_url)
@@ -71,39 +77,65 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     if role is not None:
         claims = Claims(db_url, token=role.token)
         try:
-            results = _work(store, experiment_id, spec, scale, cells, claims, role.parent_run_id,
-                            show_progress=show_progress, log=log)
+            with sigterm_as_interrupt():  # a scheduler's stop closes the running cell as interrupted
+                results = _work(store, experiment_id, spec, scale, cells, claims, role.parent_run_id,
+                                show_progress=show_progress, log=log)
         finally:
             claims.close()
+        if role.closes_parent:  # every cell is settled (the workers wait for each other): close it
+            parent_start = store.runs(experiment_id, tags={SWEEP: spec.name, KIND: "sweep"})
+            since = next((r.start_time for r in parent_start if r.run_id == role.parent_run_id), 0)
+            store.end_run(role.parent_run_id, Outcome.OK,
+                          tags=_count_tags(_outcomes(store, experiment_id, spec, cells, since_ms=since)))
         return SweepResult(spec.name, scale, role.parent_run_id, results, time.perf_counter() - started)
 
     records = store.cell_records(experiment_id, spec.name)
     preflight([c.config for c in cells if c.config is not None and not _finished(records.get(c.cell_id, []))])
     tags = {SWEEP: spec.name, SCALE: scale, KIND: "sweep", "harness.cells": str(len(cells))}
     parent = store.start_run(experiment_id, f"{spec.name} ({scale})", tags)
-    store.log_params(parent, {"sweep": spec.name, "scale": scale, "overrides": overrides, "cells": len(cells),
-                              "sweep_file": spec.path, "workers": workers})
     what = _what_ran(spec, scale, cells, overrides, workers)
-    store.describe_run(parent, what)
-    claims = Claims(db_url)  # also creates the claims table before any worker races to
     results: list[CellResult] = []
+    claims = None
     with sigterm_as_interrupt():
         try:
-            if workers == 1:
-                results = _work(store, experiment_id, spec, scale, cells, claims, parent,
-                                records=records, show_progress=show_progress, log=log)
+            store.log_params(parent, {"sweep": spec.name, "scale": scale, "overrides": overrides,
+                                      "cells": len(cells), "sweep_file": spec.path, "workers": workers})
+            store.describe_run(parent, what)
+            claims = Claims(db_url)  # also creates the claims table before any worker races to
+            if not launched:
+                _work(store, experiment_id, spec, scale, cells, claims, parent,
+                      records=records, results=results, show_progress=show_progress, log=log)
             else:
-                _launch(launcher or LocalLauncher(), spec, store, db_url, scale, overrides, workers,
-                        claims.token, parent, log)
+                finished = {c.cell_id for c in cells if _finished(records.get(c.cell_id, []))}
+                progress = (lambda: _progress(claims, spec, cells, finished)) if show_progress else None
+                codes = []
+                if len(finished) < len(cells):  # else there is nothing for workers to do
+                    codes = _launch(launcher or LocalLauncher(), spec, store, db_url, scale, overrides, workers,
+                                    claims.token, parent, log, progress)
+                    if codes is None:  # detached: the workers close the parent run when they are done
+                        return SweepResult(spec.name, scale, parent, [], time.perf_counter() - started, detached=True)
+                store.reap_stale_runs(experiment_id)  # a worker killed mid-cell left its run open
                 results = _outcomes(store, experiment_id, spec, cells, since_ms=_now_ms(started))
+                for r in results:
+                    if r.outcome == Outcome.NOT_RUN and any(codes):  # say why, e.g. jobs that could not start
+                        r.reason = (f"no worker ran it; {sum(c != 0 for c in codes)} of {len(codes)} worker(s) "
+                                    "exited with an error (their output says why)")
             store.end_run(parent, Outcome.OK, tags=_count_tags(results))
+        except StoreFault as fault:
+            closed = store.close_after_fault(parent, Outcome.FAILED, f"stopped after {len(results)} of "
+                                             f"{len(cells)} cells: {fault}", tags=_count_tags(results))
+            raise StoreFault(f"{fault}; the sweep stopped, its finished cells are kept and the same command "
+                             "resumes it once the store takes writes again"
+                             + ("" if closed else " (the runs it could not close are marked interrupted then)")) from fault
         except BaseException:
-            store.end_run(parent, Outcome.INTERRUPTED,
-                          f"interrupted after {len(results)} of {len(cells)} cells", tags=_count_tags(results))
-            store.describe_run(parent, what + f"\n\n**Interrupted** after {len(results)} of {len(cells)} cells.")
+            store.close_after_fault(parent, Outcome.INTERRUPTED,
+                                    f"interrupted after {len(results)} of {len(cells)} cells", tags=_count_tags(results))
+            with contextlib.suppress(Exception):  # best effort: the store may be what failed
+                store.describe_run(parent, what + f"\n\n**Interrupted** after {len(results)} of {len(cells)} cells.")
             raise
         finally:
-            claims.close()
+            if claims is not None:
+                claims.close()
     result = SweepResult(spec.name, scale, parent, results, time.perf_counter() - started)
     store.describe_run(parent, what + "\n\nCells: " + ", ".join(f"{n} {o}" for o, n in result.counts().items())
                        + f", in {result.seconds:.0f} s.")
@@ -111,13 +143,14 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
 
 
 def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: list[Cell], claims: Claims,
-          parent: str, *, records: dict[str, list[RunRecord]] | None = None, show_progress: bool,
-          log: Log | None) -> list[CellResult]:
-    """Take every cell not finished and not claimed by a live process, in grid order."""
+          parent: str, *, records: dict[str, list[RunRecord]] | None = None,
+          results: list[CellResult] | None = None, show_progress: bool, log: Log | None) -> list[CellResult]:
+    """Take every cell not finished and not claimed by a live process, in grid order; each result
+    is appended to `results` as it comes (the caller's list still holds them if this raises)."""
     if records is None:
         records = store.cell_records(experiment_id, spec.name)
     tags = {SWEEP: spec.name, SCALE: scale}
-    results: list[CellResult] = []
+    results = [] if results is None else results
     bar = tqdm(total=len(cells), desc=f"{spec.name} ({scale})", unit="cell", disable=not show_progress)
     try:
         for cell in cells:
@@ -130,7 +163,40 @@ def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: 
             bar.update(1)
     finally:
         bar.close()
+    _take_over_from_dead_workers(store, experiment_id, spec, cells, claims, tags, parent, results, log)
     return results
+
+
+def _take_over_from_dead_workers(store: Store, experiment_id: str, spec: SweepSpec, cells: list[Cell],
+                                 claims: Claims, tags: dict[str, str], parent: str, results: list[CellResult],
+                                 log: Log | None) -> None:
+    """Wait while other workers of this invocation run their cells; a cell whose worker died (a
+    killed job, its claim dropped or its process gone) is taken over and run here."""
+    namespace = f"sweep:{spec.name}"
+    waiting = [i for i, r in enumerate(results) if r.outcome == Outcome.ELSEWHERE]
+    while waiting:
+        time.sleep(WAIT_POLL_S)
+        for i in list(waiting):
+            holder = claims.get(namespace, cells[i].cell_id)
+            if holder is not None and holder.state == RUNNING and claims.holder_alive(holder):
+                continue  # still being run by a live worker
+            waiting.remove(i)
+            if holder is not None and holder.state != RUNNING:
+                continue  # settled (done or failed) by its worker
+            results[i] = _take(store, experiment_id, spec, cells[i], [], claims, tags, parent, False)
+            if results[i].outcome == Outcome.ELSEWHERE:  # another worker was quicker to take it over
+                waiting.append(i)
+            elif log is not None:
+                log(f"  {cells[i].label}: {results[i].outcome} (taken over from a dead worker) "
+                    f"{results[i].reason or ''}".rstrip())
+
+
+def _progress(claims: Claims, spec: SweepSpec, cells: list[Cell], finished: set[str]) -> tuple[int, int]:
+    """Cells settled of all: finished before, or done or failed in this invocation since."""
+    held = claims.all(f"sweep:{spec.name}")
+    settled = sum(c.cell_id in finished or (c.cell_id in held and (held[c.cell_id].state == DONE or (
+        held[c.cell_id].state == FAILED and held[c.cell_id].token == claims.token))) for c in cells)
+    return settled, len(cells)
 
 
 def _take(store: Store, experiment_id: str, spec: SweepSpec, cell: Cell, records: list[RunRecord],
@@ -148,40 +214,44 @@ def _take(store: Store, experiment_id: str, spec: SweepSpec, cell: Cell, records
         where = f"process {holder.pid} on {holder.host}" if holder else "another process"
         return CellResult(cell, Outcome.BUSY, reason=f"being run by {where}")
     try:
-        if grant.previous is not None:  # claimed before: another process may have run it since we read
-            records = store.cell_records(experiment_id, spec.name, cell.cell_id).get(cell.cell_id, [])
-            done = _finished(records)
-            if done:
-                claims.release(namespace, cell.cell_id, DONE, note=cell.label)
-                return CellResult(cell, Outcome.REUSED, done.metrics, run_id=done.run_id)
+        # Read again now that the cell is ours: since the sweep read its records, another process may
+        # have run it, or been interrupted in it and freed it (~6 ms on SQLite).
+        records = store.cell_records(experiment_id, spec.name, cell.cell_id).get(cell.cell_id, [])
+        done = _finished(records)
+        if done:
+            claims.release(namespace, cell.cell_id, DONE, note=cell.label)
+            return CellResult(cell, Outcome.REUSED, done.metrics, run_id=done.run_id)
         for old in records:  # one record per cell: the failed/skipped/interrupted attempt gives way
             if old.status == "RUNNING":  # we hold the claim, so its process is dead (on any host)
                 store.end_run(old.run_id, Outcome.INTERRUPTED, "its process stopped without closing this run")
             store.delete_run(old.run_id)
         result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress)
     except BaseException:
-        claims.drop(namespace, cell.cell_id)  # free for the next invocation at once
+        with contextlib.suppress(StoreFault):  # else its holder's death frees it for the next invocation
+            claims.drop(namespace, cell.cell_id)  # free for the next invocation at once
         raise
     claims.release(namespace, cell.cell_id, DONE if result.outcome == Outcome.OK else FAILED, note=cell.label)
     return result
 
 
 def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scale: str,
-            overrides: dict[str, Any], workers: int, token: str, parent: str, log: Log | None) -> list[int]:
+            overrides: dict[str, Any], workers: int, token: str, parent: str, log: Log | None,
+            progress: Progress | None) -> list[int] | None:
     import json
-
-    from harness.distributed.placement import worker_gpu_env
 
     args = ["sweep", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri]
     for key, value in overrides.items():
         args += ["--set", f"{key}={json.dumps(value) if isinstance(value, list) else value}"]
     threads = overrides.get("threads") or 1
-    roles = [WorkerRole(i, token, parent) for i in range(workers)]
+    roles = [WorkerRole(i, token, parent, closes_parent=launcher.detach) for i in range(workers)]
+    if launcher.detach:  # this process leaves: no host's process owns the parent run any more
+        store.set_tags(parent, {HOST: DETACHED_HOST})
     if log is not None:
         log(f"sweep {spec.name} ({scale}): {workers} workers, {threads} thread(s) each")
+    # Each worker its own cores' worth of threads and its own slice of the GPUs (none here without GPUs).
     envs = [{"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **worker_gpu_env(r.index, workers)}
             for r in roles]
-    return launcher.run([worker_command(args, r) for r in roles], envs)
+    return launcher.run([worker_command(args, r) for r in roles], envs, progress)
 
 
 def _outcomes(store: Store, experiment_id: str, spec: SweepSpec, cells: list[Cell], since_ms: int) -> list[CellResult]:

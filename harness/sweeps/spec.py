@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 
+import experiments
 from harness import specfile
 from harness.cells import Cell
 from harness.config import check_keys, make_config
@@ -80,8 +81,7 @@ def load(name_or_path: str) -> SweepSpec:
     spec.check_fields()
     for grid in (spec.grid, *spec.scale_grids.values()):
         keys = [k for axis, values in grid.items() for k in (_compound_keys(values) or [axis])]
-        check_keys(keys)
-        spec.check_read(keys)
+        spec.check_read(keys)  # an unknown key too, named with the file
     return spec
 
 
@@ -129,6 +129,11 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
             if spec.repeats > 1:
                 label += f" r{repeat}"
             cells.append(Cell.build(values, label))
+    if not cells:  # an empty axis from a scale or a file: nothing would run, yet a parent run would say done
+        raise UserError(f"sweep {spec.name} at scale {scale} has no cell to run; every grid axis needs a value.")
+    experiment = experiments.get(spec.experiment)
+    for model in dict.fromkeys(c.config.model for c in cells if c.config is not None):
+        experiment.check_model(model, where=f"sweep {spec.name}")
     return cells
 
 

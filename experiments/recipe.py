@@ -1,0 +1,173 @@
+"""Speed recipes: the book's training loop with any combination of the speed methods, measured by
+time to a target accuracy, throughput and MFU. With every method off it is the book's own loop
+(the T6.1 CNN, Adam, batch 64, fp32, eager, every core), the baseline a recipe study compares with.
+
+    harness run recipe --set dataset=digits --set model=tiny_cnn --set epochs=2 --set target_accuracy=0.8 \\
+        --set channels_last=true --set batch_size=128 --set lr_base_batch=64 --set dtype=bf16
+
+Methods (config fields, harness/speed_methods.py): `sparsity` (Conv2d filters pruned at
+initialisation), `channels_last`, `execution=compile` with `compile_mode`, autocast `dtype`,
+`batch_size` with `lr_base_batch` (linear lr scaling), `threads`, and the DDP layout `world_size`
+ranks x `threads` each over this machine's cores. A combination that cannot run here is a skipped
+cell with the reason.
+
+There is no warm-up epoch: time to accuracy counts every step from initialisation, torch.compile's
+compilation in the first steps included. The test set is evaluated `evals_per_epoch` times an
+epoch with the clock stopped; `stop_at_target` ends training at the first check that meets it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from experiments import Experiment
+from harness import flops, speed_methods, time_to_accuracy
+from harness.config import RunConfig
+from harness.data import SPLITS_READS, Split, load_splits
+from harness.distributed.launch import READS as LAUNCH_READS, launch
+from harness.distributed.placement import check_can_run
+from harness.distributed.rank import RankContext
+from harness.flops import flop_metrics, flops_per_sample, peak_devices
+from harness.models import MODELS, build_model, count_parameters
+from harness.precision import Precision
+from harness.time_to_accuracy import AccuracyWatch
+from harness.timing import peak_rss_mb, timed
+from harness.train import (OPTIMIZER_READS, PREPARE_READS, EpochCallback, evaluate, make_optimizer, prepare,
+                           train_epochs, training_metrics)
+
+__all__ = ["EXPERIMENT", "run", "train_recipe"]
+
+TARGET = "experiments.recipe:rank_target"
+CLOCK = ("training only, from the first step (no warm-up epoch): batching from memory, host-to-device copy, "
+         "forward, loss, backward (with DDP's allreduce when world_size > 1), optimizer step, and "
+         "torch.compile's compilation during the first steps; model building, pruning at initialisation, "
+         "process start, data loading and every evaluation are outside the clock; several ranks: the slowest")
+
+
+def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+    speed_methods.check(cfg)
+    check_can_run(cfg)
+    # A dtype autocast cannot run on this device is a skip here, before any rank is started.
+    Precision.for_device(torch.device(cfg.device), cfg.dtype, cfg.grad_scaler)
+    if cfg.world_size == 1 and cfg.nnodes == 1:
+        result = train_recipe(cfg, RankContext(device=prepare(cfg)), on_epoch)
+    else:
+        result = launch(cfg, TARGET)
+        if on_epoch is not None:  # the ranks' epochs, logged here as MLflow steps after the fact
+            for i, metrics in enumerate(result["epoch_records"]):
+                on_epoch(i, metrics)
+    metrics = {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
+    devices = peak_devices(cfg.device.partition(":")[0], cfg.world_size, cfg.nnodes)
+    metrics.update(flop_metrics(result["flops_per_sample"], samples=result["samples_trained"],
+                                train_time_s=result["train_time_s"], device=cfg.device, dtype=cfg.dtype,
+                                devices=devices))
+    return metrics
+
+
+def rank_target(cfg: RunConfig, ctx: RankContext) -> dict:
+    """What each torchrun rank runs (harness.distributed.worker)."""
+    return train_recipe(cfg, ctx)
+
+
+def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | None = None) -> dict:
+    """Build the model with the recipe's methods, train it on this rank's share of the data until
+    the epochs are done (or the target is met, with stop_at_target) and return one result, the
+    same on every rank: the slowest rank's times, rank 0's accuracies."""
+    device = ctx.device
+    precision = Precision.for_device(device, cfg.dtype, cfg.grad_scaler)
+    data = load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
+                       train_limit=cfg.train_limit, test_limit=cfg.test_limit)
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+    model = build_model(cfg.model, data.num_classes)
+    param_count_before = count_parameters(model)
+    model = speed_methods.prune_at_init(model, cfg.sparsity, data.train.x[:cfg.batch_size], cfg.pruning_backend)
+    model = model.to(device)
+    layout = torch.channels_last if cfg.channels_last else torch.preserve_format
+    if cfg.channels_last:
+        model = speed_methods.to_channels_last(model)
+    per_sample = flops_per_sample(model, data.train.x[:2].to(device, memory_format=layout), cfg.dtype)
+
+    net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
+        if ctx.distributed else model
+    if cfg.execution == "compile":
+        net = speed_methods.compiled(net, cfg.compile_mode, cfg.compile_backend)
+    batch = cfg.batch_size // ctx.world_size if cfg.batch_is_global else cfg.batch_size
+    lr = speed_methods.scaled_lr(cfg.lr, batch * ctx.world_size, cfg.lr_base_batch)
+    optimizer = make_optimizer(cfg.model_copy(update={"lr": lr}), net)
+
+    def test_accuracy() -> float:  # rank 0 evaluates the plain model (fp32, no compile), every rank gets it
+        return ctx.broadcast(evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device)
+                             if ctx.rank == 0 else None)
+
+    watch = AccuracyWatch.from_config(cfg, test_accuracy)
+    records: list[dict] = []
+
+    def record(epoch: int, metrics: dict) -> None:
+        records.append(dict(metrics))
+        if on_epoch is not None:
+            on_epoch(epoch, metrics)
+
+    mine = shard(data.train, ctx.rank, ctx.world_size, cfg.seed)
+    ctx.barrier()  # the ranks start their clocks together
+    times = train_epochs(net, optimizer, mine, epochs=cfg.epochs,
+                         batch_size=batch, device=device, generator=torch.Generator().manual_seed(cfg.seed + ctx.rank),
+                         on_epoch=record, precision=precision, watch=watch, memory_format=layout)
+    with timed(device) as evaluation:
+        accuracy = test_accuracy()
+
+    trained = watch.checkpoints[-1].samples if watch is not None else len(mine) * len(times)
+    everyone = ctx.gather({"times": times, "samples": trained, "rss": peak_rss_mb(),
+                           "checkpoints": [c.seconds for c in watch.checkpoints] if watch else []})
+    slowest_epochs = [max(ts) for ts in zip(*(r["times"] for r in everyone))]
+    samples = sum(r["samples"] for r in everyone)
+    result = training_metrics(slowest_epochs, [], train_samples=len(data.train), test_samples=len(data.test),
+                              accuracy=accuracy, eval_seconds=evaluation.seconds, samples_trained=samples)
+    result["train_time_s"] = max(sum(r["times"]) for r in everyone)  # the slowest rank's, as a DDP cell's
+    result["samples_per_s"] = samples / result["train_time_s"]
+    if watch is not None:
+        slowest = [max(seconds) for seconds in zip(*(r["checkpoints"] for r in everyone))]
+        result.update(watch.metrics(slowest))
+    for step, seconds in zip(records, slowest_epochs):  # the per-epoch steps show the slowest rank too
+        step["epoch_time_s"] = seconds
+    result.update({
+        "flops_per_sample": per_sample, "samples_trained": samples, "lr_effective": lr,
+        "global_batch": batch * ctx.world_size, "ranks": ctx.world_size, "threads_used": torch.get_num_threads(),
+        "param_count": count_parameters(model), "param_count_before": param_count_before,
+        "scaler_skipped_steps": precision.skipped_steps(), "epoch_records": records,
+    })
+    if ctx.distributed:  # in one process the cell runner measures the peak itself
+        result["peak_rss_mb"] = max(r["rss"] for r in everyone)
+    return result
+
+
+def shard(split: Split, rank: int, world_size: int, seed: int) -> Split:
+    """This rank's share of the training set: equal parts of one fixed permutation (every rank then
+    takes the same number of steps, as DDP needs). One rank trains on the whole split as it is."""
+    if world_size == 1:
+        return split
+    per = len(split) // world_size
+    order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))
+    keep = order[rank * per:(rank + 1) * per]
+    return Split(split.x[keep], split.y[keep])
+
+
+EXPERIMENT = Experiment(
+    name="recipe",
+    title="Speed recipes: the book's loop with stacked speed methods, time to accuracy and MFU",
+    run=run,
+    clock=CLOCK,
+    needs_dataset=True,
+    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
+             "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "samples_trained",
+             "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
+             "scaler_skipped_steps", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
+    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | LAUNCH_READS | time_to_accuracy.READS
+    | speed_methods.READS | {"dtype", "grad_scaler", "batch_size", "batch_is_global", "epochs", "eval_batch_size"},
+    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 512, "test_limit": 128, "epochs": 2,
+           "batch_size": 64, "lr_base_batch": 32, "optimizer": "adam", "lr": 0.005, "channels_last": True,
+           "dtype": "bf16", "sparsity": 0.25, "pruning_backend": "torch-pruning", "execution": "compile",
+           "compile_backend": "eager", "target_accuracy": 0.5, "evals_per_epoch": 2, "threads": 1},
+)

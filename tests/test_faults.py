@@ -1,0 +1,558 @@
+"""Every fault a user meets, reproduced for real (issue 11): each gives one sentence on stderr, the
+right exit status, no traceback, and the store holds afterwards what it should (nothing lost,
+nothing left RUNNING, no cell twice). The numbers are the issue's items.
+
+Real faults, no mocks: a read-only file or folder is made with `chattr +i` (the tests run as root,
+whom permission bits do not stop; an immutable file stops root too), a full disk is a file-size
+limit (`RLIMIT_FSIZE`) set in the child process, a corrupt store is a file of random bytes or a
+truncated database, an unreachable server is a closed port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import resource
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import TINY_BASE, mlflow_client
+
+from harness.cli import main
+from harness.store.tracking import CELL_ID, OUTCOME, REASON, Store
+from harness.store.uris import DEFAULT_TRACKING_URI
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def visible_lines(stderr: str) -> list[str]:
+    """What a terminal shows of stderr: a progress bar redrawn with carriage returns and erased
+    (tqdm's leave=False) leaves only what came after its last return."""
+    return [shown for line in stderr.split("\n") if (shown := line.split("\r")[-1]).strip()]
+
+
+def assert_one_sentence(stderr: str, *words: str) -> str:
+    lines = visible_lines(stderr)
+    assert len(lines) == 1, stderr[-3000:]
+    assert lines[0].startswith("harness: error: ") and "Traceback" not in stderr, stderr[-3000:]
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def in_process(argv: list[str], code: int, capsys, *words: str) -> str:
+    """`harness ARGV` in this process: exit status `code` and one sentence holding every word."""
+    capsys.readouterr()
+    assert main(argv) == code
+    return assert_one_sentence(capsys.readouterr().err, *words)
+
+
+def harness(*args: str, file_size_limit: int | None = None, memory_limit: int | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """`harness ARGS` as a real process; with `file_size_limit`, no file it writes may grow past
+    that many bytes (Python ignores SIGXFSZ, so a write beyond it fails as on a full disk); with
+    `memory_limit`, its address space may not grow past that many bytes."""
+    def limit() -> None:
+        if file_size_limit:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+        if memory_limit:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=limit if file_size_limit or memory_limit else None)
+
+
+def all_runs(uri: str) -> list:
+    """Every run of every experiment in the store, read with MLflow's own client (none when the
+    store was never created)."""
+    if not Path(uri.removeprefix("sqlite:///")).exists():
+        return []
+    client = mlflow_client(SimpleNamespace(uri=uri))
+    return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+
+
+def cells_and_parents(uri: str) -> tuple[list, list]:
+    runs = all_runs(uri)
+    return [r for r in runs if CELL_ID in r.data.tags], [r for r in runs if CELL_ID not in r.data.tags]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@contextlib.contextmanager
+def immutable(path: Path):
+    """`path` (file or folder) refuses every change, root's included, while inside."""
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot make {path} immutable here (chattr: {done.stderr.strip() or done.returncode}); "
+                    "these checks need root on a file system with the immutable attribute")
+    try:
+        yield path
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nothing listens there once the socket is closed
+
+
+def tiny_sweep(folder: Path, name: str, sparsities: list[float], **base) -> Path:
+    """A sweep file of tiny cells (a second or so each), on the tiny CNN and synthetic data."""
+    values = {**TINY_BASE, "pruning_backend": "torch-pruning", "warmup_epochs": 0, **base}
+    text = f'name = "{name}"\nexperiment = "pruning"\n[base]\n'
+    text += "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
+    text += f"[grid]\nsparsity = {_toml(sparsities)}\n"
+    path = folder / f"{name}.toml"
+    path.write_text(text)
+    return path
+
+
+def _toml(value) -> str:
+    return repr(value).replace("'", '"')
+
+
+@pytest.fixture
+def uri(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+SWEEP = textwrap.dedent("""\
+    name = "typed"
+    experiment = "pruning"
+    [base]
+    model = "tiny_cnn"
+    dataset = "synthetic"
+    [grid]
+    sparsity = [0.0, 0.5]
+    """)
+
+
+# --- 1. two ordinary sweeps at once on one store --------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_01_two_sweeps_started_together_run_each_cell_once(tmp_path, uri):
+    # The book's CNN on synthetic data: a second or two a cell, so the two commands overlap.
+    path = tiny_sweep(tmp_path, "together", [0.0, 0.2, 0.4, 0.6], model="cnn", epochs=2)
+    command = [sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", uri, "--no-progress"]
+    procs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-2000:]
+        assert "locked" not in err and "Traceback" not in err, err[-2000:]
+    cells, parents = cells_and_parents(uri)
+    ids = [r.data.tags[CELL_ID] for r in cells]
+    assert len(ids) == 4 and len(set(ids)) == 4, "a cell ran twice or not at all"
+    assert all(r.info.status == "FINISHED" and r.data.tags[OUTCOME] == "ok" for r in cells)
+    assert len(parents) == 2 and all(p.info.status == "FINISHED" for p in parents)
+    ran = [out.count(" ok ") for out, _ in outputs]
+    assert sum(ran) == 4, outputs  # each command ran some cells and found the others busy or done
+
+
+# --- 2-4. spec files: wrong types, not UTF-8, a malformed study space ---------------------------------
+@pytest.mark.parametrize("text, words", [
+    (SWEEP.replace('experiment = "pruning"', 'experiment = "pruning"\nrepeats = "abc"'), ["key 'repeats'", "integer", "'abc'"]),
+    (SWEEP.replace("[base]\nmodel", "base = 5\n[other]\nmodel"), ["key 'base'", "dictionary", "5"]),
+    (SWEEP + "[scales]\nsmoke = 3\n", ["key 'scales.smoke'", "dictionary", "3"]),
+    (SWEEP.replace('name = "typed"', "name = 5"), ["key 'name'", "string", "5"]),
+    (SWEEP.replace("[grid]", "colour = 3\n[grid]"), ["unknown config key 'colour'"]),
+    ("surprise = 1\n" + SWEEP, ["unknown key", "surprise"]),
+    (SWEEP.replace("sparsity = [", "sparsity = [[["), ["not valid TOML"]),
+])
+def test_02_a_sweep_file_with_a_wrong_type_or_key_is_one_sentence_naming_file_and_key(text, words, tmp_path, uri, capsys):
+    path = tmp_path / "typed.toml"
+    path.write_text(text)
+    in_process(["sweep", str(path), "--tracking-uri", uri], 2, capsys, str(path), *words)
+    assert not (tmp_path / "mlflow.db").exists()  # refused before the store was opened
+
+
+def test_03_a_sweep_file_that_is_not_utf8_is_one_sentence(tmp_path, uri, capsys):
+    path = tmp_path / "b.toml"
+    path.write_bytes(b'name="b"\n#\xff\n')
+    in_process(["sweep", str(path), "--tracking-uri", uri], 2, capsys, str(path), "not UTF-8")
+    unreadable = tmp_path / "gone.toml"
+    in_process(["sweep", str(unreadable), "--tracking-uri", uri], 2, capsys, "gone")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("space, words", [
+    (None, ["key 'space'", "dictionary", "3"]),
+    ('lr = { type = "float", low = "a", high = 1.0 }\n', ["key 'space.lr.low'", "number", "'a'"]),
+    ('lr = { type = "float", high = 1.0 }\n', ["key 'space.lr'", "low and high"]),
+    ('lr = { type = "float", low = 0.1, high = 0.01 }\n', ["key 'space.lr'", "inverted"]),
+    ('lr = { type = "float", low = 0.001, high = 1.0, colour = 1 }\n', ["unknown key", "colour"]),
+    ('lr = { typ = "float" }\n', ["unknown key", "typ"]),
+])
+def test_04_a_malformed_study_space_is_one_sentence(space, words, study_file, tmp_path, uri, capsys):
+    path = study_file("space", space=space or "")
+    if space is None:  # `space = 3`, not a table
+        path.write_text(path.read_text().replace("[space]\n", "").replace("n_trials = 4\n", "n_trials = 4\nspace = 3\n"))
+    in_process(["study", str(path), "--tracking-uri", uri], 2, capsys, str(path), *words)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+# --- 5. a sweep of zero cells ---------------------------------------------------------------------
+@pytest.mark.parametrize("how, words", [
+    ("set", ["sparsity=[]", "no cell"]),
+    ("repeats", ["key 'repeats'", "greater than or equal to 1"]),
+    ("scale", ["no cell to run"]),
+])
+def test_05_a_sweep_of_zero_cells_is_refused_and_creates_no_run(how, words, tmp_path, uri, capsys):
+    path = tiny_sweep(tmp_path, "empty", [0.0, 0.5])
+    args = ["sweep", str(path), "--tracking-uri", uri]
+    if how == "set":
+        args += ["--set", "sparsity=[]"]
+    elif how == "repeats":
+        path.write_text("repeats = 0\n" + path.read_text())
+    else:  # a scale that empties an axis
+        path.write_text(path.read_text() + "[scales.smoke]\nsparsity = []\n")
+        args += ["--scale", "smoke"]
+    in_process(args, 2, capsys, *words)
+    assert all_runs(uri) == []  # no empty parent run
+
+
+# --- 6 and 12. data: a broken image, one class, a test split missing a class ---------------------------
+def _image_folder(root: Path, classes: dict[str, tuple[int, int]]) -> Path:
+    """root/train/<class>/ and root/test/<class>/ with (train, test) images of each class."""
+    from PIL import Image
+
+    for index, (name, (n_train, n_test)) in enumerate(classes.items()):
+        for split, count in (("train", n_train), ("test", n_test)):
+            folder = root / split / name
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                Image.new("RGB", (8, 8), (40 * index, 10 * i, 0)).save(folder / f"{i}.png")
+    return root
+
+
+def _run_on_folder(root: Path, uri: str) -> list[str]:
+    return ["run", "pruning", "--set", "model=tiny_cnn", "--set", "dataset=imagefolder", "--set",
+            f"data_dir={root}", "--set", "epochs=1", "--set", "pruning_backend=torch-pruning",
+            "--tracking-uri", uri]
+
+
+@pytest.fixture
+def image_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr("harness.data.CACHE_DIR", tmp_path / "cache")  # decoded folders are cached there
+
+
+def test_06_an_image_that_is_not_an_image_is_named(tmp_path, uri, capsys, image_cache):
+    root = _image_folder(tmp_path / "images", {"a": (3, 2), "b": (3, 2)})
+    bad = root / "train" / "a" / "broken.jpg"
+    bad.write_text("not an image")
+    in_process(_run_on_folder(root, uri), 2, capsys, str(bad), "not an image")
+    assert all_runs(uri) == []
+
+
+@pytest.mark.parametrize("classes, words", [
+    ({"a": (3, 2)}, ["1 class folder", "at least two"]),
+    ({"a": (3, 2), "b": (3, 0)}, ["test", "no images of class 'b'"]),
+    ({"a": (3, 2), "b": (0, 2)}, ["train", "no images of class 'b'"]),
+])
+def test_12_a_dataset_of_one_class_or_a_split_missing_a_class_is_refused(classes, words, tmp_path, uri, capsys,
+                                                                         image_cache):
+    root = _image_folder(tmp_path / "images", classes)
+    in_process(_run_on_folder(root, uri), 2, capsys, *words)
+    assert all_runs(uri) == []
+
+
+def test_12_a_test_class_the_training_split_lacks_is_refused(tmp_path, uri, capsys, image_cache):
+    root = _image_folder(tmp_path / "images", {"a": (3, 2), "b": (3, 2)})
+    _image_folder(tmp_path / "extra", {"c": (0, 2)})
+    (tmp_path / "extra" / "test" / "c").rename(root / "test" / "c")
+    in_process(_run_on_folder(root, uri), 2, capsys, "class folder 'c'")
+
+
+# --- 7. an unreachable or corrupt store: one sentence within 10 s, no retry spam ------------------
+def _corrupt_stores(tmp_path) -> dict[str, str]:
+    noise = tmp_path / "noise.db"
+    noise.write_bytes(os.urandom(64 * 1024))
+    real = tmp_path / "real" / "mlflow.db"
+    Store(f"sqlite:///{real}").experiment_id("filler")
+    truncated = tmp_path / "truncated.db"
+    truncated.write_bytes(real.read_bytes()[: real.stat().st_size // 3])
+    return {"postgresql": f"postgresql://nobody@127.0.0.1:{closed_port()}/x",
+            "random bytes": f"sqlite:///{noise}", "truncated": f"sqlite:///{truncated}"}
+
+
+def test_07_an_unreachable_or_corrupt_store_is_refused_within_10_s(tmp_path):
+    from harness.errors import UserError
+
+    for kind, bad in _corrupt_stores(tmp_path).items():
+        started = time.monotonic()
+        with pytest.raises(UserError) as refused:
+            Store(bad)
+        assert time.monotonic() - started < 10, kind
+        assert "\n" not in str(refused.value)
+
+
+@pytest.mark.slow
+def test_07_an_unreachable_or_corrupt_store_is_one_line_from_a_real_process(tmp_path):
+    for kind, bad in _corrupt_stores(tmp_path).items():
+        before = digest(Path(bad.removeprefix("sqlite:///"))) if bad.startswith("sqlite") else None
+        done = harness("run", "pruning", "--set", "dataset=synthetic", "--tracking-uri", bad, timeout=120)
+        assert done.returncode == 2, (kind, done.stderr[-2000:])
+        line = assert_one_sentence(done.stderr)
+        assert ("cannot reach" in line) if kind == "postgresql" else ("not a usable SQLite database" in line), line
+        if before:
+            assert digest(Path(bad.removeprefix("sqlite:///"))) == before  # the damaged file is left as it was
+
+
+# --- 8. a read-only store ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_08_a_read_only_store_is_one_sentence_before_anything_runs(tmp_path, uri):
+    path = tiny_sweep(tmp_path, "readonly", [0.0, 0.5])
+    db = tmp_path / "mlflow.db"
+    Store(uri).experiment_id("readonly")
+    before = digest(db)
+    with immutable(db):
+        done = harness("sweep", str(path), "--tracking-uri", uri, "--no-progress")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert_one_sentence(done.stderr, str(db), "cannot be written")
+    assert digest(db) == before and all_runs(uri) == []
+
+
+# --- 9. an unwritable artifacts folder: before the sweep, and in the middle of it ---------------------
+@pytest.mark.slow
+def test_09_an_unwritable_artifacts_folder_is_one_sentence_before_any_cell(tmp_path, uri):
+    path = tiny_sweep(tmp_path, "noartifacts", [0.0, 0.5])
+    Store(uri).experiment_id("noartifacts")
+    with immutable(tmp_path / "artifacts" / "noartifacts"):
+        done = harness("sweep", str(path), "--tracking-uri", uri, "--no-progress")
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert_one_sentence(done.stderr, "artifacts folder", "does not take new files")
+    assert all_runs(uri) == []  # no parent run, no cell
+
+
+@pytest.mark.slow
+def test_09_artifacts_refused_mid_sweep_record_the_cell_failed_and_close_the_parent(tmp_path, uri):
+    sparsities = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    path = tiny_sweep(tmp_path, "midway", sparsities, epochs=3)
+    Store(uri).experiment_id("midway")
+    folder = tmp_path / "artifacts" / "midway"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", uri,
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while not any(r.info.status == "FINISHED" for r in cells_and_parents(uri)[0]):
+            assert proc.poll() is None and time.time() < deadline, "no cell finished"
+            time.sleep(0.1)
+        with immutable(folder):  # from now on no new run can store its config.json
+            out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    assert_one_sentence(err, "refused to store an artifact", "finished cells are kept")
+    cells, parents = cells_and_parents(uri)
+    assert all(r.info.status != "RUNNING" for r in cells + parents)
+    failed = [r for r in cells if r.info.status == "FAILED"]
+    assert len(failed) == 1 and "refused to store an artifact" in failed[0].data.tags[REASON]
+    assert all(r.data.tags[OUTCOME] == "ok" for r in cells if r not in failed)
+    assert 1 <= len(cells) - 1 < len(sparsities)
+    assert len(parents) == 1 and parents[0].info.status == "FAILED"
+    assert parents[0].data.tags[REASON].startswith(f"stopped after {len(cells) - 1} of {len(sparsities)} cells")
+
+
+# --- 10. a full disk: in the middle of a sweep, and while a new store is created ------------------------
+@pytest.mark.slow
+def test_10_disk_full_mid_sweep_then_space_freed_loses_nothing(tmp_path, uri):
+    sparsities = [round(0.05 * i, 2) for i in range(12)]
+    path = tiny_sweep(tmp_path, "fulldisk", sparsities)
+    Store(uri)
+    # The store may grow by 64 KiB and its write-ahead log to the store's size: a few cells' worth.
+    limit = (tmp_path / "mlflow.db").stat().st_size + 64 * 1024
+    args = ["sweep", str(path), "--tracking-uri", uri, "--no-progress"]
+    full = harness(*args, file_size_limit=limit)
+    assert full.returncode == 1, full.stderr[-2000:]
+    line = assert_one_sentence(full.stderr, "refused", "finished cells are kept")
+    cells, parents = cells_and_parents(uri)
+    finished = {r.data.tags[CELL_ID]: r.info.run_id for r in cells if r.info.status == "FINISHED"}
+    assert 1 <= len(finished) < len(sparsities), "the fault should come after some cells and before the end"
+    assert len(finished) == len([r for r in cells if r.info.status == "FINISHED"])  # no cell twice
+    left_open = [r for r in cells + parents if r.info.status == "RUNNING"]
+    # What the store still took is closed; what it refused, the sentence says will be closed next time.
+    assert not left_open or "could not close" in line, line
+
+    again = harness(*args)  # space freed: the same command
+    assert again.returncode == 0, again.stderr[-2000:]
+    cells, parents = cells_and_parents(uri)
+    assert sorted(r.data.tags[CELL_ID] for r in cells) == sorted({r.data.tags[CELL_ID] for r in cells})
+    assert len(cells) == len(sparsities) and all(r.data.tags[OUTCOME] == "ok" for r in cells)
+    assert all(r.info.status != "RUNNING" for r in cells + parents)
+    kept = {r.data.tags[CELL_ID]: r.info.run_id for r in cells}
+    assert all(kept[cell] == run for cell, run in finished.items())  # measured before the fault: kept
+
+
+@pytest.mark.slow
+def test_10_a_store_created_on_a_full_disk_leaves_nothing_and_works_once_space_is_freed(tmp_path, uri):
+    path = tiny_sweep(tmp_path, "newstore", [0.0])
+    args = ["sweep", str(path), "--tracking-uri", uri, "--no-progress"]
+    full = harness(*args, file_size_limit=200_000)  # far less than MLflow's migrated schema
+    assert full.returncode == 2, full.stderr[-2000:]
+    assert_one_sentence(full.stderr, "cannot create the tracking store", "nothing was left behind")
+    assert sorted(p.name for p in tmp_path.iterdir() if "mlflow.db" in p.name) == []
+    again = harness(*args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    cells, _ = cells_and_parents(uri)
+    assert [r.data.tags[OUTCOME] for r in cells] == ["ok"]
+
+
+# --- out of memory inside a cell: that cell fails with the reason, the sweep goes on ----------------------
+@pytest.mark.slow
+def test_out_of_memory_in_a_cell_records_it_failed_and_the_sweep_goes_on(tmp_path, uri):
+    path = tmp_path / "oom.toml"
+    path.write_text('name = "oom"\nexperiment = "async"\n[base]\nmatmul_iterations = 1\ntiming_repeats = 1\n'
+                    "threads = 1\n[grid]\nmatrix_size = [64, 60000, 32]\n")  # 60000: a 14.4 GB matrix
+    done = harness("sweep", str(path), "--tracking-uri", uri, "--no-progress", memory_limit=12 << 30)
+    assert done.returncode == 1, done.stderr[-2000:]  # some cell failed
+    assert "Traceback" not in done.stderr and not visible_lines(done.stderr), done.stderr[-2000:]
+    cells, parents = cells_and_parents(uri)
+    by_size = {r.data.params["matrix_size"]: r for r in cells}
+    assert by_size["60000"].info.status == "FAILED" and "allocate" in by_size["60000"].data.tags[REASON]
+    assert by_size["64"].data.tags[OUTCOME] == by_size["32"].data.tags[OUTCOME] == "ok"  # before and after it
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    assert parents[0].data.tags["harness.cells_failed"] == "1"
+
+
+# --- 11. report --out: a file, an impossible path ---------------------------------------------------
+def test_11_report_out_that_is_a_file_or_cannot_be_made_is_one_sentence(tmp_path, uri, capsys):
+    path = tiny_sweep(tmp_path, "reported", [0.0])
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    in_process(["report", str(path), "--out", str(a_file), "--tracking-uri", uri], 2, capsys,
+               str(a_file), "is a file")
+    assert a_file.read_text() == "mine"
+    in_process(["report", str(path), "--out", str(a_file / "sub"), "--tracking-uri", uri], 2, capsys,
+               "report folder", "does not take new files")
+    in_process(["report", "--out", "/proc/no/such/place", "--tracking-uri", uri], 2, capsys,
+               "/proc/no/such/place")
+    in_process(["study", "lr_batch", "--out", str(a_file), "--tracking-uri", uri], 2, capsys, "is a file")
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+# --- 13. non-finite numbers -------------------------------------------------------------------------
+@pytest.mark.parametrize("sets, words", [
+    (["lr=inf"], ["lr", "'inf'", "finite"]),
+    (["lr=nan"], ["lr", "'nan'", "finite"]),
+    (["lr=-Infinity"], ["lr", "finite"]),
+    (["sparsity=[0.1,NaN]"], ["sparsity", "nan", "finite"]),
+    (["weight_decay=1e999"], ["weight_decay", "finite"]),
+])
+def test_13_non_finite_numbers_from_set_are_refused(sets, words, tmp_path, uri, capsys):
+    path = tiny_sweep(tmp_path, "finite", [0.0])
+    args = [a for s in sets for a in ("--set", s)]
+    in_process(["sweep", str(path), *args, "--tracking-uri", uri], 2, capsys, *words)
+    if not any(s.startswith("sparsity") for s in sets):
+        in_process(["run", "pruning", *args, "--tracking-uri", uri], 2, capsys, *words)
+    assert all_runs(uri) == []
+
+
+def test_13_non_finite_numbers_in_spec_files_and_options_are_refused(tmp_path, study_file, uri, capsys):
+    path = tiny_sweep(tmp_path, "finite", [0.0])
+    path.write_text(path.read_text().replace("lr = 0.01", "lr = inf"))
+    in_process(["sweep", str(path), "--tracking-uri", uri], 2, capsys, "key 'base.lr'", "finite")
+    path.write_text(path.read_text().replace("lr = inf", "lr = 0.01").replace("[0.0]", "[0.0, nan]"))
+    in_process(["sweep", str(path), "--tracking-uri", uri], 2, capsys, "key 'grid.sparsity[1]'", "finite")
+    study = study_file("finite", space='lr = { type = "float", low = 1e-3, high = inf }\n')
+    in_process(["study", str(study), "--tracking-uri", uri], 2, capsys, "key 'space.lr.high'", "finite")
+    study = study_file("finite", space='lr = { type = "float", low = 1e-3, high = 0.1 }\n')
+    in_process(["study", str(study), "--timeout", "nan", "--tracking-uri", uri], 2, capsys, "--timeout", "finite")
+    from harness.config import make_config
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="finite"):  # whatever reads a config: a sweep cell, a trial
+        make_config({"lr": float("inf")})
+
+
+# --- 14. an empty tracking URI ------------------------------------------------------------------------
+def test_14_an_empty_tracking_uri_is_refused_and_the_projects_store_is_untouched(tmp_path, capsys, monkeypatch):
+    default = Path(DEFAULT_TRACKING_URI.removeprefix("sqlite:///"))
+    before = default.stat().st_mtime_ns if default.exists() else None
+    path = tiny_sweep(tmp_path, "nowhere", [0.0])
+    in_process(["sweep", str(path), "--tracking-uri", ""], 2, capsys, "--tracking-uri is empty")
+    in_process(["sweep", str(path), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--storage", " "], 2,
+               capsys, "--storage is empty")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")
+    in_process(["sweep", str(path)], 2, capsys, "MLFLOW_TRACKING_URI is empty")
+    assert (default.stat().st_mtime_ns if default.exists() else None) == before
+
+
+# --- 15. a model the experiment cannot train ------------------------------------------------------------
+def test_15_a_model_the_experiment_cannot_train_is_refused_up_front(tmp_path, uri, study_file, capsys):
+    words = ["experiment 'pruning' cannot train model 'lenet_d2l'", "tiny_cnn"]
+    in_process(["run", "pruning", "--set", "model=lenet_d2l", "--set", "sparsity=0.5", "--tracking-uri", uri],
+               2, capsys, *words)
+    path = tiny_sweep(tmp_path, "models", [0.0, 0.5])
+    in_process(["sweep", str(path), "--set", "model=lenet_d2l", "--tracking-uri", uri], 2, capsys, *words)
+    in_process(["sweep", str(path), "--set", 'model=["tiny_cnn","lenet_d2l"]', "--tracking-uri", uri], 2, capsys,
+               *words)
+    study = study_file("models", space='model = { choices = ["tiny_cnn", "lenet_d2l"] }\n')
+    in_process(["study", str(study), "--tracking-uri", uri], 2, capsys, *words)
+    assert all_runs(uri) == []
+
+
+# --- found by `make soak`: a study worker dying at the wrong moment -----------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_study_worker_killed_mid_trial_leaves_no_run_open_once_the_launcher_exits(study_file, tmp_path, uri):
+    path = study_file("halfdead", space='lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n',
+                      n_trials=4, base={"model": "cnn", "train_limit": 256, "epochs": 3})
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "study", str(path), "--workers", "2", "--tracking-uri",
+                             uri, "--no-progress", "--out", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = None
+    try:
+        deadline = time.time() + 240
+        while killed is None:  # both workers inside a trial, then one of them dies
+            assert proc.poll() is None and time.time() < deadline, "never saw two trials running at once"
+            running = [r for r in cells_and_parents(uri)[0] if r.info.status == "RUNNING"]
+            if len({r.data.tags["harness.pid"] for r in running}) == 2:
+                killed = running[0]
+                os.kill(int(killed.data.tags["harness.pid"]), 9)
+            time.sleep(0.2)
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1  # a worker exited with an error: the launcher says so
+    cells, parents = cells_and_parents(uri)
+    assert not [r for r in cells + parents if r.info.status == "RUNNING"], "the dead worker's trial run stayed open"
+    closed = next(r for r in cells if r.info.run_id == killed.info.run_id)
+    assert closed.info.status == "KILLED" and closed.data.tags[OUTCOME] == "interrupted"
+
+
+def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_file, tmp_path, uri):
+    """The worker told Optuna its trial was complete and died before releasing the slot: whoever
+    takes the slot over must count that trial, not run one more (the study would end with N+1)."""
+    import optuna
+
+    path = study_file("toldthendied", space='lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n',
+                      n_trials=1, base={"epochs": 1})
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    dying = textwrap.dedent(f"""\
+        import os, optuna
+        from harness.store import Claims
+        from harness.studies import engine, spec
+        study = engine.open_study(spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
+        claims = Claims({url!r})
+        claims.claim("study:toldthendied-full", "slot-00000")
+        trial = study.ask()
+        trial.set_user_attr(engine.OWNER_ATTR, f"{{claims.host}}|{{claims.pid}}|{{claims.pid_start:.2f}}|{{claims.owner}}")
+        trial.set_user_attr(engine.SLOT_ATTR, "slot-00000")
+        study.tell(trial, 0.5)
+        os._exit(0)  # dies here: the slot is never released
+        """)
+    subprocess.run([sys.executable, "-c", dying], check=True, capture_output=True, timeout=120)
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)]) == 0
+    trials = optuna.load_study(study_name="toldthendied-full", storage=url).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"], "a finished slot was run again"

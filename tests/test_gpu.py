@@ -1,0 +1,174 @@
+"""What only a GPU can show (issue 14). Every test here is marked `gpu`: skipped, saying why, where
+torch sees no CUDA GPU; `make gpu-check` runs them first on a GPU machine. Each takes seconds,
+except the torch.compile one (a compilation) and the two launched cells (torchrun start-up)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from harness.config import make_config
+from harness.data import DeviceBatches, synthetic
+from harness.distributed import placement
+from harness.fingerprint import REPO_ROOT
+from harness.precision import autocast_unsupported
+from harness.timing import timed
+
+pytestmark = pytest.mark.gpu
+
+CUDA0 = torch.device("cuda", 0)
+
+
+def needs_gpus(n: int) -> None:
+    have = torch.cuda.device_count()
+    if have < n:
+        pytest.skip(f"needs {n} GPUs; this machine has {have}")
+
+
+def keep_busy(device: torch.device, seconds: float) -> None:
+    """Queue a kernel that spins for about `seconds` on `device`, and return at once."""
+    with torch.cuda.device(device):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.cuda._sleep(10_000_000)
+        torch.cuda.synchronize()
+        cycles_per_s = 10_000_000 / (time.perf_counter() - start)
+        torch.cuda._sleep(int(seconds * cycles_per_s))
+
+
+# --- 1. pinned batches --------------------------------------------------------------------------
+def test_a_pinned_copy_returns_while_the_gpu_is_busy_and_a_pageable_one_waits():
+    split = synthetic((3, 32, 32), 256, 8, seed=0).train
+    to_device = DeviceBatches(CUDA0)
+    idx = torch.arange(64)
+    for _ in range(2):  # both buffers allocated outside the measurement
+        to_device(split, idx)
+    torch.cuda.synchronize()
+    keep_busy(CUDA0, 0.5)
+    start = time.perf_counter()
+    to_device(split, idx)
+    pinned_s = time.perf_counter() - start
+    torch.cuda.synchronize()
+    keep_busy(CUDA0, 0.5)
+    start = time.perf_counter()
+    split.x[idx].to(CUDA0, non_blocking=True)  # what the loop did before: a fresh pageable tensor
+    pageable_s = time.perf_counter() - start
+    torch.cuda.synchronize()
+    assert pinned_s < 0.1 < 0.25 < pageable_s, (pinned_s, pageable_s)
+    assert all(b.is_pinned() for slot in to_device._buffers for b in slot.values())
+
+
+def test_a_reused_pinned_buffer_never_changes_a_batch_still_being_copied():
+    split = synthetic((3, 32, 32), 512, 8, seed=0).train
+    to_device = DeviceBatches(CUDA0)
+    keep_busy(CUDA0, 0.3)  # every copy below stays queued behind this while the host goes on
+    batches = [(idx, *to_device(split, idx)) for idx in torch.randperm(512).split(64)]  # 8 batches, 2 buffers
+    torch.cuda.synchronize()
+    for idx, x, y in batches:
+        assert torch.equal(x.cpu(), split.x[idx]) and torch.equal(y.cpu(), split.y[idx])
+
+
+# --- 2. a worker's slice is what torch sees ---------------------------------------------------------
+def test_a_worker_sees_only_its_slice_of_the_gpus():
+    needs_gpus(2)
+    env = placement.worker_gpu_env(1, 2)
+    count = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                           env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+    assert int(count) == len(env["CUDA_VISIBLE_DEVICES"].split(",")) == torch.cuda.device_count() // 2
+
+
+# --- 4. a clock over two GPUs -------------------------------------------------------------------
+def test_the_clock_over_two_gpus_waits_for_the_second():
+    needs_gpus(2)
+    second = torch.device("cuda", 1)
+    with timed(CUDA0) as first_only:
+        keep_busy(second, 0.3)
+    torch.cuda.synchronize(second)
+    with timed(CUDA0, second) as both:
+        keep_busy(second, 0.3)
+    assert first_only.seconds < 0.2 < 0.25 < both.seconds, (first_only.seconds, both.seconds)
+
+
+# --- 5. GPU cells of the DDP sweeps leave no CUDA context in the sweep process --------------------------
+NO_CONTEXT_SCRIPT = textwrap.dedent("""
+    import ctypes, sys
+    from harness.config import make_config
+    from harness.cells import run_single
+    from harness.store import Store
+
+    store = Store(sys.argv[1])
+    tiny = {"dataset": "synthetic", "train_limit": 128, "test_limit": 64, "epochs": 1, "warmup_epochs": 0,
+            "batch_size": 32, "device": "cuda", "backend": "nccl", "dist_timeout_s": 120}
+    for cell in ({"experiment": "data_parallel", "model": "tiny_cnn", "lr": 0.01},
+                 {"experiment": "dp_scratch", "model": "lenet_d2l", "lr": 0.1}):
+        result = run_single(make_config({**tiny, **cell}), store)
+        assert result.outcome == "ok", (cell["experiment"], result.reason)
+    cuda = ctypes.CDLL("libcuda.so.1")
+    assert cuda.cuInit(0) == 0
+    device, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
+    cuda.cuDeviceGet(ctypes.byref(device), 0)
+    cuda.cuDevicePrimaryCtxGetState(device, ctypes.byref(flags), ctypes.byref(active))
+    print("context active" if active.value else "no context")
+""")
+
+
+def test_one_gpu_cells_leave_no_cuda_context_in_the_sweep_process(tmp_path):
+    out = subprocess.run([sys.executable, "-c", NO_CONTEXT_SCRIPT, f"sqlite:///{tmp_path / 'm.db'}"],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "no context"
+
+
+# --- 8. bf16 and fp16 on this GPU ------------------------------------------------------------------
+def test_bf16_is_a_skip_exactly_where_the_gpu_has_no_native_bf16():
+    major, _ = torch.cuda.get_device_capability(CUDA0)
+    reason = autocast_unsupported(CUDA0, "bf16")
+    assert (reason is None) == (major >= 8), reason
+    assert autocast_unsupported(CUDA0, "fp16") is None
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_a_mixed_precision_cell_trains_in_its_dtype_on_the_gpu(dtype):
+    import experiments.amp
+    from harness.errors import CellSkipped
+
+    cfg = make_config({"experiment": "amp", "model": "tiny_cnn", "dataset": "synthetic", "train_limit": 128,
+                       "test_limit": 64, "epochs": 1, "warmup_epochs": 0, "batch_size": 32, "lr": 1e-3,
+                       "device": "cuda", "dtype": dtype, "cudnn_benchmark": True})
+    try:
+        metrics = experiments.amp.run(cfg)
+    except CellSkipped as skip:
+        pytest.skip(str(skip))
+    assert metrics["forward_dtype"] == {"fp16": "float16", "bf16": "bfloat16"}[dtype]
+    assert metrics["grad_scaler_used"] == float(dtype == "fp16")
+    assert metrics["train_time_s"] > 0
+
+
+# --- 9. D12.2 on this GPU ----------------------------------------------------------------------------
+def test_an_unsynchronized_clock_sees_mostly_queueing_on_the_gpu():
+    import experiments.asynchronous
+
+    metrics = experiments.asynchronous.run(make_config({"experiment": "async", "device": "cuda",
+                                                        "timing_repeats": 3}))
+    assert metrics["matrix_size_used"] >= 1000
+    assert metrics["nosync_share"] < 0.5, metrics
+
+
+# --- 10. torch.compile with CUDA graphs --------------------------------------------------------------
+def test_reduce_overhead_is_timed_under_no_grad_and_matches_eager():
+    import experiments.hybridize as hybridize
+
+    problem = hybridize.inductor_problem("cuda")
+    if problem:
+        pytest.skip(problem)
+    metrics = hybridize.run(make_config({"experiment": "hybridize", "model": "mlp_d2l", "batch_size": 1,
+                                         "device": "cuda", "execution": "compile", "compile_mode": "reduce-overhead",
+                                         "forward_calls": 100, "warmup_calls": 5, "timing_repeats": 2}))
+    assert metrics["autograd_on"] == 0.0
+    assert metrics["max_abs_diff_vs_eager"] <= 1e-4

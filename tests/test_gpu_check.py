@@ -1,0 +1,78 @@
+"""make gpu-check (benchmarks/gpu_check.py): it refuses anything that could download, reads each
+sweep's outcomes back from the store, and (slow) runs end to end here, every GPU cell a skip."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.sweeps import spec as sweepspec
+from harness.fingerprint import REPO_ROOT
+from harness.store import Outcome
+from harness.store.tracking import CELL_ID, SCALE, SWEEP
+
+OK, FAILED, SKIPPED = Outcome.OK, Outcome.FAILED, Outcome.SKIPPED
+
+_spec = importlib.util.spec_from_file_location("gpu_check", REPO_ROOT / "benchmarks" / "gpu_check.py")
+gpu_check = sys.modules["gpu_check"] = importlib.util.module_from_spec(_spec)  # a script, not a package
+_spec.loader.exec_module(gpu_check)
+
+
+def test_every_gpu_sweep_runs_offline_at_smoke_scale():
+    expected = gpu_check._offline_cells()
+    assert set(expected) == {s.name for s in gpu_check.SWEEPS}
+    assert len(expected["gpus"][1]) == 6 and len(expected["amp"][1]) == 3
+
+
+def test_a_sweep_that_would_download_is_refused_before_anything_runs(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(gpu_check, "SWEEPS", [gpu_check.Sweep("sparsity", "T6.1", ["dataset=cifar10"])])
+    assert gpu_check.main(["--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpu-check: error:") and "cifar10" in err and "\n" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_sweep_line_comes_from_the_store(store, capsys):
+    sweep = gpu_check.Sweep("gpus", "T10.2", [])
+    spec = sweepspec.load("gpus").model_copy(update={"name": "gpu-check-line"})  # its own MLflow experiment
+    experiment = store.experiment_id(spec.name)
+    tags = {SWEEP: spec.name, SCALE: "smoke"}
+    parent = store.start_run(experiment, "parent", tags)
+    cells = [("a", 1, OK, None, 8.0), ("b", 2, OK, None, 5.0), ("c", 4, SKIPPED, "no GPU", None),
+             ("d", 8, SKIPPED, "no GPU", None), ("e", 2, FAILED, "CUDA out of memory", None)]
+    for cell, world_size, outcome, reason, seconds in cells:
+        run = store.start_run(experiment, cell, {**tags, CELL_ID: cell}, parent)
+        store.log_params(run, {"world_size": world_size, "lr_scaling": "none" if cell != "e" else "linear"})
+        metrics = {"train_time_s": seconds, "test_accuracy": 0.5, "final_lr": 0.1, "threads_used": 1} if seconds else {}
+        store.end_run(run, outcome, reason, metrics=metrics)
+    store.end_run(parent, OK)
+    ok = gpu_check._summarise(store, sweep, spec, {"a", "b", "c", "d", "e", "f"}, exit_status=1)
+    out = capsys.readouterr().out.splitlines()
+    assert not ok
+    assert "2 ok, 2 skipped (2x no GPU), 2 failed (" in out[0] and "CUDA out of memory" in out[0] and "not run" in out[0]
+    assert "harness sweep" not in out[0]  # exit 1 is what failed cells give
+    assert any("world_size=2 lr_scaling=none: 1.60x (published 1.80x)" in line for line in out[1:]), out
+
+
+@pytest.mark.slow
+def test_gpu_check_passes_here_with_every_gpu_cell_a_skip(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: make gpu-check runs the real thing")
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "c")],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = {line.split()[0]: line for line in out.stdout.splitlines() if line}
+    for sweep in gpu_check.SWEEPS:
+        assert " 0 ok, " in lines[sweep.name] and " 0 failed" in lines[sweep.name], lines[sweep.name]
+        assert "no usable CUDA GPU" in lines[sweep.name] or "0 usable GPU" in lines[sweep.name]
+    assert (tmp_path / "c" / "REPRODUCTION.md").exists()
+    # Under a minute on an idle 2-core machine; the bound is loose because each step is mostly a Python
+    # start-up, which shared cores stretch. A cell that trained on the CPU instead of skipping would not fit.
+    assert time.monotonic() - started < 300
