@@ -117,12 +117,30 @@ def ui(tmp_path_factory):
 
 
 # --- what a user does -----------------------------------------------------------------------------
+def _scrolled_text(driver, steps: int = 12) -> str:
+    """The page's text with every scrolling box scrolled through: long tables (the compare view's
+    metrics) render only the rows in view, a moment after they scroll into it."""
+    text = ""
+    for step in range(steps + 1):
+        text += "\n" + driver.execute_script(
+            "for (const e of document.querySelectorAll('*')) {"
+            "  if (e.scrollHeight > e.clientHeight + 4) { e.scrollTop = e.scrollHeight * arguments[0]; } }"
+            "window.scrollTo(0, document.body.scrollHeight * arguments[0]);"
+            "return document.body.innerText", step / steps)
+        time.sleep(0.3)
+    driver.execute_script("for (const e of document.querySelectorAll('*')) { e.scrollTop = 0; }"
+                          "window.scrollTo(0, 0);")
+    return text
+
+
 def _wait_for_text(driver, *texts: str, timeout: float = 90) -> str:
     deadline = time.time() + timeout
     body = ""
     while time.time() < deadline:
         # innerText of the whole document: the compare view's tables sit below the fold.
         body = driver.execute_script("return document.body.innerText")
+        if not all(t in body for t in texts):
+            body = _scrolled_text(driver)
         if all(t in body for t in texts):
             return body
         time.sleep(0.5)

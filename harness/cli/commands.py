@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.errors import UserError
+from harness.errors import StoreFault, UserError, first_line
 
 EXIT_FAILED_CELLS = 1
 
@@ -110,7 +110,13 @@ def cmd_sweep(args) -> int:
         return 0
     if role is None:
         print(sweep_summary(result, spec.report.get("metrics")))
-        overview.refresh(store, spec, args.scale)  # the experiment's description and the cells' speed-ups
+        try:  # the experiment's description and the cells' speed-ups; the sweep itself is done
+            overview.refresh(store, spec, args.scale)
+        except StoreFault:
+            raise
+        except Exception as err:  # a report that cannot be built must not hide a finished sweep
+            print(f"harness: warning: the MLflow overview of {spec.name} was not refreshed: {first_line(err)}",
+                  file=sys.stderr)
     if any(r.outcome == Outcome.FAILED and r.cell.config is None for r in result.results):
         return 2
     # A failed cell, or one no worker reached (a worker died, or stopped on a mistake), is unfinished work.

@@ -109,6 +109,8 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
         row["note"] = "; ".join(n["text"] for n in notes if _matches(run, n.get("when", {})))
         rows.append(row)
     cells = pd.DataFrame(rows)
+    for m in metrics:  # a metric no cell logged is all None (object dtype): make it NaN for the medians
+        cells[m] = pd.to_numeric(cells[m], errors="coerce")
     # One record per cell_id (the engine's guarantee); repeats of a grid point are grouped here.
     grouped = cells.groupby(axes, sort=True)
     table = grouped[metrics].median()
