@@ -36,17 +36,23 @@ PARTS = {
 
 
 def instrument(totals: dict[str, float]):
-    """Wrap the Store and Claims methods so each call's seconds add up in `totals`."""
+    """Wrap the Store and Claims methods so each call's seconds add up in `totals`; a call made
+    inside another timed call counts to the outer one only (no second count)."""
+    depth = [0]
+
     def wrap(cls, name):
         original = getattr(cls, name)
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
+            depth[0] += 1
             started = time.perf_counter()
             try:
                 return original(*args, **kwargs)
             finally:
-                totals[PARTS[name]] += time.perf_counter() - started
+                depth[0] -= 1
+                if depth[0] == 0:
+                    totals[PARTS[name]] += time.perf_counter() - started
         setattr(cls, name, timed)
 
     for name in ("start_run", "end_run", "log_params", "log_dict", "log_metrics", "set_tags", "cell_records",
