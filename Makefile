@@ -74,7 +74,7 @@ install-system: ## Debian packages the browser test needs (chromium, chromedrive
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then echo "chromium and chromedriver present"; \
 	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
 
-test: ## the whole test suite (slow and multi-process tests included; a few minutes on 2 cores)
+test: ## the whole test suite (slow and multi-process tests included; about 10 minutes on 2 cores)
 	$(BIN)/pytest -q
 
 test-fast: ## the suite without the tests marked slow
