@@ -203,7 +203,7 @@ def report(folder: Path, uri: str, jobs: list[Job], kills: Counter, wall: float,
           f"{load_after[0]:.1f} / {load_after[1]:.1f} / {load_after[2]:.1f} (1/5/15 min) at the end")
     print(f"  kills:                                  {sum(kills.values())} ({', '.join(f'{n} {r}' for r, n in kills.items()) or 'none'})")
     print(f"  commands restarted after a kill:        {sum(j.resumed for j in jobs)}")
-    print(f"  rounds finished:                        " + ", ".join(f"{j.name} {len(set(j.rounds_done))}" for j in jobs))
+    print("  rounds finished:                        " + ", ".join(f"{j.name} {len(set(j.rounds_done))}" for j in jobs))
     print(f"  cells finished:                         {sum(finished.values())} ({', '.join(f'{k} {v}' for k, v in finished.items())})")
     print(f"  cells with more than one FINISHED:      {duplicates}")
     print(f"  runs left RUNNING:                      {len(running)}")

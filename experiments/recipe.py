@@ -18,7 +18,6 @@ epoch with the clock stopped; `stop_at_target` ends training at the first check 
 
 from __future__ import annotations
 
-import itertools
 
 import torch
 from torch.nn.parallel import DistributedDataParallel

@@ -50,8 +50,6 @@ class SpecFile(BaseModel):
 
     def check_fields(self) -> None:
         """Every key of base and scales is a config field its experiment reads."""
-        import experiments
-
         for section in (self.base, *(self.scale_values(s) for s in self.scales)):
             self.check_read(section)  # an unknown key too, named with the file
 

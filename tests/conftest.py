@@ -126,19 +126,24 @@ def postgres_server():
     return POSTGRES_URL
 
 
-@pytest.fixture
-def postgres_db(postgres_server):
-    """A database of the test's own, dropped afterwards; yields its URL."""
+def temporary_database(server_url: str, prefix: str = "harness_test"):
+    """A new database on the PostgreSQL server, dropped afterwards; yields its URL."""
     import uuid
 
     import psycopg
 
-    name = f"harness_test_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    yield postgres_server.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
+    yield server_url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def postgres_db(postgres_server):
+    """A database of the test's own, dropped afterwards; yields its URL."""
+    yield from temporary_database(postgres_server)
 
 
 def assert_one_sentence_exit_2(argv: list[str], words: list[str], capsys) -> None:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import optuna
 import psycopg
@@ -17,6 +16,7 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
+from conftest import temporary_database
 from test_study_workers import LR, SLOW_TRIAL, mlflow_server  # noqa: F401  (a real `mlflow server` fixture)
 
 from harness.store.tracking import CELL_ID, OUTCOME, PARENT, PID
@@ -28,12 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 def claims_db(postgres_server):
     """A database of its own for the claims and Optuna's tables (the MLflow server has another:
     both keep their migrations in a table named alembic_version)."""
-    name = f"harness_slurm_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield postgres_server.rsplit("/", 1)[0] + f"/{name}"
-    with psycopg.connect(postgres_server, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    yield from temporary_database(postgres_server, "harness_slurm")
 
 
 @pytest.fixture

@@ -163,8 +163,6 @@ def _click(driver, xpath: str) -> None:
 
 
 def _open_experiment(driver, ui: UI) -> None:
-    from selenium.webdriver.common.by import By
-
     driver.get(f"{ui.base}/#/experiments/{ui.experiment_id}/runs")
     _wait_for_text(driver, ui.parent.name)
     _close_the_assistant(driver)

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from harness.config import RunConfig
-from harness.data import SPLITS_READS, DeviceBatches, Split, load_splits
+from harness.data import SPLITS_READS, DeviceBatches, load_splits
 from harness.distributed.rank import RankContext
 from harness.errors import UserError
 from harness.flops import flops_per_sample

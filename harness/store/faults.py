@@ -28,18 +28,7 @@ class _Guarded:
         attribute = getattr(self._target, name)
         if not callable(attribute):
             return attribute
-
-        @functools.wraps(attribute)
-        def call(*args, **kwargs):
-            try:
-                return attribute(*args, **kwargs)
-            except StoreFault:
-                raise
-            except Exception as err:
-                action = _ACTIONS.get(name, name.replace("_", " "))
-                raise StoreFault(f"{self._what} refused to {action}: {first_line(err)}") from err
-
-        return call
+        return refused_as_fault(self._what, _ACTIONS.get(name, name.replace("_", " ")))(attribute)
 
 
 def guarded(target: Any, what: str) -> Any:

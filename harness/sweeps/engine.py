@@ -25,9 +25,9 @@ from harness.distributed.placement import worker_gpu_env
 from harness.errors import StoreFault
 from harness.launchers import Launcher, LocalLauncher, Progress, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
-from harness.store import Claims, Outcome, RunRecord, Store, new_token
-from harness.store.claims import DONE, FAILED, RUNNING
 from harness.fingerprint import fingerprint, machine_text
+from harness.store import Claims, Outcome, RunRecord, Store
+from harness.store.claims import DONE, FAILED, RUNNING
 from harness.store.process import this_process
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.shared_db import check_url
