@@ -87,6 +87,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
     import torch
     from tqdm import tqdm
 
+    from harness.machine_load import LoadWatch
     from harness.timing import peak_rss_mb, reset_peak_rss
 
     cfg = cell.config
@@ -103,7 +104,9 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
         store.log_params(run_id, params_to_log(cfg, experiment))
         store.log_dict(run_id, cfg.model_dump(), "config.json")
         reset_peak_rss()
+        load = LoadWatch()
         metrics = dict(experiment.run(cfg, on_epoch))
+        metrics.update(load.finish())   # other work on the machine while this cell ran (contended = 1)
         # A text value (a warning the experiment captured, a dtype) is a tag, not a metric.
         notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
         # A multi-process experiment reports its ranks' own figures; this process's are not them.
