@@ -36,3 +36,16 @@ def test_our_own_children_are_ours_once_reaped():
     # The machine has this many cores: other work can never have held more, which it would
     # appear to if our reaped child's CPU time were not subtracted on a saturated machine.
     assert 0 <= metrics["other_busy_cores"] <= os.cpu_count() + 0.1, metrics
+
+
+def test_a_contended_cell_says_so_in_its_report_row():
+    from harness.report.tables import _contention
+    from harness.store.tracking import RunRecord
+
+    def run(metrics):
+        return RunRecord("r", "cell", "FINISHED", {}, metrics, {}, 0)
+
+    quiet = run({"contended": 0.0, "other_busy_cores": 0.1, "load_avg_before": 1.0, "load_avg_after": 1.1})
+    busy = run({"contended": 1.0, "other_busy_cores": 1.4, "load_avg_before": 3.2, "load_avg_after": 3.9})
+    assert _contention(quiet) == [] and _contention(run({})) == []
+    assert _contention(busy) == ["timed while other work held 1.4 cores (load 3.2 -> 3.9)"]

@@ -106,7 +106,8 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
         row = {a: _number(run.params.get(a)) for a in axes}
         row.update({m: run.metrics.get(m) for m in metrics})
         row[CELL_ID] = run.tags.get(CELL_ID)
-        row["note"] = "; ".join(n["text"] for n in notes if _matches(run, n.get("when", {})))
+        row["note"] = "; ".join([n["text"] for n in notes if _matches(run, n.get("when", {}))]
+                                + _contention(run))
         rows.append(row)
     cells = pd.DataFrame(rows)
     for m in metrics:  # a metric no cell logged is all None (object dtype): make it NaN for the medians
@@ -118,8 +119,8 @@ def _table(spec: SweepSpec, runs) -> pd.DataFrame:
     if time in metrics and (time == "train_time_s" or spec.repeats > 1):
         q = grouped[time].quantile([0.25, 0.75]).unstack()
         table[_iqr_name(time)] = q[0.75] - q[0.25]
-    if notes:
-        table["note"] = grouped["note"].first()
+    if (cells["note"] != "").any():
+        table["note"] = grouped["note"].agg(lambda texts: "; ".join(dict.fromkeys(t for t in texts if t)))
     table = table.reset_index()
 
     baseline = spec.report.get("baseline")
@@ -170,6 +171,16 @@ def cell_figures(report: Report) -> dict[str, dict[str, float]]:
 
 def _iqr_name(time: str) -> str:
     return "train_time_iqr_s" if time == "train_time_s" else f"{time.removesuffix('_s')}_iqr_s"
+
+
+def _contention(run: RunRecord) -> list[str]:
+    """A cell timed while other work held the machine's cores (harness/machine_load.py) says so:
+    its times are not to be trusted beside the others."""
+    if run.metrics.get("contended") != 1:
+        return []
+    return [f"timed while other work held {run.metrics.get('other_busy_cores', float('nan')):.1f} cores "
+            f"(load {run.metrics.get('load_avg_before', float('nan')):.1f} -> "
+            f"{run.metrics.get('load_avg_after', float('nan')):.1f})"]
 
 
 def _matches(run: RunRecord, when: dict) -> bool:
