@@ -27,6 +27,7 @@ from harness.time_to_accuracy import AccuracyWatch
 from harness.timing import timed
 from harness.train import (CLOCK, OPTIMIZER_READS, PREPARE_READS, EpochCallback, evaluate, make_optimizer, prepare,
                            train_epochs, training_metrics)
+from harness.warmup import restored
 
 __all__ = ["EXPERIMENT", "run"]
 
@@ -44,7 +45,8 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         order = torch.Generator().manual_seed(cfg.seed)
         fit = dict(batch_size=cfg.batch_size, device=device, generator=order, precision=precision)
         optimizer = make_optimizer(cfg, model)
-        warmup = train_epochs(model, optimizer, data.train, epochs=cfg.warmup_epochs, **fit)
+        with restored(model, optimizer, order, precision):  # untimed, and undone: trains nothing (harness.warmup)
+            warmup = train_epochs(model, optimizer, data.train, epochs=cfg.warmup_epochs, **fit)
         # Evaluated in fp32: the question is what the mixed-precision training did to the weights.
         watch = AccuracyWatch.from_config(
             cfg, lambda: evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device))

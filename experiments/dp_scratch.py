@@ -42,6 +42,7 @@ from harness.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
 from harness.timing import peak_rss_mb, spread, timed
 from harness.train import PREPARE_READS, EpochCallback, prepare
+from harness.warmup import restored
 
 TARGET = "experiments.dp_scratch:ddp_target"
 SCRATCH_TARGET = "experiments.dp_scratch:scratch_target"
@@ -70,20 +71,24 @@ def global_batches(split: Split, batch_size: int, seed: int, epoch: int):
 
 def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
                  on_epoch: EpochCallback | None = None, max_steps: int | None = None,
-                 beat: Callable[[], None] | None = None) -> tuple[list[list[torch.Tensor]], list[float]]:
+                 beat: Callable[[], None] | None = None, warmup_epochs: int = 0,
+                 ) -> tuple[list[list[torch.Tensor]], list[float]]:
     """d2l's `train(num_gpus, batch_size, lr)`: one parameter copy per device; returns the copies
     and each timed epoch's seconds. With one device it is plain full-batch training. `max_steps`
     stops after that many steps (the per-step equality check); `beat` is called after each step
-    (a launched rank's heartbeat)."""
+    (a launched rank's heartbeat). `warmup_epochs` untimed epochs come first and are undone
+    (harness.warmup), so the copies train exactly `cfg.epochs` epochs from the same start."""
     start = get_params(cfg.seed, data.num_classes)
     copies = [[p.to(d, copy=True).requires_grad_() for p in start] for d in devices]  # own memory, even on one CPU
-    times = []
     steps = 0
-    for epoch in range(cfg.warmup_epochs + cfg.epochs):
+
+    def epoch(index: int) -> float | None:
+        """One epoch (batch order `index`) on every copy; its seconds, or None once max_steps is reached."""
+        nonlocal steps
         with timed(*devices) as clock:  # every copy's device: the last update may be on the last one
-            for x, y in global_batches(data.train, cfg.batch_size, cfg.seed, epoch):
+            for x, y in global_batches(data.train, cfg.batch_size, cfg.seed, index):
                 if max_steps is not None and steps >= max_steps:
-                    return copies, times
+                    return None
                 steps += 1
                 shards = split_batch(x, y, len(devices))
                 losses = [F.cross_entropy(lenet(xs.to(d), ps), ys.to(d), reduction="sum")
@@ -99,10 +104,20 @@ def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
                             p.grad.zero_()
                 if beat is not None:
                     beat()
-        if epoch >= cfg.warmup_epochs:
-            times.append(clock.seconds)
-            if on_epoch is not None:
-                on_epoch(epoch - cfg.warmup_epochs, {"epoch_time_s": clock.seconds})
+        return clock.seconds
+
+    with restored(*(p for ps in copies for p in ps)):
+        for index in range(warmup_epochs):
+            epoch(index)
+    steps = 0
+    times = []
+    for index in range(cfg.epochs):
+        seconds = epoch(index)
+        if seconds is None:
+            break
+        times.append(seconds)
+        if on_epoch is not None:
+            on_epoch(index, {"epoch_time_s": seconds})
     return copies, times
 
 
@@ -182,7 +197,7 @@ def scratch(cfg: RunConfig, on_epoch: EpochCallback | None = None,
     prepare(cfg)
     devices = _devices(cfg)
     data = _data(cfg)
-    copies, times = train_copies(cfg, data, devices, on_epoch, beat=beat)
+    copies, times = train_copies(cfg, data, devices, on_epoch, beat=beat, warmup_epochs=cfg.warmup_epochs)
     first_step, _ = train_copies(cfg, data, devices, max_steps=1)
     metrics = compare(first_step[0], copies[0], cfg, data, devices[0])
     # every copy must hold the same parameters after each allreduce + step
@@ -217,21 +232,27 @@ def ddp_target(cfg: RunConfig, ctx: RankContext) -> dict:
     data = _data(cfg)
     net = DistributedDataParallel(TensorLeNet(get_params(cfg.seed, data.num_classes)).to(ctx.device))
     optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr)
-    times, first_step = [], None
-    for epoch in range(cfg.warmup_epochs + cfg.epochs):
+    first_step = []
+
+    def epoch(index: int) -> float:
         ctx.barrier()
         with timed(ctx.device) as clock:
-            for x, y in global_batches(data.train, cfg.batch_size, cfg.seed, epoch):
+            for x, y in global_batches(data.train, cfg.batch_size, cfg.seed, index):
                 xs, ys = split_batch(x, y, ctx.world_size)[ctx.rank]
                 optimizer.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(net(xs.to(ctx.device)), ys.to(ctx.device), reduction="sum")
                 (loss * ctx.world_size / len(y)).backward()  # DDP averages: this makes it the full-batch mean
                 optimizer.step()
                 ctx.beat()
-                if first_step is None:  # inside the clock once: a copy of ~130k floats, microseconds
-                    first_step = [p.detach().clone() for p in net.module.params]
-        if epoch >= cfg.warmup_epochs:
-            times.append(clock.seconds)
+                if not first_step:  # inside the clock once: a copy of ~130k floats, microseconds
+                    first_step.extend(p.detach().clone() for p in net.module.params)
+        return clock.seconds
+
+    with restored(net.module, optimizer):  # each rank its own; no collective is left open (harness.warmup)
+        for index in range(cfg.warmup_epochs):
+            epoch(index)
+    first_step.clear()  # the warm-up's first step was undone with the rest
+    times = [epoch(index) for index in range(cfg.epochs)]
     everyone = ctx.gather(times)
     slowest = [max(ts) for ts in zip(*everyone)]
     result = {}

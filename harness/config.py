@@ -38,7 +38,8 @@ class RunConfig(BaseModel):
 
     # --- training ----------------------------------------------------------------------------
     epochs: int = Field(10, description="Timed training epochs.")
-    warmup_epochs: int = Field(1, ge=0, description="Untimed epochs before the clock starts.")
+    warmup_epochs: int = Field(1, ge=0, description="Untimed epochs before the clock starts, then undone: the model, "
+                               "optimizer and random streams are restored, so they change nothing that is trained.")
     batch_size: int = Field(64, description="Training batch size (per process).")
     eval_batch_size: int = Field(1000, description="Batch size for the test-set evaluation.")
     optimizer: Literal["adam", "sgd"] = Field("adam", description="Optimizer for training.")
@@ -51,6 +52,9 @@ class RunConfig(BaseModel):
     pruning_backend: Literal["nni", "torch-pruning"] = Field(
         "nni", description="nni: L1NormPruner + ModelSpeedup (the book's tool); torch-pruning: DepGraph L1."
     )
+    pretrain_epochs: int = Field(
+        1, ge=0, description="T6.1: epochs trained before pruning (the book's procedure: train 1 epoch, prune, "
+        "train `epochs` timed); kept, untimed, and only where sparsity > 0 (the book's unpruned row has none).")
 
     # --- single-device speed methods (issue 3: T7 precision, D12.1 compiled vs eager, D12.2 async) ---
     dtype: Literal["fp32", "bf16", "fp16"] = Field(
@@ -86,8 +90,8 @@ class RunConfig(BaseModel):
     lr_scaling: Literal["none", "linear", "linear_warmup"] = Field(
         "none", description="none: lr as given (the book); linear: lr x world_size; linear_warmup: lr x "
         "world_size reached by a linear ramp over lr_warmup_epochs (Goyal et al. 2017).")
-    lr_warmup_epochs: float = Field(5.0, ge=0, description="Epochs of training (untimed warm-up epochs "
-                                    "first) over which linear_warmup ramps the lr from lr to lr x world_size.")
+    lr_warmup_epochs: float = Field(5.0, ge=0, description="Epochs of timed training over which linear_warmup "
+                                    "ramps the lr from lr to lr x world_size (untimed warm-up epochs are undone).")
     nnodes: int = Field(1, ge=1, description="Machines taking part; world_size ranks are spread evenly over them.")
     node_rank: int = Field(0, ge=0, description="This machine's index among the nnodes machines.")
     rdzv_endpoint: str = Field("", description="host:port where the nnodes machines meet (torchrun "

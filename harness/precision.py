@@ -67,6 +67,15 @@ class Precision:
         """Optimizer steps the scaler skipped because a gradient was inf/nan (reads the device once)."""
         return int(self._skipped) if self.scaler is not None else 0
 
+    def state_dict(self) -> dict:
+        """What training changes here (the scaler's scale, the skip count), for harness.warmup."""
+        return {"scaler": self.scaler.state_dict() if self.scaler is not None else None, "skipped": self._skipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.scaler is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self._skipped = state["skipped"]
+
     def forward_dtype(self, model: nn.Module, example: torch.Tensor) -> torch.dtype:
         """The dtype of the first Linear/Conv output when `example` goes through `model` under this
         autocast: what autocast really produced, not what was asked for."""

@@ -4,7 +4,8 @@ What is inside the clock, stated once: for each timed epoch, taking the mini-bat
 in-memory tensors, moving them to the device (on CUDA through pinned buffers, so the copy is queued
 and the host goes on; see data.DeviceBatches), forward, loss, backward and the optimizer step.
 Outside it: warm-up epochs, pruning, evaluation, logging and the per-epoch callback. The device is
-synchronized before each reading (see timing.timed).
+synchronized before each reading (see timing.timed). Warm-up epochs are undone afterwards (model,
+optimizer and random streams restored, harness.warmup): they warm the clock and train nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
     from harness.time_to_accuracy import AccuracyWatch
 
 CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
-         "asynchronous), forward, loss, backward, optimizer step; warm-up, pruning, evaluation (also the "
-         "per-epoch and time-to-accuracy checkpoints) and logging are outside the clock")
+         "asynchronous), forward, loss, backward, optimizer step; warm-up (undone after), pruning, evaluation "
+         "(also the per-epoch and time-to-accuracy checkpoints) and logging are outside the clock")
 
 EpochCallback = Callable[[int, dict], None]
 

@@ -34,11 +34,12 @@ from harness.models import MODELS, build_model
 from harness.time_to_accuracy import READS as TARGET_READS, AccuracyWatch
 from harness.timing import peak_rss_mb, spread, timed
 from harness.train import OPTIMIZER_READS, evaluate, make_optimizer
+from harness.warmup import restored
 
 CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "
          "host-to-device copy (on CUDA from pinned buffers, asynchronous), forward, loss, backward with "
-         "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs and "
-         "evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
+         "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs (undone "
+         "after) and evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
 
 
 # What train() reads from the config (lr_warmup_epochs with lr_scaling=linear_warmup only).
@@ -64,6 +65,12 @@ class LrSchedule:
             lr = self.target
         self.step += 1
         return lr
+
+    def state_dict(self) -> dict:  # for harness.warmup: the ramp starts at the first timed step
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state["step"]
 
 
 def rank_batch_size(cfg: RunConfig, world_size: int) -> int:
@@ -96,7 +103,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     schedule = LrSchedule(cfg, ctx.world_size, steps_per_epoch)
     to_device = DeviceBatches(ctx.device)
 
-    def epoch(index: int) -> tuple[float, float]:
+    def epoch(index: int, last: bool = False) -> tuple[float, float]:
         sampler.set_epoch(index)  # a new shuffle each epoch, the same on every rank
         loss_sum = torch.zeros((), device=ctx.device)
         ctx.barrier()
@@ -107,7 +114,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
                 idx = order[start:start + batch]
                 loss_sum += _step(net, optimizer, *to_device(data.train, idx), schedule.next())
                 ctx.beat()
-            if index == cfg.warmup_epochs + cfg.epochs - 1:
+            if last:
                 ctx.fault("end_of_training")
         return clock.seconds, loss_sum.item() / len(order)
 
@@ -120,10 +127,13 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     if watch is not None and watch.per_epoch > 1:
         raise UserError("data_parallel checks the test accuracy once per epoch; set evals_per_epoch=1 "
                         "(the recipe experiment checks more often)")
-    warmup = [epoch(i)[0] for i in range(cfg.warmup_epochs)]
+    # Each rank puts back its own model, optimizer, lr step and random streams, no collective needed
+    # (harness.warmup); the timed epochs then shuffle as epochs 0, 1, ... as they would without it.
+    with restored(model, optimizer, schedule):
+        warmup = [epoch(i)[0] for i in range(cfg.warmup_epochs)]
     timed_epochs = []
     for i in range(cfg.epochs):  # after each epoch, off the clock: the watch's check (all ranks stop together)
-        timed_epochs.append(epoch(cfg.warmup_epochs + i))
+        timed_epochs.append(epoch(i, last=i == cfg.epochs - 1))
         if watch is not None:
             watch.check(epochs=i + 1, seconds=timed_epochs[-1][0], samples=len(sampler))
             if watch.should_stop:
