@@ -221,13 +221,23 @@ class RunConfig(BaseModel):
         return {k: v for k, v in self.model_dump().items() if getattr(defaults, k) != v or k == "experiment"}
 
     def cell_id(self) -> str:
-        """Identifies what is measured: the fields that differ from the defaults.
+        """Identifies what is measured: the fields that differ from the defaults, and the version
+        of the procedure that measures them.
 
         Hashing only non-default values keeps the id of an old cell stable when a new field
-        (with a default) is added to this class later.
+        (with a default) is added to this class later. A change to what the same fields measure
+        bumps MEASUREMENT_PROCEDURE instead, so a resumed sweep re-measures those cells rather
+        than reusing records made the old way.
         """
         canonical = json.dumps(self.non_default_items(), sort_keys=True, default=str)
+        if MEASUREMENT_PROCEDURE > 1:
+            canonical = f"procedure {MEASUREMENT_PROCEDURE}: {canonical}"
         return hashlib.sha1(canonical.encode()).hexdigest()[:16]
+
+
+# 1: warm-up epochs were trained and kept. 2 (issue 10): warm-up epochs are undone
+# (harness/warmup.py), so a cell trains exactly its epochs; T6.1's unpruned row no longer pre-trains.
+MEASUREMENT_PROCEDURE = 2
 
 
 def _one_of(value: str, known: dict) -> str:

@@ -52,3 +52,12 @@ def test_parse_assignment():
     for bad in ("lr", "=3", "nope=1", "sparsity=[0.1,"):
         with pytest.raises(UserError):
             parse_assignment(bad)
+
+
+def test_a_new_measurement_procedure_gives_every_cell_a_new_id(monkeypatch):
+    # Records made by the old procedure (warm-up epochs kept) must not count as finished cells.
+    from harness import config
+    cfg = make_config({"epochs": 3})
+    now = cfg.cell_id()
+    monkeypatch.setattr(config, "MEASUREMENT_PROCEDURE", 1)
+    assert cfg.cell_id() != now

@@ -166,7 +166,10 @@ def test_amp_sweep_logs_dtype_scaler_and_the_emulated_note(store, tmp_path, monk
     assert list(t.index) == ["fp32", "bf16", "fp16"]  # the grid's order, not the alphabet's
     assert t.loc["fp32", "speedup"] == pytest.approx(1.0)
     assert t.loc["fp16", "book_speedup"] == pytest.approx(811 / 486)
-    assert t.loc["bf16", "note"] == "emulated" and t.loc["fp16", "note"] == ""
+    # Only the sweep's own notes: a "timed while other work held ..." note depends on this machine's load.
+    own = {dtype: [n for n in t.loc[dtype, "note"].split("; ") if n and not n.startswith("timed while")]
+           for dtype in ("bf16", "fp16")}
+    assert own == {"bf16": ["emulated"], "fp16": []}
 
 
 def test_amp_fails_the_cell_when_autocast_did_not_produce_the_dtype(monkeypatch):
