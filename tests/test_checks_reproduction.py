@@ -185,6 +185,7 @@ def test_a_check_for_the_document_scale_is_not_judged_on_a_smaller_one():
     ({"kind": "flat", "metric": "m", "tolerance": 0.1, "needs": {"ram": 64}}, "unknown need 'ram'"),
     ({"kind": "bound", "metric": "m", "min": 1, "on": "ours"}, "needs a reason"),
     ({"kind": "bound", "metric": "m"}, "at least one of min, max"),
+    ({"kind": "flat", "metric": "m", "tolerance": "10%"}, "'tolerance' must be a number"),
     ({"kind": "vibes"}, "unknown check kind 'vibes'"),
 ])
 def test_a_mistyped_check_stops_the_sweep_file_with_one_sentence(sweep_file, check, words):

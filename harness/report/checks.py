@@ -114,7 +114,7 @@ def problem(check: dict) -> str | None:
     if kind not in _FIELDS:
         return f"unknown check kind {kind!r}; known: {', '.join(_FIELDS)}"
     required, optional = _FIELDS[kind]
-    missing = [k for k in required if k not in check]
+    missing = [k for k in sorted(required) if k not in check]
     if missing:
         return f"a '{kind}' check needs {', '.join(repr(k) for k in missing)}"
     unknown = [k for k in check if k not in required | optional | _COMMON]
@@ -124,6 +124,9 @@ def problem(check: dict) -> str | None:
     one_of = {"bound": ("min", "max"), "compare": ("min_ratio", "max_ratio", "within")}.get(kind, ())
     if one_of and not any(k in check for k in one_of):
         return f"a '{kind}' check needs at least one of {', '.join(one_of)}"
+    for key in ("expected", "min_correlation", "tolerance", "min", "max", "min_ratio", "max_ratio", "within"):
+        if key in check and (isinstance(check[key], bool) or not isinstance(check[key], (int, float))):
+            return f"'{key}' must be a number, not {check[key]!r}"
     for key in ("where", "against", "row", "needs"):
         if key in check and not isinstance(check[key], dict):
             return f"'{key}' must be a table, like {key} = {{ name = value }}"
