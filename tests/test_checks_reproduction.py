@@ -200,3 +200,18 @@ def test_a_mistyped_check_stops_the_sweep_file_with_one_sentence(sweep_file, che
         sweepspec.load(str(path))
     message = str(err.value)
     assert words in message and "checks.0" in message and "\n" not in message
+
+
+def test_compare_pairs_on_an_axis_both_sides_restrict_alike():
+    """cpu-ddp: a 1-process cell never uses its backend, so the ccl-vs-gloo claims name world_size on
+    both sides; the rows are still paired world size by world size."""
+    table = pd.concat([LAYOUTS, pd.DataFrame({"world_size": [1], "backend": ["ccl"], "train_time_s": [90.0],
+                                              "test_accuracy": [0.45]})], ignore_index=True)
+    check = {"kind": "compare", "metric": "train_time_s", "max_ratio": 0.95,
+             "where": {"backend": "ccl"}, "against": {"backend": "gloo"}}
+    everywhere = checks.evaluate([check], table, axes=["world_size", "backend"])[0]
+    ddp_only = checks.evaluate([{**check, "where": {"backend": "ccl", "world_size": [2, 4]},
+                                 "against": {"backend": "gloo", "world_size": [2, 4]}}],
+                               table, axes=["world_size", "backend"])[0]
+    assert everywhere.verdict == "FAIL" and "world_size=1: 90 vs 73" in everywhere.detail
+    assert ddp_only.verdict == "PASS" and ddp_only.detail.count("world_size=") == 2
