@@ -25,7 +25,7 @@ def test_the_machine_is_read_from_what_the_cells_logged():
     finished = [_run({"device": "cpu", "dtype": "bf16"}, {"dtype_native": 0.0}),
                 _run({"device": "cpu", "dtype": "fp32"}, {"dtype_native": 1.0})]
     skipped = [_run({"backend": "ccl", "world_size": "2"}, outcome="skipped",
-                    reason="backend 'ccl' needs Intel's oneCCL bindings (oneccl_bindings_for_pytorch)"),
+                    reason="backend 'ccl' needs Intel's oneCCL bindings (oneccl_bindings_for_pytorch); not on PyPI"),
                _run({"backend": "gloo", "world_size": "8"}, outcome="skipped",
                     reason="8 rank(s) x 2 thread(s) need 16 cores with one thread per core; this process may use 2")]
     facts = measured_on(finished, skipped)
@@ -38,7 +38,7 @@ def test_the_machine_is_read_from_what_the_cells_logged():
         "measured as CPU processes, on no GPU; the book's machine had 8 GPU(s)",
         "bf16 is emulated on the measuring device (its cells logged dtype_native 0); the book's machine "
         "computes it natively",
-        "backend ccl is missing here (backend 'ccl' needs Intel's oneCCL bindings (oneccl_bindings_for_pytorch))",
+        "no ccl backend here: backend 'ccl' needs Intel's oneCCL bindings (oneccl_bindings_for_pytorch)",
     ]
     assert facts.lacks({"cores": 2, "native": "fp32", "backend": "gloo"}) == []
 
@@ -80,7 +80,7 @@ def test_a_check_with_nothing_to_judge_stays_na_and_names_what_is_missing():
     facts = MeasuredOn(missing_backends={"ccl": "oneccl_bindings_for_pytorch is not installed"})
     table = pd.DataFrame({"backend": ["gloo"], "train_time_s": [5.0]})
     verdict = checks.evaluate([ccl], table, axes=["backend"], measured=facts)[0]
-    assert verdict.verdict == "N/A" and "backend ccl is missing here" in verdict.detail
+    assert verdict.verdict == "N/A" and "no ccl backend here: oneccl_bindings_for_pytorch is not installed" in verdict.detail
 
 
 def test_the_report_and_its_summary_count_differs_apart(store, tmp_path, monkeypatch, sweep_file):

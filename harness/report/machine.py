@@ -48,7 +48,7 @@ class MeasuredOn:
                                f"{machine} computes it natively")
         for backend in _as_list(needs.get("backend")):
             if backend in self.missing_backends:
-                reasons.append(f"backend {backend} is missing here ({self.missing_backends[backend]})")
+                reasons.append(f"no {backend} backend here: {self.missing_backends[backend]}")
         return reasons
 
 
@@ -73,7 +73,7 @@ def measured_on(finished: list[RunRecord], others: list[RunRecord] = ()) -> Meas
     for run in others:
         backend = run.params.get("backend")
         if run.outcome == Outcome.SKIPPED and backend and f"backend '{backend}'" in (run.reason or ""):
-            facts.missing_backends.setdefault(backend, run.reason)
+            facts.missing_backends.setdefault(backend, run.reason.split(";")[0])   # its first clause says why
     return facts
 
 
