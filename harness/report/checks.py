@@ -51,7 +51,9 @@ every row. `text` says the claim in words and where it comes from.
 Every kind also takes:
     needs = { cores = 16 }          # what the document's machine had that the claim depends on
                                     # (harness/report/machine.py): a FAIL on cells measured without
-                                    # it is "DIFFERS: machine", with the reason; a PASS stays a PASS
+                                    # it is "DIFFERS: machine", with the reason; a PASS stays a PASS.
+                                    # The reason names the document's machine as the sweep file's
+                                    # [published] machine = "the book's 16-core machine" says.
     scales = ["full"]               # judged only at these scales (an absolute accuracy needs the
                                     # document's data and epochs); N/A elsewhere, saying so
     on = "ours"                     # the published rows cannot judge it (no such figure printed) ...
