@@ -81,7 +81,7 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
+             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
              "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
              "flag_benchmark", "flag_allow_tf32", "flag_allow_fp16_reduced_precision_reduction",
              "flag_allow_bf16_reduced_precision_reduction", *flops.METRICS, *time_to_accuracy.METRICS),

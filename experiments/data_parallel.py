@@ -59,8 +59,8 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "ranks", "batch_per_rank",
-             "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
+             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "ranks",
+             "batch_per_rank", "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
              "rank{i}_train_time_s", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
     reads=PREPARE_READS | LAUNCH_READS | TRAIN_READS,
     models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7", "lenet_d2l"),  # image models

@@ -78,7 +78,7 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
+             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
              "param_count", "param_count_before", "prune_time_s", "pretrain_epochs_trained", "pretrain_time_s",
              *flops.METRICS, *time_to_accuracy.METRICS),
     reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | time_to_accuracy.READS | {

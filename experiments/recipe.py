@@ -160,7 +160,7 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "samples_trained",
+             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "samples_trained",
              "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
              "scaler_skipped_steps", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
     reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | LAUNCH_READS | time_to_accuracy.READS

@@ -151,6 +151,7 @@ def training_metrics(epoch_times: list[float], warmup_times: list[float], *, tra
         "samples_per_s": samples_trained / train_time,
         "epoch_time_median_s": epochs["median"],
         "epoch_time_iqr_s": epochs["iqr"],
+        "epoch_time_mean_s": train_time / len(epoch_times),   # d2l's seconds per epoch (Timer.avg())
         "warmup_time_s": sum(warmup_times),
         "eval_time_s": eval_seconds,
         "train_samples": train_samples,

@@ -1,5 +1,7 @@
 import pandas as pd
+import pytest
 
+from harness.errors import UserError
 from harness.report import checks
 from harness.sweeps import spec as sweepspec
 from harness.report.reproduction import write_reproduction
@@ -105,3 +107,111 @@ def test_report_of_a_compound_axis_names_unrun_published_rows(store, tmp_path):
     built = report.build(store, spec)
     assert list(built.table["sparsity"]) == [0.0, 0.5, 0.8]
     assert "sparsity=0.8 batch_size=64: 0 of 1 repeats finished" in built.markdown
+
+
+LAYOUTS = pd.DataFrame({
+    "world_size": [1, 2, 4, 2, 4],
+    "backend": ["gloo", "gloo", "gloo", "ccl", "ccl"],
+    "train_time_s": [73.0, 58.0, 45.0, 53.0, 42.0],
+    "test_accuracy": [0.4534, 0.4401, 0.4011, 0.4312, 0.4103],
+})
+
+
+def _on_layouts(check):
+    return checks.evaluate([check], LAYOUTS, axes=["world_size", "backend"])[0]
+
+
+def test_compare_pairs_rows_on_the_axes_it_does_not_name():
+    faster = _on_layouts({"kind": "compare", "metric": "train_time_s", "where": {"backend": "ccl"},
+                          "against": {"backend": "gloo"}, "max_ratio": 0.95})
+    slower = _on_layouts({"kind": "compare", "metric": "train_time_s", "where": {"backend": "gloo"},
+                          "against": {"backend": "ccl"}, "max_ratio": 0.95})
+    same = _on_layouts({"kind": "compare", "metric": "test_accuracy", "where": {"backend": "ccl"},
+                        "against": {"backend": "gloo"}, "within": 0.02})
+    apart = _on_layouts({"kind": "compare", "metric": "test_accuracy", "where": {"backend": "ccl"},
+                         "against": {"backend": "gloo"}, "within": 0.005})
+    assert (faster.verdict, slower.verdict, same.verdict, apart.verdict) == ("PASS", "FAIL", "PASS", "FAIL")
+    assert "world_size=2: 53 vs 58 (ratio 0.91" in faster.detail and "world_size=4" in faster.detail
+    assert "world_size=1" not in faster.detail  # gloo's 1-instance row has no ccl partner
+
+
+def test_compare_of_two_single_rows_and_a_missing_one():
+    beats = _on_layouts({"kind": "compare", "metric": "train_time_s", "where": {"world_size": 1, "backend": "gloo"},
+                         "against": {"world_size": 2, "backend": "gloo"}, "min_ratio": 1.2})
+    missing = _on_layouts({"kind": "compare", "metric": "train_time_s", "where": {"world_size": 8},
+                           "against": {"world_size": 1}, "min_ratio": 1.0})
+    assert (beats.verdict, missing.verdict) == ("PASS", "N/A")
+    assert "73 vs 58 (ratio 1.26" in beats.detail and "world_size=8" in missing.detail
+
+
+def test_best_needs_the_stated_row_strictly_ahead():
+    lowest = _one({"kind": "best", "metric": "train_time_s", "goal": "lowest", "row": {"sparsity": 0.8}})
+    not_highest = _one({"kind": "best", "metric": "test_accuracy", "goal": "highest", "row": {"sparsity": 0.8}})
+    tied = checks.evaluate([{"kind": "best", "metric": "m", "goal": "lowest", "row": {"x": 1}}],
+                           pd.DataFrame({"x": [1, 2, 3], "m": [5.0, 5.0, 6.0]}))[0]
+    absent = _one({"kind": "best", "metric": "train_time_s", "goal": "lowest", "row": {"sparsity": 0.3}})
+    assert (lowest.verdict, not_highest.verdict, tied.verdict, absent.verdict) == ("PASS", "FAIL", "FAIL", "N/A")
+    assert "0.5 (sparsity=0.0)" in not_highest.detail
+
+
+def test_flat_is_the_spread_of_the_rows_within_a_tolerance():
+    near = _one({"kind": "flat", "metric": "test_accuracy", "tolerance": 0.12})
+    far = _one({"kind": "flat", "metric": "train_time_s", "tolerance": 0.12})
+    picked = _one({"kind": "flat", "metric": "train_time_s", "where": {"sparsity": [0.5, 0.8]}, "tolerance": 0.5})
+    alone = _one({"kind": "flat", "metric": "train_time_s", "where": {"sparsity": [0.5]}, "tolerance": 0.5})
+    assert (near.verdict, far.verdict, picked.verdict, alone.verdict) == ("PASS", "FAIL", "PASS", "N/A")
+    assert "spread 11% over 3 rows" in near.detail and "spread 40% over 2 rows" in picked.detail
+
+
+def test_a_trend_of_identical_values_is_no_trend():
+    flat = checks.evaluate([{"kind": "trend", "metric": "m", "x": "x", "direction": "increasing"}],
+                           pd.DataFrame({"x": [1, 2, 3], "m": [1.0, 1.0, 1.0]}))[0]
+    assert flat.verdict == "FAIL" and "the same in all 3 points" in flat.detail
+
+
+def test_a_check_for_the_document_scale_is_not_judged_on_a_smaller_one():
+    check = {"kind": "bound", "metric": "test_accuracy", "min": 0.9, "scales": ["full"]}
+    at_smoke, at_full = (checks.evaluate([check], TABLE, scale=s)[0] for s in ("smoke", "full"))
+    assert at_smoke.verdict == "N/A" and "scale full only" in at_smoke.detail and "smoke" in at_smoke.detail
+    assert at_full.verdict == "FAIL"
+
+
+@pytest.mark.parametrize("check, words", [
+    ({"kind": "compare", "metric": "m", "where": {"x": 1}, "max_ratio": 1}, "needs 'against'"),
+    ({"kind": "compare", "metric": "m", "where": {"x": 1}, "against": {"x": 2}}, "at least one of min_ratio"),
+    ({"kind": "ratio", "metric": "m", "tolerence": 0.1}, "needs 'tolerance'"),
+    ({"kind": "ratio", "metric": "m", "tolerance": 0.1, "tolerence": 0.1}, "unknown key 'tolerence'"),
+    ({"kind": "best", "metric": "m", "goal": "fastest", "row": {"x": 1}}, "goal must be 'lowest' or 'highest'"),
+    ({"kind": "flat", "metric": "m", "tolerance": 0.1, "needs": {"ram": 64}}, "unknown need 'ram'"),
+    ({"kind": "bound", "metric": "m", "min": 1, "on": "ours"}, "needs a reason"),
+    ({"kind": "bound", "metric": "m"}, "at least one of min, max"),
+    ({"kind": "flat", "metric": "m", "tolerance": "10%"}, "'tolerance' must be a number"),
+    ({"kind": "vibes"}, "unknown check kind 'vibes'"),
+])
+def test_a_mistyped_check_stops_the_sweep_file_with_one_sentence(sweep_file, check, words):
+    def toml(value):
+        if isinstance(value, dict):
+            return "{ " + ", ".join(f"{k} = {toml(v)}" for k, v in value.items()) + " }"
+        return f'"{value}"' if isinstance(value, str) else str(value)
+
+    path = sweep_file("bad_check", {"sparsity": [0.0]},
+                      published="[[checks]]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in check.items()))
+    with pytest.raises(UserError) as err:
+        sweepspec.load(str(path))
+    message = str(err.value)
+    assert words in message and "checks.0" in message and "\n" not in message
+
+
+def test_compare_pairs_on_an_axis_both_sides_restrict_alike():
+    """cpu-ddp: a 1-process cell never uses its backend, so the ccl-vs-gloo claims name world_size on
+    both sides; the rows are still paired world size by world size."""
+    table = pd.concat([LAYOUTS, pd.DataFrame({"world_size": [1], "backend": ["ccl"], "train_time_s": [90.0],
+                                              "test_accuracy": [0.45]})], ignore_index=True)
+    check = {"kind": "compare", "metric": "train_time_s", "max_ratio": 0.95,
+             "where": {"backend": "ccl"}, "against": {"backend": "gloo"}}
+    everywhere = checks.evaluate([check], table, axes=["world_size", "backend"])[0]
+    ddp_only = checks.evaluate([{**check, "where": {"backend": "ccl", "world_size": [2, 4]},
+                                 "against": {"backend": "gloo", "world_size": [2, 4]}}],
+                               table, axes=["world_size", "backend"])[0]
+    assert everywhere.verdict == "FAIL" and "world_size=1: 90 vs 73" in everywhere.detail
+    assert ddp_only.verdict == "PASS" and ddp_only.detail.count("world_size=") == 2

@@ -190,6 +190,7 @@ def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: floa
         "samples_per_s": train_samples * len(slowest_per_epoch) / train_time,
         "epoch_time_median_s": epochs["median"],
         "epoch_time_iqr_s": epochs["iqr"],
+        "epoch_time_mean_s": sum(slowest_per_epoch) / len(slowest_per_epoch),   # d2l's Timer.avg()
         "warmup_time_s": max(r["warmup"] for r in everyone),
         "eval_time_s": eval_seconds,
         "train_samples": train_samples,

@@ -1,6 +1,8 @@
 """Verdicts on a reproduced table, from checks written in its sweep file next to the published figures.
 
-Three kinds, each judged on our table (never on absolute seconds across different hardware):
+Each check is judged on our table (never on absolute seconds across different hardware). `where`
+picks rows: a value, or a list of values (`where = { threads = [8, 12, 16] }`); no `where` means
+every row. `text` says the claim in words and where it comes from.
 
     [[checks]]                      # an exact fact
     kind = "exact"
@@ -15,19 +17,49 @@ Three kinds, each judged on our table (never on absolute seconds across differen
     direction = "decreasing"        # or "increasing"
     min_correlation = 0.8           # |rho| needed, in the stated direction
 
-    [[checks]]                      # our ratio against the published ratio, per matching row
+    [[checks]]                      # our figure against the published one, per matching row
     kind = "ratio"
-    metric = "speedup"              # compared with book_speedup
+    metric = "speedup"              # compared with book_speedup (or `published = "book_..."`)
     tolerance = 0.25                # |ours / published - 1| allowed
-    where = { sparsity = 0.5 }      # optional: only these rows
+    where = { sparsity = 0.5 }
 
-    [[checks]]                      # a bound on our own figure (numerics, shares)
+    [[checks]]                      # a bound on our own figure: a floor (min > 1 on a speed-up), a ceiling
     kind = "bound"
-    metric = "max_abs_diff_vs_eager"
-    max = 1e-5                      # and/or min = ...
+    metric = "speedup"
+    min = 1.1                       # and/or max = ...
     where = { execution = "script" }
 
-Verdicts: PASS, FAIL, or N/A when the table lacks the cells a check needs (it says which).
+    [[checks]]                      # the metric at one row against the same metric at another
+    kind = "compare"
+    metric = "train_time_s"
+    where = { backend = "ccl" }     # the rows the claim is about ...
+    against = { backend = "gloo" }  # ... against these, paired on the axes both leave alike
+    max_ratio = 0.97                # ours/against at most (and/or min_ratio = ...)
+    within = 0.02                   # and/or |ours - against| at most (accuracy "the same")
+
+    [[checks]]                      # the stated row has the lowest (or highest) value of all rows
+    kind = "best"
+    metric = "test_accuracy"
+    goal = "highest"                # or "lowest"; a tie is not a win
+    row = { lr = 0.4 }
+
+    [[checks]]                      # no effect: (largest - smallest) / smallest across the rows
+    kind = "flat"
+    metric = "epoch_time_mean_s"
+    tolerance = 0.15
+
+Every kind also takes:
+    needs = { cores = 16 }          # what the document's machine had that the claim depends on
+                                    # (harness/report/machine.py): a FAIL on cells measured without
+                                    # it is "DIFFERS: machine", with the reason; a PASS stays a PASS.
+                                    # The reason names the document's machine as the sweep file's
+                                    # [published] machine = "the book's 16-core machine" says.
+    scales = ["full"]               # judged only at these scales (an absolute accuracy needs the
+                                    # document's data and epochs); N/A elsewhere, saying so
+    on = "ours"                     # the published rows cannot judge it (no such figure printed) ...
+    reason = "d2l prints no outputs"  # ... and why (tests/test_checks_can_fail.py exempts exactly these)
+
+Verdicts: PASS, FAIL, DIFFERS: machine, or N/A when the table lacks the cells a check needs (it says which).
 """
 
 from __future__ import annotations
@@ -36,34 +68,101 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-PASS, FAIL, NA = "PASS", "FAIL", "N/A"
+from harness.report.machine import NEEDS, MeasuredOn
+
+PASS, FAIL, NA, DIFFERS = "PASS", "FAIL", "N/A", "DIFFERS: machine"
+VERDICTS = (PASS, FAIL, DIFFERS, NA)   # the order a summary counts them in
+DOCUMENT_MACHINE = "the document's machine"
 
 
 @dataclass
 class Verdict:
     check: str       # the check in words
-    verdict: str     # PASS | FAIL | N/A
-    detail: str      # what was measured
+    verdict: str     # PASS | FAIL | DIFFERS: machine | N/A
+    detail: str      # what was measured (and, for DIFFERS, why this machine cannot show the claim)
 
 
-def evaluate(checks: list[dict], table: pd.DataFrame) -> list[Verdict]:
-    return [_KINDS[c.get("kind", "")](c, table) if c.get("kind") in _KINDS else
-            Verdict(str(c), NA, f"unknown check kind {c.get('kind')!r}; known: {', '.join(_KINDS)}")
-            for c in checks]
+def evaluate(checks: list[dict], table: pd.DataFrame, *, axes: list[str] | None = None,
+             measured: MeasuredOn | None = None, machine: str = DOCUMENT_MACHINE,
+             scale: str | None = None) -> list[Verdict]:
+    """Each check's verdict on `table`. `axes` are the sweep's axes (a `compare` pairs its rows on the
+    ones it does not name); `measured` what the cells ran on, `machine` what the document's is called;
+    `scale` the table's scale (None: judge every check, as on the published rows)."""
+    return [_judge(c, table, axes or [], measured, machine, scale) for c in checks]
+
+
+def _judge(check: dict, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
+           machine: str, scale: str | None) -> Verdict:
+    kind = check.get("kind")
+    if kind not in _KINDS:
+        return Verdict(str(check), NA, f"unknown check kind {kind!r}; known: {', '.join(_KINDS)}")
+    scales = check.get("scales")
+    if scale is not None and scales and scale not in scales:
+        return Verdict(check.get("text") or f"{kind} check of {check.get('metric')}", NA,
+                       f"judged at scale {', '.join(scales)} only (the document's data and epochs); "
+                       f"this table is scale {scale}")
+    verdict = _KINDS[kind](check, table, axes)
+    lacking = measured.lacks(check.get("needs") or {}, machine) if measured is not None else []
+    if lacking and verdict.verdict == FAIL:
+        return Verdict(verdict.check, DIFFERS, f"{verdict.detail}; {'; '.join(lacking)}")
+    if lacking and verdict.verdict == NA:
+        verdict.detail += f" ({'; '.join(lacking)})"
+    return verdict
+
+
+def problem(check: dict) -> str | None:
+    """What is wrong with a check as written in a sweep file, in one sentence; None when nothing is."""
+    kind = check.get("kind")
+    if kind not in _FIELDS:
+        return f"unknown check kind {kind!r}; known: {', '.join(_FIELDS)}"
+    required, optional = _FIELDS[kind]
+    missing = [k for k in sorted(required) if k not in check]
+    if missing:
+        return f"a '{kind}' check needs {', '.join(repr(k) for k in missing)}"
+    unknown = [k for k in check if k not in required | optional | _COMMON]
+    if unknown:
+        return (f"unknown key {unknown[0]!r} in a '{kind}' check; it takes "
+                f"{', '.join(sorted(required | optional | _COMMON))}")
+    one_of = {"bound": ("min", "max"), "compare": ("min_ratio", "max_ratio", "within")}.get(kind, ())
+    if one_of and not any(k in check for k in one_of):
+        return f"a '{kind}' check needs at least one of {', '.join(one_of)}"
+    for key in ("expected", "min_correlation", "tolerance", "min", "max", "min_ratio", "max_ratio", "within"):
+        if key in check and (isinstance(check[key], bool) or not isinstance(check[key], (int, float))):
+            return f"'{key}' must be a number, not {check[key]!r}"
+    for key in ("where", "against", "row", "needs"):
+        if key in check and not isinstance(check[key], dict):
+            return f"'{key}' must be a table, like {key} = {{ name = value }}"
+    if check.get("direction", "decreasing") not in ("increasing", "decreasing"):
+        return f"direction must be 'increasing' or 'decreasing', not {check['direction']!r}"
+    if kind == "best" and check["goal"] not in ("lowest", "highest"):
+        return f"goal must be 'lowest' or 'highest', not {check['goal']!r}"
+    unknown_needs = [k for k in check.get("needs", {}) if k not in NEEDS]
+    if unknown_needs:
+        return f"unknown need {unknown_needs[0]!r}; a check may need {', '.join(NEEDS)}"
+    if not isinstance(check.get("scales", []), list):
+        return "'scales' must be a list of scale names, like scales = [\"full\"]"
+    if check.get("on", "published") not in ("published", "ours"):
+        return f"on must be 'ours' (the published rows cannot judge it) or 'published', not {check['on']!r}"
+    if check.get("on") == "ours" and not check.get("reason"):
+        return "a check with on = \"ours\" needs a reason: why the published rows cannot judge it"
+    return None
 
 
 def _rows(table: pd.DataFrame, where: dict | None) -> pd.DataFrame:
     rows = table
     for key, value in (where or {}).items():
-        rows = rows[rows[key] == value] if key in rows else rows.iloc[0:0]
+        if key not in rows:
+            return rows.iloc[0:0]
+        rows = rows[rows[key].isin(value)] if isinstance(value, list) else rows[rows[key] == value]
     return rows
 
 
 def _where_text(where: dict | None) -> str:
-    return ", ".join(f"{k}={v}" for k, v in (where or {}).items()) or "every row"
+    return ", ".join(f"{k} in {'/'.join(map(str, v))}" if isinstance(v, list) else f"{k}={v}"
+                     for k, v in (where or {}).items()) or "every row"
 
 
-def _exact(check: dict, table: pd.DataFrame) -> Verdict:
+def _exact(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, expected, where = check["metric"], check["expected"], check.get("where")
     name = check.get("text") or f"{metric} at {_where_text(where)} is exactly {expected:,}"
     values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
@@ -73,7 +172,7 @@ def _exact(check: dict, table: pd.DataFrame) -> Verdict:
     return Verdict(name, FAIL if bad else PASS, f"measured {', '.join(f'{v:,.0f}' for v in values)}")
 
 
-def _trend(check: dict, table: pd.DataFrame) -> Verdict:
+def _trend(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, x, direction = check["metric"], check["x"], check.get("direction", "decreasing")
     need = float(check.get("min_correlation", 0.8))
     rows = _rows(table, check.get("where"))
@@ -83,12 +182,14 @@ def _trend(check: dict, table: pd.DataFrame) -> Verdict:
     points = rows[[x, metric]].dropna()
     if len(points) < 3:
         return Verdict(name, NA, f"{len(points)} finished points; a trend needs 3")
+    if points[metric].nunique() == 1:   # no trend at all (a rank correlation is undefined)
+        return Verdict(name, FAIL, f"{metric} is the same in all {len(points)} points")
     rho = points[x].rank().corr(points[metric].rank())
     signed = -rho if direction == "decreasing" else rho
     return Verdict(name, PASS if signed >= need else FAIL, f"Spearman rho = {rho:+.2f} over {len(points)} points")
 
 
-def _ratio(check: dict, table: pd.DataFrame) -> Verdict:
+def _ratio(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, tolerance, where = check["metric"], float(check["tolerance"]), check.get("where")
     published = check.get("published", f"book_{metric}")
     name = check.get("text") or (f"{metric} within {tolerance:.0%} of the published one at {_where_text(where)}")
@@ -104,7 +205,7 @@ def _ratio(check: dict, table: pd.DataFrame) -> Verdict:
     return Verdict(name, PASS if worst <= tolerance else FAIL, detail)
 
 
-def _bound(check: dict, table: pd.DataFrame) -> Verdict:
+def _bound(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, where = check["metric"], check.get("where")
     low, high = check.get("min", float("-inf")), check.get("max", float("inf"))
     name = check.get("text") or f"{metric} within [{low:g}, {high:g}] at {_where_text(where)}"
@@ -115,4 +216,76 @@ def _bound(check: dict, table: pd.DataFrame) -> Verdict:
     return Verdict(name, PASS if inside.all() else FAIL, "measured " + ", ".join(f"{v:.3g}" for v in values))
 
 
-_KINDS = {"exact": _exact, "trend": _trend, "ratio": _ratio, "bound": _bound}
+def _compare(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    """Rows at `where` against rows at `against`, paired on the axes the two do not set apart (ccl
+    against gloo at each layout: both may name world_size = [2, 4, 8]); every pair must hold."""
+    metric, where, against = check["metric"], check["where"], check["against"]
+    low, high = check.get("min_ratio", float("-inf")), check.get("max_ratio", float("inf"))
+    within = check.get("within", float("inf"))
+    name = check.get("text") or f"{metric} at {_where_text(where)} against {_where_text(against)}"
+    if metric not in table:
+        return Verdict(name, NA, f"the table has no {metric} column")
+    on = [a for a in axes if a in table and where.get(a) == against.get(a)]
+    ours = _rows(table, where)[on + [metric]].dropna(subset=[metric])
+    theirs = _rows(table, against)[on + [metric]].dropna(subset=[metric])
+    pairs = ours.merge(theirs, on=on, suffixes=("", "_against")) if on else \
+        ours.merge(theirs, how="cross", suffixes=("", "_against"))
+    if pairs.empty:
+        side = _where_text(where) if ours.empty else _where_text(against)
+        return Verdict(name, NA, f"no finished cell at {side}" + ("" if ours.empty or theirs.empty else
+                                                                  f" pairs with one at the same {', '.join(on)}"))
+    a, b = pairs[metric], pairs[f"{metric}_against"]
+    ratio, diff = a / b, (a - b).abs()
+    holds = ratio.between(low, high) & (diff <= within)
+    shown = []
+    for i in pairs.index:
+        label = " ".join(f"{k}={pairs.at[i, k]}" for k in on)
+        figure = f"{a[i]:.3g} vs {b[i]:.3g} (ratio {ratio[i]:.2f}, difference {diff[i]:.3g})"
+        shown.append(f"{label}: {figure}" if label else figure)
+    return Verdict(name, PASS if holds.all() else FAIL, "; ".join(shown))
+
+
+def _best(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    metric, row, goal = check["metric"], check["row"], check["goal"]
+    name = check.get("text") or f"{_where_text(row)} has the {goal} {metric}"
+    rows = _rows(table, check.get("where"))
+    if metric not in rows:
+        return Verdict(name, NA, f"the table has no {metric} column")
+    rows = rows.dropna(subset=[metric])
+    stated = _rows(rows, row)
+    if stated.empty or len(rows) < 2:
+        return Verdict(name, NA, f"no finished cell at {_where_text(row)}" if stated.empty else
+                       "one finished row; a best needs two")
+    value, others = stated[metric].iloc[0], rows.drop(stated.index)
+    rival = others[metric].idxmin() if goal == "lowest" else others[metric].idxmax()
+    wins = value < others.at[rival, metric] if goal == "lowest" else value > others.at[rival, metric]
+    label = " ".join(f"{k}={others.at[rival, k]}" for k in row if k in others)
+    return Verdict(name, PASS if wins else FAIL,
+                   f"{_where_text(row)}: {value:.3g}; the {goal} of the others {others.at[rival, metric]:.3g} ({label})")
+
+
+def _flat(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    metric, tolerance, where = check["metric"], float(check["tolerance"]), check.get("where")
+    name = check.get("text") or f"{metric} flat within {tolerance:.0%} at {_where_text(where)}"
+    values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
+    if len(values) < 2:
+        return Verdict(name, NA, f"{len(values)} finished row(s) at {_where_text(where)}; flat needs 2")
+    smallest, largest = values.min(), values.max()
+    spread = (largest - smallest) / abs(smallest) if smallest else float("inf") if largest else 0.0
+    return Verdict(name, PASS if spread <= tolerance else FAIL,
+                   f"spread {spread:.0%} over {len(values)} rows ({smallest:.3g} to {largest:.3g})")
+
+
+_KINDS = {"exact": _exact, "trend": _trend, "ratio": _ratio, "bound": _bound,
+          "compare": _compare, "best": _best, "flat": _flat}
+# Each kind's required keys and its own optional ones; _COMMON are every kind's.
+_FIELDS = {
+    "exact": ({"metric", "expected"}, set()),
+    "trend": ({"metric", "x"}, {"direction", "min_correlation"}),
+    "ratio": ({"metric", "tolerance"}, {"published"}),
+    "bound": ({"metric"}, {"min", "max"}),
+    "compare": ({"metric", "where", "against"}, {"min_ratio", "max_ratio", "within"}),
+    "best": ({"metric", "goal", "row"}, set()),
+    "flat": ({"metric", "tolerance"}, set()),
+}
+_COMMON = {"kind", "text", "where", "needs", "scales", "on", "reason"}

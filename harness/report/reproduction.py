@@ -11,7 +11,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.fingerprint import fingerprint
-from harness.report import overview, tables as report
+from harness.report import checks, overview, tables as report
 from harness.store import Store
 from harness.sweeps import spec as sweepspec
 
@@ -36,14 +36,19 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
             sections.append("#" + built.markdown + f"\n![{spec.title}]({paths[2].name})\n")
     summary = (f"{len(ran)} of {len(ran) + len(not_run)} tables run"
                + (f" (not run: {', '.join(not_run)})" if not_run else "")
-               + "; checks: " + (", ".join(f"{n} {k}" for k, n in sorted(verdicts.items())) or "none"))
+               + "; checks: " + (", ".join(f"{verdicts[k]} {k}" for k in checks.VERDICTS if verdicts[k])
+                                 or "none"))
     this = fingerprint()
     head = ["# Reproduction report", "",
             f"Our figures beside the published ones, read back from the tracking store {store.uri}.",
             f"Written on {this['host']} ({this['cpu.model']}, {this['cpu.cores']} cores, GPUs: "
             f"{this['gpu.names']}, torch {this['torch.version']}); each table states the machine its "
-            "cells ran on. Checks judge exact facts, trends and ratios; absolute seconds from "
-            "different hardware are shown but never judged.", "", f"**Summary:** {summary}", ""]
+            "cells ran on. Checks judge exact facts, trends, ratios, comparisons between rows, the best row "
+            "and the absence of an effect; absolute seconds from different hardware are shown but never "
+            "judged. **DIFFERS: machine** marks a claim that fails here where the cells ran on a machine "
+            "without what the document's had and the claim depends on (cores, GPUs, native bf16, a "
+            "backend), with the reason; it is neither a pass nor a failure of the harness.", "",
+            f"**Summary:** {summary}", ""]
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "REPRODUCTION.md"
     path.write_text("\n".join(head) + "\n" + "\n\n".join(sections))

@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT, machine_text
-from harness.report import checks
+from harness.report import checks, machine
 from harness.store import Outcome, RunRecord, Store
 from harness.store.tracking import CELL_ID, SCALE
 from harness.sweeps.spec import SweepSpec
@@ -76,7 +76,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         if others:
             notes.insert(0, "cells measured on other machines or software are reported separately: "
                          + "; ".join(others))
-        report = Report(spec, scale, _table(spec, runs), notes, _machine(runs[0]), parents[0].run_id)
+        report = Report(spec, scale, build_table(spec, runs), notes, _machine(runs[0]), parents[0].run_id)
         report.fingerprint = key
         report.runs = runs
         finished = report.table["repeats"].fillna(0)
@@ -84,7 +84,10 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
             label = " ".join(f"{a}={row[a]}" for a in spec.axes())
             report.problems.append(f"{label}: {0 if pd.isna(row['repeats']) else int(row['repeats'])} "
                                    f"of {spec.repeats} repeats finished")
-        report.verdicts = checks.evaluate(spec.checks, report.table)
+        unfinished = [r for r in cells if r.outcome != Outcome.OK and r.tags.get(FINGERPRINT, "unknown") == key]
+        report.verdicts = checks.evaluate(spec.checks, report.table, axes=spec.axes(), scale=scale,
+                                          measured=machine.measured_on(runs, unfinished),
+                                          machine=spec.published.get("machine", checks.DOCUMENT_MACHINE))
         report.markdown = to_markdown(report, runs[0])
         reports.append(report)
     return reports
@@ -94,7 +97,9 @@ def _machine(run: RunRecord) -> str:
     return machine_text(run.tags)
 
 
-def _table(spec: SweepSpec, runs) -> pd.DataFrame:
+def build_table(spec: SweepSpec, runs) -> pd.DataFrame:
+    """One row per grid point of the finished `runs` (medians over repeats), the derived columns
+    (speedup, efficiency) and the published rows' figures beside them as book_* columns."""
     axes = spec.axes()
     metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
@@ -381,7 +386,9 @@ def _twin_plot(report: Report, x: str, path: Path, width_px: int | None = None) 
     fig, left = plt.subplots(figsize=(7, 4))
     right = left.twinx()
     left.plot(t[x], t["test_accuracy"], "o-", color="tab:blue", label="test accuracy")
-    time_column = "epoch_time_median_s" if "epoch_time_median_s" in t else "train_time_s"
+    # d2l's seconds per epoch are a mean over the epochs (its Timer.avg()); older runs logged only the median
+    time_column = next(c for c in ("epoch_time_mean_s", "epoch_time_median_s", "train_time_s")
+                       if c in t and t[c].notna().any())
     right.plot(t[x], t[time_column], "s--", color="tab:red", label=time_column)
     left.set_xlabel(x)
     left.set_ylabel("test accuracy", color="tab:blue")

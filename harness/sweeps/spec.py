@@ -5,9 +5,9 @@ ours. This module reads a file and expands it into cells; it runs nothing."""
 from __future__ import annotations
 
 import itertools
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 import experiments
 from harness import specfile
@@ -19,13 +19,25 @@ from harness.specfile import SCALES, SWEEPS_DIR, SpecFile
 __all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "load"]
 
 
+def _well_formed_check(check: dict[str, Any]) -> dict[str, Any]:
+    """A [[checks]] entry the report can judge, or one sentence on what is wrong with it. The report
+    layer owns the check kinds (harness/report/checks.py); reading them here stops a sweep with a
+    mistyped check before it runs rather than after."""
+    from harness.report.checks import problem
+
+    wrong = problem(check)
+    if wrong:
+        raise ValueError(wrong)
+    return check
+
+
 class SweepSpec(SpecFile):
     kind: ClassVar[str] = "sweep"
     grid: dict[str, list] = {}
     repeats: int = Field(1, ge=1)
     report: dict[str, Any] = {}
     published: dict[str, Any] = {}
-    checks: list[dict[str, Any]] = []
+    checks: list[Annotated[dict[str, Any], AfterValidator(_well_formed_check)]] = []
     # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
     scale_grids: dict[str, dict[str, list]] = {}
 
