@@ -24,6 +24,9 @@ class RunConfig(BaseModel):
     # --- what to run -------------------------------------------------------------------------
     experiment: str = Field("pruning", description="Experiment module to run (see `harness list`).")
     model: str = Field("cnn", description="Model from the model registry (see `harness list`).")
+    pretrained: bool = Field(
+        False, description="Start from the model's published ImageNet weights (T10.2: EfficientNet_B7_Weights."
+        "DEFAULT); a cell whose weights cannot be fetched is skipped, never trained from random ones.")
 
     # --- data --------------------------------------------------------------------------------
     dataset: str = Field(
@@ -73,6 +76,9 @@ class RunConfig(BaseModel):
     warmup_calls: int = Field(20, ge=0, description="D12.1: untimed forward passes after the first call.")
     matrix_size: int = Field(1000, description="D12.2: side of the random square matrix multiplied by itself.")
     matmul_iterations: int = Field(10, description="D12.2: random-then-matmul iterations inside one measurement.")
+    async_pause_s: float = Field(
+        0.0, ge=0, description="D12.2: seconds to sleep between the numpy and the torch measurement (the notes' "
+        "exercise: time.sleep(5) made torch faster, numpy still busy when torch's clock started).")
     timing_repeats: int = Field(
         5, description="D12.1/D12.2: repeats of a short measurement inside a cell; median and IQR are logged.")
 
@@ -206,6 +212,12 @@ class RunConfig(BaseModel):
             raise ValueError(f"target_from_epoch {self.target_from_epoch} is past the last of {self.epochs} epochs")
         if self.stop_at_target and not (self.target_accuracy or self.target_from_epoch):
             raise ValueError("stop_at_target needs a target: set target_accuracy (or target_from_epoch)")
+        if self.pretrained:
+            from harness.models import MODELS, models_with_weights
+
+            if self.model in MODELS and MODELS[self.model].weights is None:
+                raise ValueError(f"model {self.model} has no published weights to start from; set pretrained=false "
+                                 f"or choose one of {', '.join(models_with_weights())}")
         if self.batch_is_global and self.batch_size % self.world_size:
             raise ValueError(f"a global batch_size {self.batch_size} must divide evenly among "
                              f"world_size {self.world_size} ranks")
