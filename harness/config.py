@@ -58,6 +58,9 @@ class RunConfig(BaseModel):
     # --- single-device speed methods (issue 3: T7 precision, D12.1 compiled vs eager, D12.2 async) ---
     dtype: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="T7: dtype torch.autocast gives the forward and loss (fp32 = no autocast).")
+    number_format: Literal["fp64", "fp32", "tf32", "fp16", "bf16"] = Field(
+        "fp32", description="Table 7.1: the numeric format whose sign/exponent/mantissa bits are read "
+        "(torch.finfo; tf32, which has no torch dtype, measured on an Ampere or newer GPU).")
     grad_scaler: bool = Field(
         True, description="T7: scale the fp16 loss with torch.amp.GradScaler (false = the book's notebook, "
         "which ran fp16 without one); ignored for fp32 and bf16.")
