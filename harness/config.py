@@ -106,11 +106,23 @@ class RunConfig(BaseModel):
     dp_impl: Literal["ddp", "scratch"] = Field(
         "ddp", description="D12.5: ddp (DistributedDataParallel over world_size processes) or scratch "
         "(one process, world_size parameter copies, hand-written allreduce).")
-    autopar_case: Literal["two_devices", "compute_copy"] = Field(
-        "two_devices", description="D12.3: two_devices (two GPUs queued without synchronizing) or "
-        "compute_copy (compute overlapped with non_blocking copies to the host).")
+    autopar_case: Literal["two_devices", "compute_copy", "small_ops", "cpu_gpu", "dependencies"] = Field(
+        "two_devices", description="D12.3: two_devices (two GPUs queued without synchronizing), compute_copy "
+        "(compute overlapped with copies to the host); its exercises: small_ops (2: small products on "
+        "several streams of one GPU), cpu_gpu (3: CPU compute beside GPU compute and copies), dependencies "
+        "(5: two branches joined every stage, on two streams, checked against one stream).")
     autopar_size: int = Field(4000, ge=1, description="D12.3: side of the square matrices multiplied.")
     autopar_steps: int = Field(50, ge=1, description="D12.3: matrix products per run.")
+    autopar_host_memory: Literal["pageable", "pinned", "pageable_then_pinned"] = Field(
+        "pageable", description="D12.3: host memory the results are copied into, the same for the copy baseline "
+        "and the overlapped run (pageable, or page-locked pinned); pageable_then_pinned is d2l's mix: baseline "
+        "y.to('cpu'), overlapped y.to('cpu', non_blocking=True), which torch puts in pinned memory.")
+    autopar_copy_stream: Literal["compute", "separate"] = Field(
+        "separate", description="D12.3 compute_copy: compute = d2l, all products then all copies on the one "
+        "stream; separate = each result copied on a second stream as soon as it is ready.")
+    autopar_streams: int = Field(4, ge=1, description="D12.3 exercise 2: streams the small products are spread over.")
+    autopar_cpu_size: int = Field(1000, ge=1, description="D12.3 exercise 3: side of the matrices the CPU "
+                                  "multiplies (autopar_steps of them) beside the GPU's work.")
 
     # --- execution ---------------------------------------------------------------------------
     device: str = Field("cpu", description="cpu, cuda or cuda:N.")
