@@ -204,7 +204,10 @@ def fetch_weights(name: str, timeout_s: float = 60.0) -> Path:
     before = socket.getdefaulttimeout()
     socket.setdefaulttimeout(timeout_s)  # urllib waits for ever on a network that drops packets
     try:
-        torch.hub.download_url_to_file(url, str(path), progress=False)
+        # The file name carries the start of its sha256 (torch.hub's convention): a damaged download is
+        # refused here rather than failing every rank that loads it.
+        match = torch.hub.HASH_REGEX.search(path.name)
+        torch.hub.download_url_to_file(url, str(path), hash_prefix=match.group(1) if match else None, progress=False)
     except (OSError, RuntimeError) as err:  # URLError is an OSError; a bad hash is a RuntimeError
         raise CellSkipped(f"{MODELS[name].weights} for {name} is not in the torch hub cache ({path}) and "
                           f"cannot be fetched from {url} ({first_line(err)}); put the file there to run this "
