@@ -38,13 +38,14 @@ PROBE_SIDE = 512  # big enough that cuBLAS takes a tensor-core kernel, not a sma
 
 def finfo_bits(dtype: torch.dtype) -> dict[str, float]:
     info = torch.finfo(dtype)
-    mantissa = -math.log2(info.eps)
-    emax, emin = math.floor(math.log2(info.max)), math.log2(info.tiny)
+    # frexp(v) = (f, p) with v = f * 2^p, 0.5 <= f < 1: exact, where log2 rounds fp64's max up to 1024.
+    (eps_f, eps_p), (_, max_p), (tiny_f, tiny_p) = math.frexp(info.eps), math.frexp(info.max), math.frexp(info.tiny)
+    mantissa, emax, emin = 1 - eps_p, max_p - 1, tiny_p - 1
     exponent = math.log2(emax - emin + 3)
-    if not (mantissa.is_integer() and emin.is_integer() and exponent.is_integer()):
+    if not (eps_f == 0.5 and tiny_f == 0.5 and exponent.is_integer()):
         raise RuntimeError(f"torch.finfo({dtype}) does not describe a binary IEEE-style format: eps {info.eps}, "
                            f"tiny {info.tiny}, max {info.max}")
-    return {"sign_bits": info.bits - exponent - mantissa, "exponent_bits": exponent, "mantissa_bits": mantissa,
+    return {"sign_bits": info.bits - exponent - mantissa, "exponent_bits": exponent, "mantissa_bits": float(mantissa),
             "format_bits": float(info.bits), "storage_bytes": float(torch.empty(0, dtype=dtype).element_size())}
 
 
