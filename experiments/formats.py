@@ -51,9 +51,10 @@ def finfo_bits(dtype: torch.dtype) -> dict[str, float]:
 
 def tf32_unsupported(device: torch.device) -> str | None:
     if device.type != "cuda" or not torch.cuda.is_available():
-        return (f"TF32 exists only in the tensor cores of an Ampere or newer NVIDIA GPU and has no torch dtype; "
-                f"its bits are measured there (device=cuda), and this cell runs on device={device}"
-                + ("" if torch.cuda.is_available() else " on a machine where torch sees no CUDA GPU"))
+        where = (f"this cell runs on device={device}" if device.type != "cuda"
+                 else "torch sees no CUDA GPU on this machine")
+        return ("TF32 exists only in the tensor cores of an Ampere or newer NVIDIA GPU and has no torch dtype; "
+                f"its bits are measured there (device=cuda), and {where}")
     major, minor = torch.cuda.get_device_capability(device)
     if major < 8:
         return (f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor}) has no TF32 "

@@ -33,7 +33,7 @@ def test_the_bits_come_from_finfo_not_from_a_copy_of_the_table():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_tf32_without_an_ampere_gpu_is_a_skip_saying_why():
-    with pytest.raises(CellSkipped, match="TF32 exists only in the tensor cores .* device=cpu"):
+    with pytest.raises(CellSkipped, match="TF32 exists only in the tensor cores .* this cell runs on device=cpu"):
         formats.run(make_config({"experiment": "formats", "number_format": "tf32", "device": "cpu"}))
     with pytest.raises(CellSkipped, match="torch sees no CUDA GPU"):
         formats.run(make_config({"experiment": "formats", "number_format": "tf32", "device": "cuda"}))
