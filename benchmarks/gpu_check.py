@@ -57,7 +57,6 @@ SWEEPS = [
     Sweep("autoparallel-small-ops", "D12.3 exercise 2: small products over streams", ["device=cuda"]),
     Sweep("autoparallel-cpu-gpu", "D12.3 exercise 3: CPU and GPU compute with copies", ["device=cuda"]),
     Sweep("autoparallel-dependencies", "D12.3 exercise 5: joined branches on two streams", ["device=cuda"]),
-    Sweep("formats", "Table 7.1 numeric formats (tf32 measured)", ["device=cuda"]),
     Sweep("dp-scratch", "D12.5 data parallel from scratch vs DDP", ["device=cuda", "backend=nccl"]),
     Sweep("resnet", "D12.6 ResNet-18 on 1 vs 2 GPUs", ["device=cuda", "backend=nccl"]),
 ]

@@ -39,6 +39,16 @@ def test_tf32_without_an_ampere_gpu_is_a_skip_saying_why():
         formats.run(make_config({"experiment": "formats", "number_format": "tf32", "device": "cuda"}))
 
 
+@pytest.mark.gpu
+def test_tf32_measured_on_an_ampere_gpu_has_the_book_s_bits():
+    major, _ = torch.cuda.get_device_capability(0)
+    if major < 8:
+        pytest.skip("TF32 needs compute capability 8.0 or newer")
+    got = formats.run(make_config({"experiment": "formats", "number_format": "tf32", "device": "cuda"}))
+    assert {k: got[k] for k in FIELDS} == {k: BOOK["tf32"][k] for k in FIELDS}
+    assert got["probe_fp32_mantissa_bits"] == 23 and got["measured_on_device"] == 1.0
+
+
 def test_every_figure_of_the_table_is_an_exact_check_with_its_claim():
     spec = sweepspec.load("formats")
     exact = {(c["where"]["number_format"], c["metric"]): c["expected"] for c in spec.checks if "where" in c}
