@@ -10,8 +10,8 @@ No training. For a torch dtype (fp64, fp32, fp16, bf16) everything comes from `t
 TF32 has no torch dtype: it is how the tensor cores of an Ampere-or-newer NVIDIA GPU read fp32
 operands when TF32 is allowed. It is measured there, by matrix products with the identity (the
 output is the operand as the tensor cores read it, accumulated in fp32): the mantissa is the
-largest k for which 1 + 2^-k survives; the exponent follows from the largest power of two that
-does; the sign from -1. The same probe with TF32 off must see fp32's 23 bits
+largest k for which 1 + 2^-k is read exactly; the exponent follows from the largest and smallest
+powers of two read exactly; the sign from -1. The same probe with TF32 off must see fp32's 23 bits
 (`probe_fp32_mantissa_bits`), or the cell fails: the probe would not be measuring what it says.
 Without such a GPU the tf32 cell is a skip with the reason.
 
@@ -79,7 +79,9 @@ def _as_read(value: float, device: torch.device) -> float:
 
 
 def _mantissa_seen(device: torch.device) -> int:
-    return max((k for k in range(1, 40) if _as_read(1.0 + 2.0 ** -k, device) != 1.0), default=0)
+    """The largest k for which 1 + 2^-k is read exactly: m for an m-bit mantissa, whatever the rounding
+    (a tie, 1 + 2^-(m+1), goes to 1 or to 1 + 2^-m, never stays)."""
+    return max((k for k in range(1, 40) if _as_read(1.0 + 2.0 ** -k, device) == 1.0 + 2.0 ** -k), default=0)
 
 
 def tf32_bits(device: torch.device) -> dict[str, float]:
