@@ -39,6 +39,38 @@ def test_tf32_without_an_ampere_gpu_is_a_skip_saying_why():
         formats.run(make_config({"experiment": "formats", "number_format": "tf32", "device": "cuda"}))
 
 
+def _tensor_core_read(rounding: str, ignores_the_flag: bool = False):
+    """What a matmul with the identity returns for an fp32 operand: the operand rounded to 10 mantissa
+    bits when TF32 is allowed (fp32's exponent range), to fp32's 23 otherwise."""
+    import math
+
+    import numpy as np
+
+    def read(value: float, device) -> float:
+        x = float(np.float32(value))
+        if not (torch.backends.cuda.matmul.allow_tf32 or ignores_the_flag) or x == 0:
+            return x
+        f, e = math.frexp(x)
+        scaled = f * 2 ** 11
+        kept = math.floor(abs(scaled) + 0.5) if rounding == "away" else round(abs(scaled))
+        return math.copysign(math.ldexp(kept, e - 11), x)
+    return read
+
+
+@pytest.mark.parametrize("rounding", ["even", "away"])
+def test_the_tf32_probe_finds_10_mantissa_and_8_exponent_bits_whatever_the_rounding(rounding, monkeypatch):
+    monkeypatch.setattr(formats, "_as_read", _tensor_core_read(rounding))
+    got = formats.tf32_bits(torch.device("cuda"))
+    assert {k: got[k] for k in FIELDS} == {k: BOOK["tf32"][k] for k in FIELDS}
+    assert got["probe_fp32_mantissa_bits"] == 23
+
+
+def test_a_probe_that_does_not_see_fp32_with_tf32_off_fails_the_cell(monkeypatch):
+    monkeypatch.setattr(formats, "_as_read", _tensor_core_read("even", ignores_the_flag=True))
+    with pytest.raises(RuntimeError, match="with TF32 off the probe saw 10 mantissa bits, not fp32's 23"):
+        formats.tf32_bits(torch.device("cuda"))
+
+
 @pytest.mark.gpu
 def test_tf32_measured_on_an_ampere_gpu_has_the_book_s_bits():
     major, _ = torch.cuda.get_device_capability(0)
