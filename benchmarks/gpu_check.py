@@ -54,6 +54,9 @@ SWEEPS = [
     Sweep("hybridize", "D12.1 eager/script/compile (reduce-overhead)", ["device=cuda", "compile_mode=reduce-overhead"]),
     Sweep("async", "D12.2 asynchronous execution", ["device=cuda"]),
     Sweep("autoparallel", "D12.3 automatic parallelism", ["device=cuda"]),
+    Sweep("autoparallel-small-ops", "D12.3 exercise 2: small products over streams", ["device=cuda"]),
+    Sweep("autoparallel-cpu-gpu", "D12.3 exercise 3: CPU and GPU compute with copies", ["device=cuda"]),
+    Sweep("autoparallel-dependencies", "D12.3 exercise 5: joined branches on two streams", ["device=cuda"]),
     Sweep("dp-scratch", "D12.5 data parallel from scratch vs DDP", ["device=cuda", "backend=nccl"]),
     Sweep("resnet", "D12.6 ResNet-18 on 1 vs 2 GPUs", ["device=cuda", "backend=nccl"]),
 ]

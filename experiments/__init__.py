@@ -33,6 +33,7 @@ REGISTRY: dict[str, str] = {
     "dp_scratch": "experiments.dp_scratch",
     "autoparallel": "experiments.autoparallel",
     "recipe": "experiments.recipe",
+    "formats": "experiments.formats",
 }
 
 # Fields a cell may always set, whatever its experiment:

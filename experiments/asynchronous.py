@@ -10,6 +10,10 @@ is synchronous: each call returns after its work is done, and the two readings a
 Each repeat reads the clock twice around the same torch work: once right after the last call
 returns (no sync: what a naive timer sees) and once after synchronizing the device (the real time).
 
+async_pause_s is the notes' exercise: `time.sleep(5)` between the numpy and the torch benchmark
+made torch's CPU time drop from 0.2859 s to 0.2103 s, which the notes read as numpy still using
+the device when torch's clock started. Each repeat sleeps that long between the two.
+
 Sized to the device: on a recent GPU a 1000x1000 round takes about as long on the device as its
 two calls take to return, so the unsynchronized clock would see half the time from launch cost
 alone, not because nothing was queued. On a GPU matrix_size is therefore a lower bound: it is
@@ -90,6 +94,8 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
     numpy_times, nosync, synced = [], [], []
     for _ in range(cfg.timing_repeats):
         numpy_times.append(numpy_round(n, k, rng))
+        if cfg.async_pause_s:
+            time.sleep(cfg.async_pause_s)  # outside both clocks
         returned, finished = torch_round(n, k, device)
         nosync.append(returned)
         synced.append(finished)
@@ -115,10 +121,11 @@ EXPERIMENT = Experiment(
     clock=("matmul_iterations x (random normal matrix, then its square; on a GPU the side is grown until the "
          "device work dwarfs the launch cost, see matrix_size_used): numpy on the host, and torch on "
          "the device read twice, before and after synchronizing it; one untimed torch round first "
-         "(allocator, kernels, BLAS threads); timing_repeats repeats, median quoted"),
+         "(allocator, kernels, BLAS threads); async_pause_s of sleep between numpy and torch, outside both "
+         "clocks; timing_repeats repeats, median quoted"),
     needs_dataset=False,  # makes its own random matrices; no epochs
     metrics=("numpy_time_s", "numpy_time_iqr_s", "torch_nosync_time_s", "torch_nosync_time_iqr_s",
              "torch_sync_time_s", "torch_sync_time_iqr_s", "nosync_share", "numpy_over_torch", "matrix_size_used"),
-    reads=PREPARE_READS | {"matrix_size", "matmul_iterations", "timing_repeats"},
+    reads=PREPARE_READS | {"matrix_size", "matmul_iterations", "timing_repeats", "async_pause_s"},
     smoke={"device": "cpu", "matrix_size": 64, "matmul_iterations": 2, "timing_repeats": 2, "threads": 1},
 )

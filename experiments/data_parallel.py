@@ -20,6 +20,7 @@ from harness.distributed.ddp_train import CLOCK, TRAIN_READS
 from harness.distributed.launch import READS as LAUNCH_READS, launch
 from harness.distributed.placement import check_can_run
 from harness.flops import flop_metrics, peak_devices
+from harness.models import fetch_weights
 from harness.distributed.rank import RankContext
 from harness.train import PREPARE_READS, EpochCallback, prepare
 
@@ -30,6 +31,8 @@ TARGET = "harness.distributed.ddp_train:train"
 
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     check_can_run(cfg)
+    if cfg.pretrained:
+        fetch_weights(cfg.model)  # here, once, before any rank starts: a skip with the reason if it cannot be had
     if cfg.world_size == 1 and cfg.nnodes == 1 and not cfg.device.startswith("cuda"):
         result = ddp_train.train(cfg, RankContext(device=prepare(cfg)))
     else:

@@ -24,6 +24,9 @@ class RunConfig(BaseModel):
     # --- what to run -------------------------------------------------------------------------
     experiment: str = Field("pruning", description="Experiment module to run (see `harness list`).")
     model: str = Field("cnn", description="Model from the model registry (see `harness list`).")
+    pretrained: bool = Field(
+        False, description="Start from the model's published ImageNet weights (T10.2: EfficientNet_B7_Weights."
+        "DEFAULT); a cell whose weights cannot be fetched is skipped, never trained from random ones.")
 
     # --- data --------------------------------------------------------------------------------
     dataset: str = Field(
@@ -59,6 +62,9 @@ class RunConfig(BaseModel):
     # --- single-device speed methods (issue 3: T7 precision, D12.1 compiled vs eager, D12.2 async) ---
     dtype: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="T7: dtype torch.autocast gives the forward and loss (fp32 = no autocast).")
+    number_format: Literal["fp64", "fp32", "tf32", "fp16", "bf16"] = Field(
+        "fp32", description="Table 7.1: the numeric format whose sign/exponent/mantissa bits are read "
+        "(torch.finfo; tf32, which has no torch dtype, measured on an Ampere or newer GPU).")
     grad_scaler: bool = Field(
         True, description="T7: scale the fp16 loss with torch.amp.GradScaler (false = the book's notebook, "
         "which ran fp16 without one); ignored for fp32 and bf16.")
@@ -77,6 +83,9 @@ class RunConfig(BaseModel):
     warmup_calls: int = Field(20, ge=0, description="D12.1: untimed forward passes after the first call.")
     matrix_size: int = Field(1000, description="D12.2: side of the random square matrix multiplied by itself.")
     matmul_iterations: int = Field(10, description="D12.2: random-then-matmul iterations inside one measurement.")
+    async_pause_s: float = Field(
+        0.0, ge=0, description="D12.2: seconds to sleep between the numpy and the torch measurement (the notes' "
+        "exercise: time.sleep(5) made torch faster, numpy still busy when torch's clock started).")
     timing_repeats: int = Field(
         5, description="D12.1/D12.2: repeats of a short measurement inside a cell; median and IQR are logged.")
 
@@ -101,11 +110,23 @@ class RunConfig(BaseModel):
     dp_impl: Literal["ddp", "scratch"] = Field(
         "ddp", description="D12.5: ddp (DistributedDataParallel over world_size processes) or scratch "
         "(one process, world_size parameter copies, hand-written allreduce).")
-    autopar_case: Literal["two_devices", "compute_copy"] = Field(
-        "two_devices", description="D12.3: two_devices (two GPUs queued without synchronizing) or "
-        "compute_copy (compute overlapped with non_blocking copies to the host).")
+    autopar_case: Literal["two_devices", "compute_copy", "small_ops", "cpu_gpu", "dependencies"] = Field(
+        "two_devices", description="D12.3: two_devices (two GPUs queued without synchronizing), compute_copy "
+        "(compute overlapped with copies to the host); its exercises: small_ops (2: small products on "
+        "several streams of one GPU), cpu_gpu (3: CPU compute beside GPU compute and copies), dependencies "
+        "(5: two branches joined every stage, on two streams, checked against one stream).")
     autopar_size: int = Field(4000, ge=1, description="D12.3: side of the square matrices multiplied.")
     autopar_steps: int = Field(50, ge=1, description="D12.3: matrix products per run.")
+    autopar_host_memory: Literal["pageable", "pinned", "pageable_then_pinned"] = Field(
+        "pageable", description="D12.3: host memory the results are copied into, the same for the copy baseline "
+        "and the overlapped run (pageable, or page-locked pinned); pageable_then_pinned is d2l's mix: baseline "
+        "y.to('cpu'), overlapped y.to('cpu', non_blocking=True), which torch puts in pinned memory.")
+    autopar_copy_stream: Literal["compute", "separate"] = Field(
+        "separate", description="D12.3 compute_copy: compute = d2l, all products then all copies on the one "
+        "stream; separate = each result copied on a second stream as soon as it is ready.")
+    autopar_streams: int = Field(4, ge=1, description="D12.3 exercise 2: streams the small products are spread over.")
+    autopar_cpu_size: int = Field(1000, ge=1, description="D12.3 exercise 3: side of the matrices the CPU "
+                                  "multiplies (autopar_steps of them) beside the GPU's work.")
 
     # --- execution ---------------------------------------------------------------------------
     device: str = Field("cpu", description="cpu, cuda or cuda:N.")
@@ -210,6 +231,12 @@ class RunConfig(BaseModel):
             raise ValueError(f"target_from_epoch {self.target_from_epoch} is past the last of {self.epochs} epochs")
         if self.stop_at_target and not (self.target_accuracy or self.target_from_epoch):
             raise ValueError("stop_at_target needs a target: set target_accuracy (or target_from_epoch)")
+        if self.pretrained:
+            from harness.models import MODELS, models_with_weights
+
+            if self.model in MODELS and MODELS[self.model].weights is None:
+                raise ValueError(f"model {self.model} has no published weights to start from; set pretrained=false "
+                                 f"or choose one of {', '.join(models_with_weights())}")
         if self.batch_is_global and self.batch_size % self.world_size:
             raise ValueError(f"a global batch_size {self.batch_size} must divide evenly among "
                              f"world_size {self.world_size} ranks")

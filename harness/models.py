@@ -5,12 +5,17 @@ Add a model by writing a builder and one `ModelSpec` line in MODELS.
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
+from urllib.parse import urlparse
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from harness.errors import CellSkipped, UserError, first_line
 
 
 class BookCNN(nn.Module):
@@ -127,15 +132,26 @@ class ModelSpec:
     build: Callable[[int], nn.Module]
     input_shape: tuple[int, ...]  # (channels, height, width) for images, (features,) otherwise
     description: str
+    # Outputs of the classifier whatever the dataset (None: one per class). The book builds EfficientNet
+    # with torchvision's default 1000-class ImageNet head and lets CIFAR-10's labels 0-9 index into it.
+    head_classes: int | None = None
+    # torchvision weights the model can start from with pretrained=true ("EfficientNet_B7_Weights.DEFAULT").
+    weights: str | None = None
 
 
 MODELS: dict[str, ModelSpec] = {
     "cnn": ModelSpec(BookCNN, (3, 32, 32), "The book's CNN for CIFAR-10 (2,122,186 parameters)."),
     "tiny_cnn": ModelSpec(TinyCNN, (1, 16, 16), "A tiny CNN with the same layer names, for tests."),
+    # B0, the CPU stand-in for B7, is built the same way (1000-class head): the same torchvision
+    # constructor as the book's model, smaller, and its ImageNet weights fit it unchanged. On 32x32
+    # images the head is 1.1% of B0's training FLOPs (0.1% of B7's), though 1.27M of its 5.3M parameters.
     "efficientnet_b0": ModelSpec(_torchvision("efficientnet_b0"), (3, 32, 32),
-                                 "torchvision EfficientNet-B0, random init (4.0M parameters)."),
+                                 "torchvision EfficientNet-B0 with its 1000-class head (5.3M parameters).",
+                                 head_classes=1000, weights="EfficientNet_B0_Weights.DEFAULT"),
     "efficientnet_b7": ModelSpec(_torchvision("efficientnet_b7"), (3, 32, 32),
-                                 "torchvision EfficientNet-B7, random init (63.8M parameters; T7, T10.2)."),
+                                 "torchvision EfficientNet-B7 with its 1000-class head, as the book builds it "
+                                 "(66.3M parameters; T7 random init, T10.2 ImageNet weights).",
+                                 head_classes=1000, weights="EfficientNet_B7_Weights.DEFAULT"),
     "resnet18_d2l": ModelSpec(resnet18_d2l, (1, 28, 28), "d2l's ResNet-18 for small grey images (D12.6)."),
     "lenet_d2l": ModelSpec(lambda num_classes=10: TensorLeNet(get_lenet_params(0, num_classes)), (1, 28, 28),
                            "d2l 12.5's LeNet written as plain tensors (D12.5)."),
@@ -143,8 +159,63 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-def build_model(name: str, num_classes: int = 10) -> nn.Module:
-    return MODELS[name].build(num_classes)
+def build_model(name: str, num_classes: int = 10, pretrained: bool = False) -> nn.Module:
+    """The model with one output per class, or its fixed head (`head_classes`); with `pretrained`,
+    its published weights, which must already be in the torch hub cache (`fetch_weights`)."""
+    spec = MODELS[name]
+    outputs = spec.head_classes or num_classes
+    if not pretrained:
+        return spec.build(outputs)
+    import torchvision
+
+    # torchvision loads them strictly (every tensor, its shape) and checks the file's hash.
+    return getattr(torchvision.models, name)(weights=pretrained_weights(name))
+
+
+def pretrained_weights(name: str):
+    """The torchvision weights entry the model's `weights` names (EfficientNet_B7_Weights.DEFAULT)."""
+    import torchvision
+
+    spec = MODELS[name]
+    if spec.weights is None:
+        raise UserError(f"model '{name}' has no published weights to start from; set pretrained=false "
+                        f"(models with weights: {', '.join(models_with_weights())}).")
+    enum, _, member = spec.weights.partition(".")
+    return getattr(getattr(torchvision.models, enum), member)
+
+
+def models_with_weights() -> list[str]:
+    return [name for name, spec in MODELS.items() if spec.weights]
+
+
+def weights_path(name: str) -> Path:
+    """Where torch keeps the model's weights file once fetched: the hub cache's checkpoints folder."""
+    return Path(torch.hub.get_dir()) / "checkpoints" / Path(urlparse(pretrained_weights(name).url).path).name
+
+
+def fetch_weights(name: str, timeout_s: float = 60.0) -> Path:
+    """The cached weights file of `name`, downloaded first when it is not in the torch hub cache.
+    CellSkipped, with the reason, when it cannot be had: a cell asked for ImageNet weights must not
+    train from random ones. Call it in the sweep's process before ranks start, so one process downloads."""
+    path = weights_path(name)
+    if path.is_file():
+        return path
+    url = pretrained_weights(name).url
+    path.parent.mkdir(parents=True, exist_ok=True)
+    before = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(timeout_s)  # urllib waits for ever on a network that drops packets
+    try:
+        # The file name carries the start of its sha256 (torch.hub's convention): a damaged download is
+        # refused here rather than failing every rank that loads it.
+        match = torch.hub.HASH_REGEX.search(path.name)
+        torch.hub.download_url_to_file(url, str(path), hash_prefix=match.group(1) if match else None, progress=False)
+    except (OSError, RuntimeError) as err:  # URLError is an OSError; a bad hash is a RuntimeError
+        raise CellSkipped(f"{MODELS[name].weights} for {name} is not in the torch hub cache ({path}) and "
+                          f"cannot be fetched from {url} ({first_line(err)}); put the file there to run this "
+                          "cell (it would otherwise train from random weights)") from None
+    finally:
+        socket.setdefaulttimeout(before)
+    return path
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -147,7 +147,10 @@ def _never_failing(spec: sweepspec.SweepSpec) -> list[str]:
     copies = {how: _verdicts(spec, _copy(spec, runs, how)) for how in COPIES}
     never = []
     for i, check in enumerate(spec.checks):
-        contradicting = COPIES if _claims_no_effect(check) else ("reversed", "flattened")
+        # An exact figure that every row shares (one sign bit in every format) is flattened to
+        # itself when it is 1: the spread copy contradicts it.
+        exact_everywhere = check["kind"] == "exact" and not check.get("where")
+        contradicting = COPIES if _claims_no_effect(check) or exact_everywhere else ("reversed", "flattened")
         if check.get("on") != "ours" and all(copies[how][i].verdict != checks.FAIL for how in contradicting):
             never.append(f"'{_text(check)}' (" + "; ".join(f"{how}: {copies[how][i].verdict} {copies[how][i].detail}"
                                                           for how in contradicting) + ")")

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import experiments
+import experiments.autoparallel_exercises
 from experiments import ALWAYS_ALLOWED, check_reads, metric_matches
 from harness.config import FIELD_NAMES, RunConfig, make_config
 from harness.errors import CellSkipped, UserError
@@ -27,13 +28,19 @@ OTHER_BRANCH_READS = {
     "dp_scratch": {"backend", "nnodes", "node_rank", "rdzv_endpoint", "dist_timeout_s"},
     # world_size > 1 (the smoke trains in one process); momentum with optimizer=sgd (the smoke uses adam)
     "recipe": {"backend", "node_rank", "rdzv_endpoint", "dist_timeout_s", "momentum"},
+    # number_format=tf32 only: the GPU it is measured on (the smoke reads bf16 from torch.finfo)
+    "formats": {"device"},
+    # D12.3's exercises 2 and 3 (the smoke runs compute_copy)
+    "autoparallel": {"autopar_streams", "autopar_cpu_size"},
 }
 # Declared metrics the smoke run cannot return, for the same reason.
 OTHER_BRANCH_METRICS = {
     "data_parallel": {"peak_rss_mb"},            # the ranks' peak, when they are other processes
     "dp_scratch": {"rank{i}_train_time_s"},      # one per torchrun rank (dp_impl=ddp)
-    "autoparallel": {"gpu0_time_s", "gpu1_time_s", "both_time_s"},  # two_devices needs 2 GPUs
+    "autoparallel": {"gpu0_time_s", "gpu1_time_s", "both_time_s",  # two_devices needs 2 GPUs
+                     *experiments.autoparallel_exercises.METRICS},   # the exercises' cases
     "recipe": {"peak_rss_mb"},                   # the ranks' peak, when they are other processes
+    "formats": {"probe_fp32_mantissa_bits"},     # tf32's probe, on an Ampere or newer GPU
 }
 
 

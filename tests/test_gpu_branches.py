@@ -232,8 +232,8 @@ def test_ranks_share_initial_weights_but_not_dropout_masks(monkeypatch):
     built = {}
     real_build = ddp_train.build_model
 
-    def build(name, classes):
-        model = real_build(name, classes)
+    def build(name, classes, **options):
+        model = real_build(name, classes, **options)
         built.setdefault("weights", []).append([p.detach().clone() for p in model.parameters()])
         return model
 

@@ -44,7 +44,7 @@ CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-bat
 
 # What train() reads from the config (lr_warmup_epochs with lr_scaling=linear_warmup only).
 TRAIN_READS = SPLITS_READS | OPTIMIZER_READS | TARGET_READS | {"batch_size", "batch_is_global", "lr_scaling", "lr_warmup_epochs",
-                                                "warmup_epochs", "epochs", "eval_batch_size"}
+                                                "warmup_epochs", "epochs", "eval_batch_size", "pretrained"}
 
 
 class LrSchedule:
@@ -89,7 +89,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     data = load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
                        train_limit=cfg.train_limit, test_limit=cfg.test_limit)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
-    model = build_model(cfg.model, data.num_classes).to(ctx.device)
+    model = build_model(cfg.model, data.num_classes, pretrained=cfg.pretrained).to(ctx.device)
     seed_rank(cfg.seed, ctx.rank)  # from here on, each rank its own dropout / stochastic-depth masks
     net = model
     if ctx.distributed:
