@@ -20,6 +20,7 @@ from harness.fingerprint import REPO_ROOT
 from harness.sweeps import spec as sweepspec
 
 CIFAR_FOLDERS = {"imagefolder", "imagefolder_grey28"}   # real CIFAR-10 JPEGs, as RGB or in grey at 28x28
+GPU_ONLY_EXPERIMENTS = {"autoparallel"}
 
 
 def _make(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -59,6 +60,14 @@ def test_every_sweep_file_with_a_cpu_scale_is_reproduced(planned):
     names, _ = planned
     with_cpu = [n for n in sweepspec.available() if "cpu" in sweepspec.load(n).scales]
     assert sorted(with_cpu) == sorted(names)
+
+
+def test_a_sweep_left_out_of_reproduce_cpu_is_one_a_cpu_cannot_run(planned):
+    """A new sweep file must be placed: given a cpu scale and added to CPU_SWEEPS, or be one of the
+    GPU-only experiments (D12.3 queues work on GPUs; on a CPU there is nothing to overlap)."""
+    names, _ = planned
+    left_out = {n: sweepspec.load(n).experiment for n in sweepspec.available() if n not in names}
+    assert all(experiment in GPU_ONLY_EXPERIMENTS for experiment in left_out.values()), left_out
 
 
 def test_fashion_mnist_tables_use_grey_cifar_and_say_so(planned):
