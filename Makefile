@@ -1,6 +1,6 @@
 # torch-speed-harness: reproduce the published training-speed tables and compare runs in MLflow.
 #   make install             then   make sweep-sparsity SCALE=smoke   then   make report-sparsity
-# Knobs: SCALE=smoke|quick|full (default full, the document's scale), DATASET=, DATA_DIR=,
+# Knobs: SCALE=smoke|quick|cpu|full (default full, the document's scale; cpu: make reproduce-cpu), DATASET=, DATA_DIR=,
 #        TRACKING_URI= (default sqlite:///mlruns/mlflow.db), SET="key=value ..." extra overrides,
 #        DEVICE=cpu|cuda for the sweeps that take a device.
 
