@@ -32,7 +32,8 @@ class RunConfig(BaseModel):
     dataset: str = Field(
         "cifar10",
         description="cifar10 | fashion_mnist (torchvision, downloaded when online), imagefolder "
-        "(DATA_DIR/train and DATA_DIR/test class folders), digits (scikit-learn's bundled digits), "
+        "(DATA_DIR/train and DATA_DIR/test class folders), imagefolder_grey28 (the same folders in grey at "
+        "28x28: CIFAR-10 standing in for Fashion-MNIST), digits (scikit-learn's bundled digits), "
         "synthetic (seeded, learnable).",
     )
     data_dir: str = Field("data", description="Where datasets are read from or downloaded to.")

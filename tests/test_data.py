@@ -85,3 +85,29 @@ def test_batches_cover_every_sample_once_per_epoch():
     seen = torch.cat([y for _, y in data.batches(split, 3, torch.Generator().manual_seed(0))])
     assert sorted(seen.tolist()) == list(range(10))
     assert [len(y) for _, y in data.batches(split, 4, shuffle=False)] == [4, 4, 2]
+
+
+def test_grey28_is_the_folder_in_grey_at_28x28_decoded_once(tmp_path):
+    """The Fashion-MNIST stand-in (imagefolder_grey28): 1 x 28 x 28 in [0, 1], PIL's luma of each
+    image resized to 28x28 (not the RGB mean _adapt would take), cached apart from the RGB decode."""
+    _write_folder(tmp_path / "imgs", size=(32, 32))
+    ds = data.load_splits("imagefolder_grey28", str(tmp_path / "imgs"), (1, 28, 28))
+    assert ds.train.x.shape == (6, 1, 28, 28) and ds.test.x.shape == (6, 1, 28, 28) and ds.num_classes == 2
+    assert 0.0 <= ds.train.x.min() and ds.train.x.max() <= 1.0
+    with Image.open(tmp_path / "imgs/train/cat/0.png") as first:
+        expected = np.asarray(first.convert("L").resize((28, 28), Image.Resampling.BILINEAR))
+        rgb_mean = np.asarray(first.resize((28, 28), Image.Resampling.BILINEAR), dtype=np.float32).mean(axis=2)
+    assert torch.equal(ds.train.x[0, 0], torch.tensor(expected).float() / 255.0)
+    assert not np.allclose(expected, rgb_mean, atol=1.0)  # luma weighs green most: not the channel mean
+    assert len(list((tmp_path / "cache").glob("imagefolder-grey28-*.pt"))) == 2
+    data._memory.clear()
+    again = data.load_splits("imagefolder_grey28", str(tmp_path / "imgs"), (1, 28, 28))
+    assert torch.equal(again.train.x, ds.train.x)
+    data._memory.clear()
+    rgb = data.load_splits("imagefolder", str(tmp_path / "imgs"), (3, 32, 32))  # its own cache, still RGB
+    assert rgb.train.x.shape == (6, 3, 32, 32)
+
+
+def test_grey28_names_itself_when_the_folder_is_missing(tmp_path):
+    with pytest.raises(UserError, match="dataset 'imagefolder_grey28' needs class folders"):
+        data.load_splits("imagefolder_grey28", str(tmp_path / "nowhere"), (1, 28, 28))

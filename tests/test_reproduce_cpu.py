@@ -1,0 +1,137 @@
+"""`make reproduce-cpu DATA_DIR=...`: every sweep it names has a `cpu` scale that loads, validates and
+reads the real CIFAR-10 folders (the grey 28x28 stand-in where a table used Fashion-MNIST); the cells
+2 cores cannot hold stay in the grid as skips; and the target refuses to start without DATA_DIR, in
+one sentence. Nothing here reads the real images: `make -n` prints the loop, the sweeps are expanded,
+never run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import experiments
+from harness.distributed import placement
+from harness.errors import CellSkipped
+from harness.fingerprint import REPO_ROOT
+from harness.sweeps import spec as sweepspec
+
+CIFAR_FOLDERS = {"imagefolder", "imagefolder_grey28"}   # real CIFAR-10 JPEGs, as RGB or in grey at 28x28
+GPU_ONLY_EXPERIMENTS = {"autoparallel"}
+
+
+def _make(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "TRACKING_URI", "MAKEFLAGS", "MFLAGS")}
+    return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120, env={**clean, **env})
+
+
+@pytest.fixture(scope="module")
+def planned() -> tuple[list[str], set[str]]:
+    """The sweeps reproduce-cpu runs, in order, and those it hands DATA_DIR, read from `make -n`."""
+    out = _make("-n", "reproduce-cpu", "DATA_DIR=DATA", "HARNESS=harness")
+    assert out.returncode == 0, out.stderr
+    loop = re.search(r"for s in ([^;]+); do", out.stdout)
+    given = re.search(r'case " ([^"]*) " in', out.stdout)
+    assert loop and given, out.stdout
+    return loop.group(1).split(), set(given.group(1).split())
+
+
+def test_every_sweep_of_reproduce_cpu_has_a_cpu_scale_that_validates(planned):
+    names, with_data = planned
+    assert len(names) == len(set(names)) >= 12
+    for name in names:
+        spec = sweepspec.load(name)
+        assert "cpu" in spec.scales, f"sweep {name} has no [scales.cpu]"
+        needs_data = experiments.get(spec.experiment).needs_dataset
+        assert (name in with_data) == needs_data, f"{name}: DATA_DIR given {name in with_data}, needed {needs_data}"
+        cells = sweepspec.expand(spec, "cpu", {"data_dir": "DATA"} if needs_data else {})
+        assert all(c.config is not None for c in cells), [c.error for c in cells if c.error]
+        for cell in cells:  # a sweep whose grid varies the device (async) keeps its cuda row, a skip here
+            assert cell.config.device == "cpu" or "device" in spec.axes(), f"{name} {cell.label}: {cell.config.device}"
+            if needs_data:
+                assert cell.config.dataset in CIFAR_FOLDERS and cell.config.data_dir == "DATA", (name, cell.label)
+
+
+def test_every_sweep_file_with_a_cpu_scale_is_reproduced(planned):
+    names, _ = planned
+    with_cpu = [n for n in sweepspec.available() if "cpu" in sweepspec.load(n).scales]
+    assert sorted(with_cpu) == sorted(names)
+
+
+def test_a_sweep_left_out_of_reproduce_cpu_is_one_a_cpu_cannot_run(planned):
+    """A new sweep file must be placed: given a cpu scale and added to CPU_SWEEPS, or be one of the
+    GPU-only experiments (D12.3 queues work on GPUs; on a CPU there is nothing to overlap)."""
+    names, _ = planned
+    left_out = {n: sweepspec.load(n).experiment for n in sweepspec.available() if n not in names}
+    assert all(experiment in GPU_ONLY_EXPERIMENTS for experiment in left_out.values()), left_out
+
+
+def test_fashion_mnist_tables_use_grey_cifar_and_say_so(planned):
+    names, _ = planned
+    stand_ins = 0
+    for name in names:
+        spec = sweepspec.load(name)
+        if spec.base.get("dataset") != "fashion_mnist":
+            continue
+        stand_ins += 1
+        assert spec.fixed("cpu")["dataset"] == "imagefolder_grey28", name
+        notes = spec.report.get("notes", [])
+        assert any(n.get("when") == {"dataset": "imagefolder_grey28"} and "Fashion-MNIST" in n["text"]
+                   for n in notes), f"{name}: no report note says CIFAR-10 stands in for Fashion-MNIST"
+    assert stand_ins == 5  # D12.5 and D12.6 with its three exercises
+
+
+def test_cells_two_cores_cannot_hold_are_skips_and_the_rest_run(planned, monkeypatch):
+    """On a 2-core machine a data-parallel cell either fits or is a skip with its reason (more
+    threads or processes than cores, oneCCL missing), and every such sweep keeps cells that run."""
+    names, _ = planned
+    monkeypatch.setattr(placement, "usable_cores", lambda: [0, 1])
+    monkeypatch.setattr(placement, "backend_problem",
+                        lambda backend: "oneCCL bindings missing" if backend == "ccl" else None)
+    for name in names:
+        spec = sweepspec.load(name)
+        if spec.experiment not in ("data_parallel", "dp_scratch"):
+            continue
+        runs, skips = [], []
+        for cell in sweepspec.expand(spec, "cpu", {"data_dir": "DATA"}):
+            try:
+                placement.check_can_run(cell.config)
+                runs.append(cell.label)
+            except CellSkipped as err:
+                skips.append((cell.label, str(err)))
+        assert runs, f"{name}: no cpu-scale cell fits 2 cores ({skips[:2]})"
+        for label, reason in skips:
+            assert "cores" in reason or "oneCCL" in reason, (name, label, reason)
+
+
+@pytest.mark.parametrize("name, axis, full_only", [
+    ("threads", "threads", [4, 8, 12, 16]),
+    ("cpu-ddp", "world_size", [4, 8]),
+    ("gpus", "world_size", [3, 4, 5, 6, 7, 8]),
+])
+def test_the_documents_axis_is_kept_so_the_report_shows_the_skips(name, axis, full_only):
+    spec = sweepspec.load(name)
+    values = {getattr(c.config, axis) for c in sweepspec.expand(spec, "cpu", {"data_dir": "DATA"})}
+    assert set(full_only) <= values
+
+
+def test_reproduce_cpu_without_data_dir_is_one_sentence():
+    out = _make("reproduce-cpu")
+    assert out.returncode == 2
+    first = out.stderr.splitlines()[0]
+    assert first.startswith("make reproduce-cpu needs DATA_DIR=") and first.endswith(").")
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_reproduce_cpu_stops_at_a_data_dir_without_the_images(tmp_path):
+    """A folder that is not there is the harness's one sentence, and the loop stops at the first
+    sweep instead of repeating it for every table."""
+    out = _make("reproduce-cpu", f"DATA_DIR={tmp_path / 'nowhere'}", f"HARNESS={sys.executable} -m harness",
+                f"TRACKING_URI=sqlite:///{tmp_path / 'store' / 'mlflow.db'}", PYTHONPATH=str(REPO_ROOT))
+    assert out.returncode == 2, out.stderr
+    assert "needs class folders" in out.stderr and "Traceback" not in out.stderr
+    assert "sweep sparsity" in out.stdout and "sweep amp" not in out.stdout
