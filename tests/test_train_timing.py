@@ -39,8 +39,17 @@ def test_timed_measures_the_block():
 
 
 def test_peak_rss_window_sees_a_new_allocation():
-    reset_peak_rss()
-    base = peak_rss_mb()
-    block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB
-    assert peak_rss_mb() > base + 50
-    del block
+    # In a fresh interpreter: inside the test session, memory earlier tests freed may still be
+    # resident and take the new block without the resident size growing (seen once in CI).
+    import subprocess
+    import sys
+
+    script = ("import torch\n"
+              "from harness.timing import peak_rss_mb, reset_peak_rss\n"
+              "assert reset_peak_rss()\n"
+              "base = peak_rss_mb()\n"
+              "block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB\n"
+              "print(peak_rss_mb() - base)\n")
+    grown = float(subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,
+                                 text=True).stdout)
+    assert grown > 50
