@@ -104,9 +104,11 @@ def test_study_with_two_worker_jobs_finishes_exactly_six_trials(slurm_cluster, c
 
 def test_scancel_of_a_worker_job_mid_cell_leaves_the_cell_to_the_other(slurm_cluster, claims_db, mlflow_server,
                                                                         sweep_file, slurm_env):
-    # The book's CNN: several seconds a cell, so a worker can be cancelled inside one.
+    # The book's CNN for 30 epochs: several seconds a cell even on an idle machine, so a worker is
+    # cancelled well inside the cell it was seen running (with 4 epochs, an idle machine finished
+    # the cell between the sighting and the scancel).
     path = sweep_file("slurm_kill", {"sparsity": [0.0, 0.2, 0.4, 0.6]},
-                      base={**SLOW_TRIAL, "pruning_backend": "torch-pruning", "warmup_epochs": 0})
+                      base={**SLOW_TRIAL, "epochs": 30, "pruning_backend": "torch-pruning", "warmup_epochs": 0})
     proc = subprocess.Popen(harness("sweep", str(path), "--launcher", "slurm", "--workers", "2", "--storage", claims_db,
                                     "--tracking-uri", mlflow_server, "--no-progress"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_env,
