@@ -257,11 +257,13 @@ def make_optimizer(model: nn.Module, rung: Rung, batch_size: int) -> torch.optim
     lr, decay = rung.lr / kilostep, WEIGHT_DECAY * batch_size / kilostep
     bias_lr = lr * rung.bias_lr_scale
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad or n == "0.bias"]
+    if rung.bias_lr_scale == 1:  # before the scalebias rung: one lr for every parameter
+        return torch.optim.SGD([p for _, p in trained], lr=lr, weight_decay=decay / lr, momentum=MOMENTUM,
+                               nesterov=True)
     norm_biases = [p for n, p in trained if _is_norm(model, n)]
     others = [p for n, p in trained if not _is_norm(model, n)]
-    groups = [dict(params=others, lr=lr, weight_decay=decay / lr)]
-    if norm_biases:
-        groups.append(dict(params=norm_biases, lr=bias_lr, weight_decay=decay / bias_lr))
+    groups = [dict(params=others, lr=lr, weight_decay=decay / lr),
+              dict(params=norm_biases, lr=bias_lr, weight_decay=decay / bias_lr)]
     return torch.optim.SGD(groups, momentum=MOMENTUM, nesterov=True)
 
 
