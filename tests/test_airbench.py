@@ -198,3 +198,15 @@ def test_the_published_network_has_its_parameter_count():
     counted = sum(p.numel() for p in model.parameters())
     scales = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
     assert counted - scales == 1_971_640
+
+
+def test_the_sweeps_cpu_scale_starts_with_airbench94_as_published_on_the_cifar10_jpegs():
+    from harness.sweeps import spec as sweepspec
+
+    cells = sweepspec.expand(sweepspec.load("airbench"), "cpu", {"data_dir": "/data/cifar10-jpeg"})
+    first = cells[0].config
+    assert (first.airbench_rung, first.airbench_epochs, first.epochs, first.batch_size, first.airbench_base_width) \
+        == (7, 9.9, 10, 1024, 64)
+    assert (first.dataset, first.device, first.dtype, first.channels_last, first.target_accuracy) \
+        == ("imagefolder", "cpu", "bf16", True, 0.94)
+    assert [c.config.airbench_rung for c in cells] == [7, 6, 5]
