@@ -321,15 +321,15 @@ def train(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, fl
                        train_limit=cfg.train_limit, test_limit=cfg.test_limit)
     mean = data.train.x.mean(dim=(0, 2, 3), keepdim=True)
     std = data.train.x.std(dim=(0, 2, 3), keepdim=True)
-    train = ((data.train.x - mean) / std).to(device)
-    padded = F.pad(train, (TRANSLATE,) * 4, mode="reflect").to(stored)
+    normalized = ((data.train.x - mean) / std).to(device)
+    padded = F.pad(normalized, (TRANSLATE,) * 4, mode="reflect").to(stored)
     labels = data.train.y.to(device)
     test_x = ((data.test.x - mean) / std).to(device, stored)
     test_y = data.test.y.to(device)
     generator = torch.Generator().manual_seed(cfg.seed)
     # a fixed random sample: class-folder data are sorted by class, so the first N would be one class
-    whiten_sample = train[torch.randperm(len(train), generator=generator)[:WHITEN_IMAGES].to(device)]
-    del train
+    whiten_sample = normalized[torch.randperm(len(normalized), generator=generator)[:WHITEN_IMAGES].to(device)]
+    del normalized
 
     torch.manual_seed(cfg.seed)
     model = make_net(rung, cfg.airbench_base_width, data.num_classes).to(device, memory_format=layout)
@@ -366,7 +366,8 @@ def train(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, fl
     for epoch in range(math.ceil(epochs)):
         whiten.bias.requires_grad_(not rung.freeze_whiten_bias or epoch < WHITEN_BIAS_EPOCHS)
         steps = min(steps_per_epoch, total_steps - step)
-        bounds = [steps * (k + 1) // parts for k in range(parts)]
+        # the checkpoints' steps; a last epoch cut short may have fewer steps than checkpoints
+        bounds = sorted({max(steps * (k + 1) // parts, 1) for k in range(parts)})
         order = torch.randperm(len(labels), generator=generator)[:steps * batch].to(device)
         mirror = flips(epoch).to(device)
         loss_sum = torch.zeros((), device=device)
