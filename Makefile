@@ -59,7 +59,7 @@ STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIM
 # The cells go to a store of their own, results/$(MACHINE)/store/ (git-ignored), unless TRACKING_URI is
 # given: the committed report then holds cpu-scale cells only, never smoke runs from mlruns/.
 MACHINE ?= cpu-2core
-CPU_SWEEPS := formats sparsity amp threads cpu-ddp gpus hybridize async dp-scratch $(RESNET_SWEEPS)
+CPU_SWEEPS := formats sparsity amp threads cpu-ddp gpus hybridize async dp-scratch $(RESNET_SWEEPS) airbench
 # Experiments that make their own inputs (needs_dataset=False in experiments/): their sweeps take no data_dir.
 OWN_INPUT_EXPERIMENTS := hybridize async autoparallel formats
 CPU_DATA_SWEEPS = $(foreach s,$(CPU_SWEEPS),$(if $(filter-out $(OWN_INPUT_EXPERIMENTS),$(call experiment_of,sweeps/$(s).toml)),$(s)))

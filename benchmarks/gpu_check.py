@@ -6,7 +6,7 @@
 1. The GPU-marked tests (`pytest -m gpu`), their outcomes read from pytest's JUnit XML.
 2. Every GPU sweep at smoke scale on CUDA, each a `harness sweep` subprocess writing to a fresh
    SQLite store in DIR: T7 (fp32 / bf16 / fp16), T10.2 (1, 2, 4, 8 GPUs: those not here are skips),
-   D12.1 (torch.compile with CUDA graphs), D12.2, D12.3, D12.5, D12.6.
+   D12.1 (torch.compile with CUDA graphs), D12.2, D12.3, D12.5, D12.6, airbench94's ladder.
 3. `harness report` over that store: DIR/REPRODUCTION.md.
 
 Then one line per sweep, read back from the tracking store (never from the printed text): cells ok /
@@ -59,6 +59,7 @@ SWEEPS = [
     Sweep("autoparallel-dependencies", "D12.3 exercise 5: joined branches on two streams", ["device=cuda"]),
     Sweep("dp-scratch", "D12.5 data parallel from scratch vs DDP", ["device=cuda", "backend=nccl"]),
     Sweep("resnet", "D12.6 ResNet-18 on 1 vs 2 GPUs", ["device=cuda", "backend=nccl"]),
+    Sweep("airbench", "airbench94 ladder (rungs 0, 5, 7; fp16 as published)", ["device=cuda", "dtype=fp16"]),
 ]
 
 

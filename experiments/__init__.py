@@ -34,6 +34,7 @@ REGISTRY: dict[str, str] = {
     "autoparallel": "experiments.autoparallel",
     "recipe": "experiments.recipe",
     "formats": "experiments.formats",
+    "airbench": "experiments.airbench",
 }
 
 # Fields a cell may always set, whatever its experiment:

@@ -157,6 +157,19 @@ class RunConfig(BaseModel):
         0, ge=0, description="Recipe: lr is the rate for a global batch of this size and scales linearly "
         "with the global batch (0 = lr as given).")
 
+    # --- airbench94 (Jordan 2024, "94% on CIFAR-10 in 3.29 seconds on a single GPU") ----------------
+    airbench_rung: int = Field(
+        7, ge=0, le=7, description="airbench: the rung of the paper's ablation ladder, each adding one trick: "
+        "0 the baseline network, 1 + frozen patch-whitening first conv, 2 + dirac init, 3 + 64x lr for "
+        "BatchNorm biases, 4 + whitening bias frozen after 3 epochs, 5 + lookahead (lr 11.5, BatchNorm "
+        "momentum 0.6), 6 + multi-crop test-time augmentation, 7 + alternating flip (= airbench94).")
+    airbench_epochs: float = Field(
+        0.0, ge=0, description="airbench: training epochs, fractional as published (9.9: the tenth epoch "
+        "stops at 90% of its steps); 0 = `epochs`. `epochs` must then be its ceiling (the epochs started).")
+    airbench_base_width: int = Field(
+        64, ge=1, description="airbench: width of the first conv group; the second and third are 4x it "
+        "(64/256/256 as published).")
+
     @field_validator("epochs", "batch_size", "eval_batch_size", "forward_calls", "matrix_size",
                      "matmul_iterations", "timing_repeats")
     @classmethod
@@ -238,6 +251,9 @@ class RunConfig(BaseModel):
             if self.model in MODELS and MODELS[self.model].weights is None:
                 raise ValueError(f"model {self.model} has no published weights to start from; set pretrained=false "
                                  f"or choose one of {', '.join(models_with_weights())}")
+        if self.airbench_epochs and math.ceil(self.airbench_epochs) != self.epochs:
+            raise ValueError(f"airbench_epochs {self.airbench_epochs:g} starts {math.ceil(self.airbench_epochs)} "
+                             f"epochs; set epochs = {math.ceil(self.airbench_epochs)} with it (not {self.epochs})")
         if self.batch_is_global and self.batch_size % self.world_size:
             raise ValueError(f"a global batch_size {self.batch_size} must divide evenly among "
                              f"world_size {self.world_size} ranks")

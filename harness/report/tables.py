@@ -297,8 +297,10 @@ def _markdown_table(table: pd.DataFrame) -> str:
     def fmt(column: str, value) -> str:
         if pd.isna(value):
             return "—"
-        if "accuracy" in column:
+        if "accuracy" in column and "to_accuracy" not in column:  # time_to_accuracy_s is seconds
             return f"{100 * value:.2f}%"
+        if column.endswith("train_flops"):  # 3.6e14, not fifteen digits
+            return f"{value:.3g}"
         if column == MFU:
             return f"{100 * value:.1f}%" if value >= 0.001 else f"{100 * value:.2g}%"
         if "param_count" in column or column == "repeats":
