@@ -65,11 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
     p.add_argument("--port", type=int, default=5000)
 
-    p = sub.add_parser("peak", help="the peak matmul rate each run's MFU is measured against (measured here, "
-                       "cached per machine)")
+    p = sub.add_parser("peak", help="the peak each run's MFU is measured against: the best steady rate of "
+                       "matmul and convolution kernels, with the kernel and size behind it (measured here, cached "
+                       "per machine)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: the CPU and every GPU present)")
     p.add_argument("--dtype", action="append", choices=["fp32", "bf16", "fp16"],
                    help="repeatable (default: all three)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: 1 and every core this process may use)")
     p.add_argument("--remeasure", action="store_true", help="measure again even if a figure is cached")
 
     p = sub.add_parser("dashboard", parents=[common], help="serve optuna-dashboard on 127.0.0.1 over the "
