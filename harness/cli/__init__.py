@@ -1,5 +1,5 @@
-"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI
-or the study dashboard, show the measured peak.
+"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, reproduce every table at a
+scale, list what exists, open the UI or the study dashboard, show the measured peak.
 
 Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
 failed at run time exits 1 after recording them, and so does a fault of the machine or the store
@@ -59,6 +59,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("sweep", nargs="?")
     p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
     p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
+
+    p = sub.add_parser("reproduce", parents=[common], help="every sweep that has the scale, in the documents' "
+                       "order, then REPRODUCTION.md (resumable: finished cells are reused)")
+    p.add_argument("--scale", default="cpu", help="the sweeps' scale to run (default cpu: every sweep with a "
+                   "[scales.cpu])")
+    p.add_argument("--data-dir", help="CIFAR-10 as train/ and test/ class folders, for the sweeps that train on data")
+    p.add_argument("--out", help="folder for REPRODUCTION.md and its tables (default: reports/)")
 
     sub.add_parser("list", parents=[common], help="experiments, models, datasets, sweeps and config fields")
 

@@ -257,5 +257,11 @@ def cmd_dashboard(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from harness.cli.reproduce import cmd_reproduce as reproduce
+
+    return reproduce(args)
+
+
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
-            "ui": cmd_ui, "peak": cmd_peak, "dashboard": cmd_dashboard}
+            "ui": cmd_ui, "peak": cmd_peak, "dashboard": cmd_dashboard, "reproduce": cmd_reproduce}
