@@ -44,7 +44,7 @@ from harness.precision import DTYPES
 # neither with the tag mfu_na (no native arithmetic, no peak). peak_key is a tag.
 METRICS = ("flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "mfu_samples", "mfu_time_s",
            "peak_devices", "mfu_invalid")
-NOTES = ("peak_key", "mfu_na", "mfu_invalid_reason")   # text values: logged as tags
+NOTES = ("peak_key", "peak_measured", "mfu_na", "mfu_invalid_reason")   # text values: logged as tags
 _counted: dict[tuple, float] = {}
 
 
@@ -117,7 +117,8 @@ def flop_metrics(per_sample: float, *, samples: int, train_time_s: float, device
 
     What the MFU is computed from is logged beside it, so it can be recomputed from the record:
     flops_per_sample x mfu_samples / mfu_time_s / peak_tflops, where peak_tflops is peak_devices x
-    the figure cached under the tag peak_key (`harness peak`). A dtype the device has no arithmetic
+    the figure cached under the tag peak_key (`harness peak`); the tag peak_measured says how that
+    figure was measured (kernel, size, when, load), so the report can print it. A dtype the device has no arithmetic
     of its own for gets no MFU and `mfu_na` (a tag) says why. An MFU above 1 is an error of the
     peak, never a result: it is logged as `mfu_invalid` = 1 with the reason (a tag), and the peak is
     dropped from the cache so that the next command measures it again."""
@@ -133,7 +134,8 @@ def flop_metrics(per_sample: float, *, samples: int, train_time_s: float, device
         threads = threads or torch.get_num_threads()
     measured = peak.peak_flops(device, dtype, threads=threads)
     total = measured.flops * devices
-    metrics.update({"peak_tflops": total / 1e12, "peak_devices": float(devices), "peak_key": measured.key})
+    metrics.update({"peak_tflops": total / 1e12, "peak_devices": float(devices), "peak_key": measured.key,
+                    "peak_measured": measured.provenance()})
     if achieved > total:
         metrics["mfu_invalid"] = 1.0
         metrics["mfu_invalid_reason"] = (

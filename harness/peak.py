@@ -101,6 +101,11 @@ class Peak:
                 return figures[self.dtype] * 1e12
         return None
 
+    def provenance(self) -> str:
+        """How the figure was measured, in one line (logged with every run that is divided by it)."""
+        return (f"{self.flops / 1e12:.6g} TFLOP/s per device; {self.kernel} {self.size}; measured {self.measured_at}, "
+                f"load average {self.load:.2f}, other work {self.other_cores:.1f} cores")
+
     def line(self) -> str:
         where = f"{self.threads} thread(s)" if self.device == "cpu" else "one device"
         text = (f"{self.device} {self.dtype} {where}: {self.flops / 1e12:.4g} TFLOP/s measured "
