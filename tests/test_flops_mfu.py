@@ -286,3 +286,31 @@ def test_tiny_base_trains_with_its_flops_counted(store):
     cfg = make_config({**TINY_BASE, "experiment": "pruning", "epochs": 1})
     result = run_single(cfg, store)
     assert result.metrics["flops_per_sample"] == _analytic_training_flops(build_model("tiny_cnn", 10), (1, 16, 16))
+
+
+def test_a_committed_mfu_is_recomputed_from_its_csv_row_and_the_peak_the_report_prints(
+        sweep_file, store, tmp_path, monkeypatch):
+    import re
+
+    import pandas as pd
+
+    from harness.report.reproduction import write_reproduction
+    from harness.sweeps import spec as sweepspec
+    from harness.sweeps.engine import run_sweep
+
+    path = sweep_file("mfu_recompute", {"sparsity": [0.0, 0.5]}, base={"pruning_backend": "torch-pruning"})
+    monkeypatch.setattr(sweepspec, "SWEEPS_DIR", path.parent)
+    run_sweep(sweepspec.load("mfu_recompute"), store, scale="smoke", show_progress=False)
+    written, _ = write_reproduction(store, tmp_path / "out")
+    page = written.read_text()
+    printed = {key: float(value) for key, value in
+               re.findall(r"^  - `([^`]+)`: ([0-9.e+-]+) TFLOP/s per device; ", page, re.M)}
+    rows = pd.read_csv(tmp_path / "out" / "mfu_recompute.csv").to_dict("records")
+    assert len(rows) == 2 and printed
+    for row in rows:   # one repeat a row: the row's figures are its cell's
+        recomputed = (row["flops_per_sample"] * row["mfu_samples"] / row["mfu_time_s"]
+                      / (printed[row["peak_key"]] * 1e12 * row["peak_devices"]))
+        assert row["mfu"] == pytest.approx(recomputed, rel=1e-5)
+    assert page.index("## At a glance") < page.index("## Caveats") < page.index("## Machine") \
+        < page.index("## Conventions") < page.index("## Tables")
+    assert page.count("- **Clock**") == 1 and "- Clock:" not in page   # stated once, not per table
