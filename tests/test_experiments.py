@@ -22,12 +22,13 @@ NAMES = experiments.names()
 # Fields an experiment reads only on a branch its smoke config does not take. Each entry must be in
 # its `reads` and must stay unread by the smoke run, or the test fails (an entry can go stale).
 OTHER_BRANCH_READS = {
-    # world_size > 1: placement's backend check, torchrun's rendezvous and the hang watchdog
-    "data_parallel": {"backend", "node_rank", "rdzv_endpoint", "dist_timeout_s"},
+    # world_size > 1: torchrun's rendezvous and the hang watchdog (one process reads the backend to
+    # refuse one other than gloo, which it would not use)
+    "data_parallel": {"node_rank", "rdzv_endpoint", "dist_timeout_s"},
     # dp_impl=ddp with world_size > 1 (the smoke runs the hand-written copies in one process)
     "dp_scratch": {"backend", "nnodes", "node_rank", "rdzv_endpoint", "dist_timeout_s"},
     # world_size > 1 (the smoke trains in one process); momentum with optimizer=sgd (the smoke uses adam)
-    "recipe": {"backend", "node_rank", "rdzv_endpoint", "dist_timeout_s", "momentum"},
+    "recipe": {"node_rank", "rdzv_endpoint", "dist_timeout_s", "momentum"},
     # number_format=tf32 only: the GPU it is measured on (the smoke reads bf16 from torch.finfo)
     "formats": {"device"},
     # D12.3's exercises 2 and 3 (the smoke runs compute_copy)

@@ -258,9 +258,16 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    from harness.cli.reproduce import cmd_reproduce as reproduce
+    from harness.cli import reproduce
+    from harness.report import tables
 
-    return reproduce(args)
+    if not args.data_dir:
+        raise UserError("harness reproduce needs --data-dir, the folder holding CIFAR-10 as train/ and test/ "
+                        "class folders of images (for example --data-dir ../shared/data/cifar10-jpeg).")
+    planned = reproduce.plan(args.scale, args.data_dir)
+    out_dir = _out_dir(args.out, tables.REPORTS_DIR)
+    store = _store(args)   # a bad URI is one sentence now, not one per sweep
+    return reproduce.reproduce(planned, args.scale, store, out_dir, args.tracking_uri)
 
 
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,

@@ -49,21 +49,14 @@ def sweep_command(planned: Planned, scale: str, tracking_uri: str | None) -> lis
     return command
 
 
-def cmd_reproduce(args) -> int:
-    from harness.cli.commands import _out_dir, _store
-    from harness.report import tables
+def reproduce(planned: list[Planned], scale: str, store, out_dir, tracking_uri: str | None) -> int:
+    """Run the planned sweeps one after another, then write the report; the exit status."""
     from harness.report.reproduction import write_reproduction
 
-    if not args.data_dir:
-        raise UserError("harness reproduce needs --data-dir, the folder holding CIFAR-10 as train/ and test/ "
-                        "class folders of images (for example --data-dir ../shared/data/cifar10-jpeg).")
-    planned = plan(args.scale, args.data_dir)
-    out_dir = _out_dir(args.out, tables.REPORTS_DIR)
-    store = _store(args)   # a bad URI is one sentence now, not one per sweep
     failed = []
     for item in planned:
-        print(f"== reproduce: sweep {item.sweep} at scale {args.scale}", flush=True)
-        code = _run(sweep_command(item, args.scale, args.tracking_uri))
+        print(f"== reproduce: sweep {item.sweep} at scale {scale}", flush=True)
+        code = _run(sweep_command(item, scale, tracking_uri))
         if code >= 2:
             return code
         if code != 0:

@@ -63,8 +63,10 @@ def value_text(column: str, value) -> str:
     if isinstance(value, str):
         return value
     bare = column.removeprefix("book_")
-    if "accuracy" in bare:
+    if "accuracy" in bare and "to_accuracy" not in bare:  # time_to_accuracy_s is seconds
         return f"{100 * value:.2f}%"
+    if bare.endswith("train_flops"):  # 3.6e14, not fifteen digits
+        return f"{value:.3g}"
     if bare == "mfu":
         return f"{100 * value:.1f}%" if value >= 0.001 else f"{100 * value:.2g}%"
     if "param_count" in bare or bare == "repeats":

@@ -22,6 +22,7 @@ from harness.report import checks, overview, tables as report
 from harness.report.order import in_document_order
 from harness.store import Store, redact
 from harness.store.tracking import NOTE_PREFIX
+from harness.store.uris import hide_password
 from harness.sweeps import spec as sweepspec
 
 # The CPU flags that decide what a CPU computes natively (harness/precision.py) and how fast.
@@ -40,7 +41,7 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
         try:
             reports = report.build_all(store, specs[name])
         except UserError as err:
-            not_run[name] = str(err)
+            not_run[name] = hide_password(str(err), store.uri)   # the message names the store
             continue
         written = overview.publish(store, specs[name], store.find_experiment(name), reports, out_dir)
         built[name] = list(zip(reports, written))
@@ -61,10 +62,10 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
         for built_report, paths in pairs:
             section = report.to_markdown(built_report, built_report.runs[0], conventions=False)
             lines += ["##" + section, f"![{specs[name].title}]({paths[2].name})", ""]
-    for name, reason in not_run.items():
-        lines += [f"### {specs[name].title}", "",
-                  f"**Not run** ({reason}) Run it with `make sweep-{name} SCALE=smoke` (or `SCALE=quick`, or the "
-                  f"document's scale with `make sweep-{name}`).", ""]
+    if not_run:
+        lines += ["### Not run", "", "**Not run** here, each with the command that runs it (`SCALE=smoke`, `quick`, "
+                  "`cpu`, or the document's scale without SCALE):", ""]
+        lines += [f"- {specs[name].title}: `make sweep-{name} SCALE=smoke` ({reason})" for name, reason in not_run.items()]
     path = out_dir / "REPRODUCTION.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path, summary
@@ -94,8 +95,7 @@ def glance(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
         lines.append(f"| {label(r.spec)} | {_short(claim)} | {_short(detail)} | {verdict} | "
                      f"{'; '.join(table_caveats(r)) or '—'} |")
     for name in not_run:
-        lines.append(f"| {label(specs[name])} | {_short(specs[name].title)} | — | not run | "
-                     f"{_short(not_run[name])} |")
+        lines.append(f"| {label(specs[name])} | {_short(specs[name].title)} | — | not run | — |")
     return lines
 
 
@@ -138,8 +138,9 @@ def caveats(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
             reasons = Counter(p.split(": skipped: ", 1)[1].split(";")[0] for p in skipped)
             lines.append(f"- **Cannot run here** ({label(r.spec)}): "
                          + "; ".join(f"{n} cell(s): {why}" for why, n in reasons.items()) + ".")
-    for name, reason in not_run.items():
-        lines.append(f"- **Not run** ({label(specs[name])}): {reason}")
+    if not_run:
+        lines.append(f"- **Not run** ({len(not_run)} table(s)): {', '.join(label(specs[n]) for n in not_run)}; the end "
+                     "of the Tables section says why and how to run each.")
     mfu = [f"{label(r.spec)}: {c}" for r in reports for c in table_caveats(r) if c.startswith("MFU")]
     if mfu:
         lines.append(f"- **MFU** ({'; '.join(mfu)}): an MFU above 1 means the peak was measured too low; "
