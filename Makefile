@@ -59,10 +59,6 @@ STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIM
 # The cells go to a store of their own, results/$(MACHINE)/store/ (git-ignored), unless TRACKING_URI is
 # given: the committed report then holds cpu-scale cells only, never smoke runs from mlruns/.
 MACHINE ?= cpu-2core
-CPU_SWEEPS := formats sparsity amp threads cpu-ddp gpus hybridize async dp-scratch $(RESNET_SWEEPS) airbench
-# Experiments that make their own inputs (needs_dataset=False in experiments/): their sweeps take no data_dir.
-OWN_INPUT_EXPERIMENTS := hybridize async autoparallel formats
-CPU_DATA_SWEEPS = $(foreach s,$(CPU_SWEEPS),$(if $(filter-out $(OWN_INPUT_EXPERIMENTS),$(call experiment_of,sweeps/$(s).toml)),$(s)))
 CPU_STORE = --tracking-uri $(or $(TRACKING_URI),sqlite:///results/$(MACHINE)/store/mlflow.db)
 
 .DEFAULT_GOAL := help
@@ -103,19 +99,12 @@ report-%: ## one sweep's table and plot beside the published figures (reports/NA
 report: ## reports/REPRODUCTION.md: every sweep beside the published tables, with verdicts
 	$(HARNESS) report $(STORE)
 
-# A sweep with failed cells (exit 1) does not stop the others; a mistake (2) or Ctrl-C (130) stops them all.
-# Run it again to resume: every finished cell is reused, the one cut off runs again.
+# `harness reproduce` runs every sweep with a [scales.cpu], in the documents' order, giving DATA_DIR to those that
+# train on data. A sweep with failed cells (exit 1) does not stop the others; a mistake (2) or Ctrl-C (130) stops
+# them all. Run it again to resume: every finished cell is reused, the one cut off runs again.
 reproduce-cpu: ## every CPU table at scale cpu on the CIFAR-10 JPEGs in DATA_DIR, then results/cpu-2core/ (MACHINE=); resumable
 	@if [ -z "$(DATA_DIR)" ]; then echo "make reproduce-cpu needs DATA_DIR=, the folder holding CIFAR-10 as train/ and test/ class folders of images (for example DATA_DIR=../shared/data/cifar10-jpeg)." >&2; exit 2; fi
-	@failed=""; for s in $(CPU_SWEEPS); do \
-	  case " $(CPU_DATA_SWEEPS) " in *" $$s "*) data="--set data_dir=$(DATA_DIR)";; *) data="";; esac; \
-	  echo "== reproduce-cpu: sweep $$s at scale cpu"; \
-	  $(HARNESS) sweep $$s --scale cpu $$data $(CPU_STORE); rc=$$?; \
-	  if [ $$rc -ge 2 ]; then exit $$rc; fi; \
-	  if [ $$rc -ne 0 ]; then failed="$$failed $$s"; fi; \
-	done; \
-	$(HARNESS) report --out results/$(MACHINE) $(CPU_STORE) || exit $$?; \
-	if [ -n "$$failed" ]; then echo "reproduce-cpu: cells failed in$$failed (each recorded with its reason; run it again to retry them)." >&2; exit 1; fi
+	$(HARNESS) reproduce --scale cpu --data-dir $(DATA_DIR) --out results/$(MACHINE) $(CPU_STORE)
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
 	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(call overrides,sweeps/resnet.toml) $(call nccl_on_cuda,resnet) $(STORE); done
@@ -132,7 +121,7 @@ ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
 dashboard: ## optuna-dashboard on http://127.0.0.1:8080 over the study storage (STORAGE=, PORT= to change)
 	$(HARNESS) dashboard $(if $(STORAGE),--storage $(STORAGE)) $(if $(PORT),--port $(PORT)) $(STORE)
 
-peak: ## the measured matmul peak every run's MFU is taken against (cached per machine; ARGS=--remeasure)
+peak: ## the measured peaks every run's MFU is taken against, with their kernels (cached per machine; ARGS=--remeasure)
 	$(HARNESS) peak $(ARGS)
 
 list: ## experiments, sweeps, models, datasets and config fields

@@ -441,6 +441,7 @@ EXPERIMENT = Experiment(
                      "batch_size", "eval_batch_size", "dtype", "grad_scaler", "channels_last", "execution",
                      "compile_mode", "compile_backend", "airbench_rung", "airbench_epochs", "airbench_base_width"})
     | time_to_accuracy.READS | FLAG_READS,
+    notes=flops.NOTES,
     smoke={"dataset": "digits", "epochs": 2, "batch_size": 128, "airbench_base_width": 8, "dtype": "bf16",
            "channels_last": True, "target_accuracy": 0.3, "evals_per_epoch": 2, "eval_batch_size": 512,
            "execution": "compile", "compile_backend": "eager", "threads": 1},

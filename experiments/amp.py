@@ -85,7 +85,7 @@ EXPERIMENT = Experiment(
              "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
              "flag_benchmark", "flag_allow_tf32", "flag_allow_fp16_reduced_precision_reduction",
              "flag_allow_bf16_reduced_precision_reduction", *flops.METRICS, *time_to_accuracy.METRICS),
-    notes=("forward_dtype",),
+    notes=("forward_dtype", *flops.NOTES),
     reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | FLAG_READS | time_to_accuracy.READS | {
         "dtype", "grad_scaler", "batch_size", "warmup_epochs", "epochs", "eval_batch_size"},
     # Image models with a Linear or Conv2d layer whose autocast dtype can be checked.

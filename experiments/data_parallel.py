@@ -18,7 +18,7 @@ from harness.config import RunConfig
 from harness.distributed import ddp_train
 from harness.distributed.ddp_train import CLOCK, TRAIN_READS
 from harness.distributed.launch import READS as LAUNCH_READS, launch
-from harness.distributed.placement import check_can_run
+from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.flops import flop_metrics, peak_devices
 from harness.models import fetch_weights
 from harness.distributed.rank import RankContext
@@ -39,9 +39,10 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         result = launch(cfg, TARGET)
     metrics = to_metrics(result, on_epoch)
     samples = result["train_samples"] * len(result["epoch_times"])
+    in_process = cfg.world_size == 1 and cfg.nnodes == 1
     metrics.update(flop_metrics(result["flops_per_sample"], samples=samples, train_time_s=result["train_time_s"],
-                                device=cfg.device, devices=peak_devices(cfg.device.partition(":")[0],
-                                                                        cfg.world_size, cfg.nnodes)))
+                                device=cfg.device, devices=peak_devices(cfg.device.partition(":")[0], cfg.world_size),
+                                threads=None if in_process else threads_per_rank(cfg)))
     return metrics
 
 
@@ -61,6 +62,7 @@ EXPERIMENT = Experiment(
     run=run,
     clock=CLOCK,
     needs_dataset=True,
+    notes=flops.NOTES,
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
              "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "ranks",
              "batch_per_rank", "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",

@@ -35,7 +35,7 @@ from harness import flops
 from harness.config import RunConfig
 from harness.data import SPLITS_READS, Dataset, Split, load_splits
 from harness.distributed.launch import READS as LAUNCH_READS, launch
-from harness.distributed.placement import check_can_run, slice_note
+from harness.distributed.placement import check_can_run, slice_note, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped, UserError
 from harness.flops import flop_metrics, flops_per_sample, peak_devices
@@ -171,7 +171,8 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         prepare(cfg)  # no GPU here: a skip, decided before anything is launched
         _devices(cfg)
         return _launched(cfg, SCRATCH_TARGET, on_epoch, processes=1)
-    return _numbers(scratch(cfg, on_epoch))
+    result = scratch(cfg, on_epoch)
+    return {**_numbers(result), **{k: result[k] for k in flops.NOTES if k in result}}
 
 
 def _launched(cfg: RunConfig, target: str, on_epoch: EpochCallback | None, processes: int | None = None):
@@ -180,9 +181,9 @@ def _launched(cfg: RunConfig, target: str, on_epoch: EpochCallback | None, proce
     if on_epoch is not None:
         for i, seconds in enumerate(result.pop("epoch_times")):
             on_epoch(i, {"epoch_time_s": seconds})
-    metrics = _numbers(result)
+    metrics = {**_numbers(result), **{k: result[k] for k in flops.NOTES if k in result}}
     if "flops_per_sample" not in metrics:  # DDP ranks report times; the FLOPs are counted here
-        metrics.update(_flop_metrics(cfg, _data(cfg), metrics["train_time_s"], nodes=cfg.nnodes))
+        metrics.update(_flop_metrics(cfg, _data(cfg), metrics["train_time_s"], ranks=True))
     return metrics
 
 
@@ -211,12 +212,16 @@ def scratch_target(cfg: RunConfig, ctx: RankContext) -> dict:
     return {**scratch(cfg, beat=ctx.beat), "peak_rss_mb": peak_rss_mb()}
 
 
-def _flop_metrics(cfg: RunConfig, data: Dataset, train_time_s: float, nodes: int = 1) -> dict[str, float]:
-    """LeNet's training FLOPs per sample and the run's MFU over the devices its copies or ranks used."""
+def _flop_metrics(cfg: RunConfig, data: Dataset, train_time_s: float, ranks: bool = False) -> dict[str, float]:
+    """LeNet's training FLOPs per sample and the run's MFU over the devices its copies or ranks used:
+    torchrun ranks each have their GPU or their own CPU cores; copies in one process on a CPU take
+    turns on this process's cores (one peak), on GPUs one device each."""
     model = TensorLeNet(get_params(cfg.seed, data.num_classes))
+    on_gpu = cfg.device.startswith("cuda")
+    devices = peak_devices(cfg.device.partition(":")[0], cfg.world_size) if ranks or on_gpu else 1
     return flop_metrics(flops_per_sample(model, data.train.x[:2]), samples=len(data.train) * cfg.epochs,
-                        train_time_s=train_time_s, device=cfg.device,
-                        devices=peak_devices(cfg.device.partition(":")[0], cfg.world_size, nodes))
+                        train_time_s=train_time_s, device=cfg.device, devices=devices,
+                        threads=threads_per_rank(cfg) if ranks else None)
 
 
 def _summary(cfg: RunConfig, times: list[float], test_accuracy: float, data: Dataset) -> dict[str, float]:
@@ -275,6 +280,7 @@ EXPERIMENT = Experiment(
          "forward/backward, the gradient allreduce (hand-written or DDP's), the SGD step on every copy; "
          "the one-device reference run, the comparison and evaluation are outside the clock"),
     needs_dataset=True,
+    notes=flops.NOTES,
     metrics=("first_step_param_diff", "params_match", "max_param_diff", "copies_identical", "train_time_s",
              "test_accuracy", "epoch_time_median_s", "epoch_time_iqr_s", "samples_per_s", "train_samples",
              "test_samples", "copies", "rank{i}_train_time_s", *flops.METRICS),

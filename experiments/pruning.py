@@ -77,6 +77,7 @@ EXPERIMENT = Experiment(
     run=run,
     clock=CLOCK,
     needs_dataset=True,
+    notes=flops.NOTES,
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
              "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
              "param_count", "param_count_before", "prune_time_s", "pretrain_epochs_trained", "pretrain_time_s",

@@ -27,7 +27,7 @@ from harness import flops, speed_methods, time_to_accuracy
 from harness.config import RunConfig
 from harness.data import SPLITS_READS, Split, load_splits
 from harness.distributed.launch import READS as LAUNCH_READS, launch
-from harness.distributed.placement import check_can_run
+from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.models import MODELS, build_model, count_parameters
@@ -59,10 +59,11 @@ def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
             for i, metrics in enumerate(result["epoch_records"]):
                 on_epoch(i, metrics)
     metrics = {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
-    devices = peak_devices(cfg.device.partition(":")[0], cfg.world_size, cfg.nnodes)
+    in_process = cfg.world_size == 1 and cfg.nnodes == 1
     metrics.update(flop_metrics(result["flops_per_sample"], samples=result["samples_trained"],
                                 train_time_s=result["train_time_s"], device=cfg.device, dtype=cfg.dtype,
-                                devices=devices))
+                                devices=peak_devices(cfg.device.partition(":")[0], cfg.world_size),
+                                threads=None if in_process else threads_per_rank(cfg)))
     return metrics
 
 
@@ -159,6 +160,7 @@ EXPERIMENT = Experiment(
     run=run,
     clock=CLOCK,
     needs_dataset=True,
+    notes=flops.NOTES,
     metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
              "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "samples_trained",
              "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",

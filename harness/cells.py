@@ -165,19 +165,24 @@ def preflight(configs: list[RunConfig]) -> None:
 
 
 def _measure_peak(cfg: RunConfig) -> None:
+    """The peak of the cores the cell will use: its threads, or each rank's (ranks are pinned)."""
     import experiments
 
     if not experiments.get(cfg.experiment).has_metric("mfu"):
         return
     import torch
 
+    from harness.distributed.placement import ranks_per_node, threads_per_rank, usable_cores
     from harness.peak import peak_flops
 
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         return  # the cell itself is skipped, with its reason
+    threads = threads_per_rank(cfg)
+    if not cfg.device.startswith("cuda") and threads * ranks_per_node(cfg) > len(usable_cores()):
+        return  # more cores than this machine has: a skip, with its reason
     try:
-        peak_flops(cfg.device, cfg.dtype)
-    except RuntimeError:  # a dtype the device cannot multiply: the cell says so when it runs
+        peak_flops(cfg.device, cfg.dtype, threads=threads)
+    except (RuntimeError, ValueError):  # no peak in this dtype here: the cell logs why when it runs
         pass
 
 

@@ -281,7 +281,10 @@ class RunConfig(BaseModel):
 
 # 1: warm-up epochs were trained and kept. 2 (issue 10): warm-up epochs are undone
 # (harness/warmup.py), so a cell trains exactly its epochs; T6.1's unpruned row no longer pre-trains.
-MEASUREMENT_PROCEDURE = 2
+# 3: convolution FLOPs count groups (a depthwise conv's weight gradient was counted once per
+# group), the MFU peak is per thread count from several kernels, and a one-process cell with a
+# backend other than gloo on a CPU is a skip: old records' MFU and their duplicate cell are wrong.
+MEASUREMENT_PROCEDURE = 3
 
 
 def _one_of(value: str, known: dict) -> str:

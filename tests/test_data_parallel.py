@@ -137,6 +137,13 @@ def test_what_this_machine_lacks_is_a_skip_with_its_reason(two_cores, changes, r
     assert reason in str(skip.value)
 
 
+@pytest.mark.parametrize("backend", ["ccl", "mpi"])
+def test_one_cpu_process_with_a_backend_other_than_gloo_is_a_skip_not_the_gloo_cell_again(two_cores, backend):
+    with pytest.raises(CellSkipped, match=f"one process uses no torch.distributed backend, so backend={backend}"):
+        placement.check_can_run(_cfg(world_size=1, threads=2, backend=backend))
+    placement.check_can_run(_cfg(world_size=1, threads=2, backend="gloo"))
+
+
 def test_too_few_gpus_for_the_ranks_is_a_skip(two_cores, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

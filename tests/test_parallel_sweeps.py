@@ -25,10 +25,9 @@ train_limit = 64
 test_limit = 32
 epochs = 1
 warmup_epochs = 0
-batch_size = 32
 [grid]
 layout = [ {{ world_size = 1, threads = 1 }}, {{ world_size = 1, threads = 2 }} ]
-backend = ["gloo", "mpi"]
+batch_size = [32, 16]
 [scales.smoke]
 epochs = 1
 [scales.smoke.grid]
@@ -37,12 +36,12 @@ layout = [ {{ world_size = 1, threads = 1 }}, {{ world_size = 1, threads = 2 }},
 x = "threads"
 baseline = {{ threads = 1 }}
 workers = "threads"
-series = "backend"
+series = "batch_size"
 metrics = ["train_time_s", "test_accuracy"]
 [published]
 rows = [
-  {{ world_size = 1, threads = 1, backend = "gloo", train_time_s = 100 }},
-  {{ world_size = 1, threads = 2, backend = "gloo", train_time_s = 60 }},
+  {{ world_size = 1, threads = 1, batch_size = 32, train_time_s = 100 }},
+  {{ world_size = 1, threads = 2, batch_size = 32, train_time_s = 60 }},
 ]
 """
 
@@ -56,11 +55,11 @@ def _spec(tmp_path, name="layouts"):
 def test_a_compound_axis_varies_fields_together_and_a_scale_can_replace_it(tmp_path):
     spec = _spec(tmp_path)
     full = sweepspec.expand(spec, "full")
-    assert [(c.config.world_size, c.config.threads, c.config.backend) for c in full] == [
-        (1, 1, "gloo"), (1, 1, "mpi"), (1, 2, "gloo"), (1, 2, "mpi")]
-    assert full[2].label == "world_size=1 threads=2 backend=gloo"
+    assert [(c.config.world_size, c.config.threads, c.config.batch_size) for c in full] == [
+        (1, 1, 32), (1, 1, 16), (1, 2, 32), (1, 2, 16)]
+    assert full[2].label == "world_size=1 threads=2 batch_size=32"
     assert len(sweepspec.expand(spec, "smoke")) == 6
-    assert spec.axes() == ["world_size", "threads", "backend"]
+    assert spec.axes() == ["world_size", "threads", "batch_size"]
     with pytest.raises(UserError, match="grid axis 'layout'"):
         sweepspec.expand(spec, "full", {"threads": 4})
 
@@ -69,18 +68,17 @@ def test_report_gives_speedup_and_efficiency_per_series_with_skips_listed(tmp_pa
     spec = _spec(tmp_path, "layouts_report")
     monkeypatch.setattr("harness.distributed.placement.usable_cores", lambda: [0, 1])
     result = run_sweep(spec, store, scale="smoke", show_progress=False)
-    # world_size 1 trains in-process, so backend mpi runs too (no process group is needed).
     assert [r.outcome for r in result.results] == ["ok", "ok", "ok", "ok", "skipped", "skipped"]
     built = report.build(store, spec)
-    t = built.table.set_index(["threads", "backend"])
-    for backend in ("gloo", "mpi"):
-        base = t.loc[(1, backend), "train_time_s"]
-        assert t.loc[(2, backend), "speedup"] == pytest.approx(base / t.loc[(2, backend), "train_time_s"])
-        assert t.loc[(2, backend), "efficiency"] == pytest.approx(t.loc[(2, backend), "speedup"] / 2)
-    assert t.loc[(2, "gloo"), "book_speedup"] == pytest.approx(100 / 60)
-    assert t.loc[(2, "gloo"), "book_efficiency"] == pytest.approx(100 / 60 / 2)
+    t = built.table.set_index(["threads", "batch_size"])
+    for batch in (32, 16):
+        base = t.loc[(1, batch), "train_time_s"]
+        assert t.loc[(2, batch), "speedup"] == pytest.approx(base / t.loc[(2, batch), "train_time_s"])
+        assert t.loc[(2, batch), "efficiency"] == pytest.approx(t.loc[(2, batch), "speedup"] / 2)
+    assert t.loc[(2, 32), "book_speedup"] == pytest.approx(100 / 60)
+    assert t.loc[(2, 32), "book_efficiency"] == pytest.approx(100 / 60 / 2)
     assert any("64 threads need 64 cores" in p for p in built.problems)
-    assert "| efficiency |" in built.markdown and "| 1 | 2 | gloo |" in built.markdown
+    assert "| efficiency |" in built.markdown and "| 1 | 2 | 32 |" in built.markdown
     report.write(built, store, tmp_path)
 
 

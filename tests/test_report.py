@@ -91,3 +91,36 @@ def test_a_description_longer_than_mlflow_keeps_is_cut_saying_so(store):
     kept = store.experiment_description(experiment_id)
     assert len(kept) <= EXPERIMENT_TAG_LIMIT and kept.startswith("| a | row |")
     assert kept.rstrip().endswith("the full text is in the report)*")
+
+
+def test_a_row_shows_its_interval_and_why_it_has_no_mfu():
+    from harness.report import render
+
+    assert render.cell_text({"speedup": 1.83, "speedup_lo": 1.76, "speedup_hi": 1.9}, "speedup") == "1.83x [1.76, 1.90]"
+    assert render.cell_text({"speedup": 1.83}, "speedup") == "1.83x"
+    assert render.cell_text({"mfu": None, "mfu_invalid": 1.0}, "mfu") == render.INVALID_MFU == "peak below achieved"
+    assert render.cell_text({"mfu": None, "mfu_na": "MFU N/A: fp16 has no native arithmetic"}, "mfu") == "N/A"
+    assert render.cell_text({"mfu": 0.25}, "mfu") == "25.0%"
+    assert render.cell_text({"train_time_s": 6.5, "train_time_iqr_s": 0.25, "repeats": 3}, "train_time_s",
+                            "train_time_iqr_s") == "6.5 (IQR 0.25)"
+
+
+def test_the_scale_line_names_only_what_the_grid_keeps_fixed():
+    from types import SimpleNamespace
+
+    from harness.report import render
+
+    spec = SimpleNamespace(axes=lambda: ["batch_size"], report={})
+    run = RunRecord("r", "n", "FINISHED", {"dataset": "digits", "epochs": "2", "batch_size": "512", "lr": "0.1",
+                                           "device": "cpu"}, {"train_samples": 100.0, "test_samples": 50.0,
+                                                              "threads_used": 2.0}, {}, 0)
+    line = render.scale_line(SimpleNamespace(spec=spec, scale="cpu"), run)
+    assert "batch" not in line.split(";")[0] and "lr 0.1" in line and line.endswith("; varied: batch_size.")
+
+
+def test_cells_without_a_result_are_listed_once_grouped_by_reason():
+    from harness.report import render
+
+    lines = render.problems_markdown(["a=1: skipped: needs 16 cores", "a=2: skipped: needs 16 cores",
+                                      "a=3: failed: boom"])
+    assert lines == ["- skipped: needs 16 cores (2 cells: a=1; a=2)", "- failed: boom (1 cell: a=3)"]

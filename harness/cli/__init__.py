@@ -1,5 +1,5 @@
-"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, list what exists, open the UI
-or the study dashboard, show the measured peak.
+"""`harness` command line: run one experiment, run a sweep or a study, report a sweep, reproduce every table at a
+scale, list what exists, open the UI or the study dashboard, show the measured peak.
 
 Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
 failed at run time exits 1 after recording them, and so does a fault of the machine or the store
@@ -60,16 +60,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
     p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
 
+    p = sub.add_parser("reproduce", parents=[common], help="every sweep that has the scale, in the documents' "
+                       "order, then REPRODUCTION.md (resumable: finished cells are reused)")
+    p.add_argument("--scale", default="cpu", help="the sweeps' scale to run (default cpu: every sweep with a "
+                   "[scales.cpu])")
+    p.add_argument("--data-dir", help="CIFAR-10 as train/ and test/ class folders, for the sweeps that train on data")
+    p.add_argument("--out", help="folder for REPRODUCTION.md and its tables (default: reports/)")
+
     sub.add_parser("list", parents=[common], help="experiments, models, datasets, sweeps and config fields")
 
     p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
     p.add_argument("--port", type=int, default=5000)
 
-    p = sub.add_parser("peak", help="the peak matmul rate each run's MFU is measured against (measured here, "
-                       "cached per machine)")
+    p = sub.add_parser("peak", help="the peak each run's MFU is measured against: the best steady rate of "
+                       "matmul and convolution kernels, with the kernel and size behind it (measured here, cached "
+                       "per machine)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: the CPU and every GPU present)")
     p.add_argument("--dtype", action="append", choices=["fp32", "bf16", "fp16"],
                    help="repeatable (default: all three)")
+    p.add_argument("--threads", type=int, help="CPU threads (default: 1 and every core this process may use)")
     p.add_argument("--remeasure", action="store_true", help="measure again even if a figure is cached")
 
     p = sub.add_parser("dashboard", parents=[common], help="serve optuna-dashboard on 127.0.0.1 over the "

@@ -217,13 +217,25 @@ def cmd_peak(args) -> int:
             raise UserError(f"--device must be cpu, cuda or cuda:N (got {name}).")
         if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
             raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s).")
+    from harness.train import available_cores
+
+    cores = available_cores()
+    thread_counts = sorted({1, cores}) if args.threads is None else [args.threads]
+    if any(t < 1 or t > cores for t in thread_counts):
+        raise UserError(f"--threads must be between 1 and {cores}, the cores this process may use.")
     for name in devices:
         for dtype in args.dtype or ["fp32", "bf16", "fp16"]:
-            try:
-                print(peak.peak_flops(name, dtype, remeasure=args.remeasure).line(), flush=True)
-            except RuntimeError as err:  # a dtype this device cannot multiply
-                print(f"{name} {dtype}: cannot be measured here ({str(err).splitlines()[0]})", flush=True)
-    print(f"cached in {peak.cache_path()}; MFU = achieved FLOP/s over these (harness/flops.py)")
+            for threads in (thread_counts if name == "cpu" else [0]):
+                try:
+                    print(peak.peak_flops(name, dtype, threads=threads, remeasure=args.remeasure).line(), flush=True)
+                except ValueError as err:  # no arithmetic of its own in this dtype: MFU is N/A
+                    print(f"{name} {dtype}: MFU N/A ({err})", flush=True)
+                    break
+                except RuntimeError as err:  # a dtype this device cannot multiply
+                    print(f"{name} {dtype}: cannot be measured here ({str(err).splitlines()[0]})", flush=True)
+                    break
+    print(f"cached in {peak.cache_path()}; MFU = achieved FLOP/s over the peak of the cores or devices a run "
+          "used (harness/flops.py)")
     return 0
 
 
@@ -245,5 +257,18 @@ def cmd_dashboard(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from harness.cli import reproduce
+    from harness.report import tables
+
+    if not args.data_dir:
+        raise UserError("harness reproduce needs --data-dir, the folder holding CIFAR-10 as train/ and test/ "
+                        "class folders of images (for example --data-dir ../shared/data/cifar10-jpeg).")
+    planned = reproduce.plan(args.scale, args.data_dir)
+    out_dir = _out_dir(args.out, tables.REPORTS_DIR)
+    store = _store(args)   # a bad URI is one sentence now, not one per sweep
+    return reproduce.reproduce(planned, args.scale, store, out_dir, args.tracking_uri)
+
+
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
-            "ui": cmd_ui, "peak": cmd_peak, "dashboard": cmd_dashboard}
+            "ui": cmd_ui, "peak": cmd_peak, "dashboard": cmd_dashboard, "reproduce": cmd_reproduce}

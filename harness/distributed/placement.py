@@ -137,6 +137,10 @@ def check_can_run(cfg: RunConfig) -> None:
             raise CellSkipped(problem)
         if cfg.backend == "nccl" and device_type != "cuda":
             raise CellSkipped("backend 'nccl' runs on GPUs only; use backend=gloo (or ccl) with device=cpu")
+    elif device_type == "cpu" and cfg.backend != "gloo":
+        # One process has no collective to run: this cell would time the backend=gloo cell again.
+        raise CellSkipped(f"one process uses no torch.distributed backend, so backend={cfg.backend} at "
+                          "world_size 1 would be the backend=gloo cell again (that cell is the baseline)")
     if slurm_span.nodes_needed(cfg) > 1:
         return  # Slurm places it on nodes that hold it (slurm_span), not on this one
     local = ranks_per_node(cfg)

@@ -13,11 +13,15 @@ from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT, machine_text
 from harness.report import checks, machine
 from harness.store import Outcome, RunRecord, Store
-from harness.store.tracking import CELL_ID, SCALE
+from harness.store.tracking import CELL_ID, NOTE_PREFIX, SCALE
 from harness.sweeps.spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
 MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/flops.py)
+# What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
+# mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
+MFU_INPUTS = ("flops_per_sample", "mfu_samples", "mfu_time_s", "peak_devices", "peak_tflops", "mfu_invalid")
+MFU_TEXTS = ("peak_key", "peak_measured", "mfu_na", "mfu_invalid_reason")   # tags (harness.note.*)
 
 REPORTS_DIR = REPO_ROOT / "reports"
 
@@ -82,6 +86,8 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         finished = report.table["repeats"].fillna(0)
         for _, row in report.table[finished < spec.repeats].astype(object).iterrows():
             label = " ".join(f"{a}={row[a]}" for a in spec.axes())
+            if pd.isna(row["repeats"]) and _listed(report.problems, label):
+                continue   # its cell is named with its reason already: once is enough
             report.problems.append(f"{label}: {0 if pd.isna(row['repeats']) else int(row['repeats'])} "
                                    f"of {spec.repeats} repeats finished")
         unfinished = [r for r in cells if r.outcome != Outcome.OK and r.tags.get(FINGERPRINT, "unknown") == key]
@@ -91,6 +97,12 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         report.markdown = to_markdown(report, runs[0])
         reports.append(report)
     return reports
+
+
+def _listed(problems: list[str], label: str) -> bool:
+    """Whether a cell of the grid point `label` ("a=1 b=x") already has a line in `problems`."""
+    want = set(label.split())
+    return any(want <= set(p.split(": ", 1)[0].split()) for p in problems)
 
 
 def _machine(run: RunRecord) -> str:
@@ -103,14 +115,16 @@ def build_table(spec: SweepSpec, runs) -> pd.DataFrame:
     axes = spec.axes()
     metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
-    if MFU not in metrics and any(MFU in run.metrics for run in runs):
+    if MFU not in metrics and any(MFU in run.metrics or "mfu_invalid" in run.metrics for run in runs):
         metrics = [*metrics, MFU]   # every training run logs it: shown beside the time (below)
+    metrics = [*metrics, *_mfu_inputs(runs, metrics)]
     notes = spec.report.get("notes", [])
     rows = []
     for run in runs:
         row = {a: _number(run.params.get(a)) for a in axes}
         row.update({m: run.metrics.get(m) for m in metrics})
         row[CELL_ID] = run.tags.get(CELL_ID)
+        row.update(_mfu_texts(run))
         row["note"] = "; ".join([n["text"] for n in notes if _matches(run, n.get("when", {}))]
                                 + _contention(run))
         rows.append(row)
@@ -126,6 +140,9 @@ def build_table(spec: SweepSpec, runs) -> pd.DataFrame:
         table[_iqr_name(time)] = q[0.75] - q[0.25]
     if (cells["note"] != "").any():
         table["note"] = grouped["note"].agg(lambda texts: "; ".join(dict.fromkeys(t for t in texts if t)))
+    for text in MFU_TEXTS:
+        if text in cells and cells[text].notna().any():
+            table[text] = grouped[text].agg(lambda texts: " | ".join(dict.fromkeys(t for t in texts if isinstance(t, str))))
     table = table.reset_index()
 
     baseline = spec.report.get("baseline")
@@ -154,6 +171,16 @@ def build_table(spec: SweepSpec, runs) -> pd.DataFrame:
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
     return table[axes + ours + book + tail].reset_index(drop=True)
+
+
+def _mfu_inputs(runs, shown: list[str]) -> list[str]:
+    """The MFU's inputs the cells logged, as table columns (the CSV keeps them; see MFU_INPUTS)."""
+    return [m for m in MFU_INPUTS if m not in shown and any(m in run.metrics for run in runs)]
+
+
+def _mfu_texts(run: RunRecord) -> dict[str, str]:
+    """The MFU's text inputs of a cell: the peak's key and how it was measured, or why there is none."""
+    return {k: run.tags[f"{NOTE_PREFIX}{k}"] for k in MFU_TEXTS if f"{NOTE_PREFIX}{k}" in run.tags}
 
 
 def cell_figures(report: Report) -> dict[str, dict[str, float]]:
@@ -247,80 +274,36 @@ def _number(text):
         return text
 
 
-def to_markdown(report: Report, sample_run: RunRecord) -> str:
+def to_markdown(report: Report, sample_run: RunRecord, conventions: bool = True) -> str:
+    """The table's page: what it is, the readable table (harness/report/render.py), its verdicts and
+    the cells without a result. `conventions`: also the bullets on the clock, speed-up and MFU that
+    REPRODUCTION.md states once for every table."""
+    from harness.report import render
+
     spec, t = report.spec, report.table
     lines = [f"# {spec.title}", ""] + ([f"Source: {spec.source}", ""] if spec.source else [])
-    params = sample_run.params
-    if spec.report.get("settings"):  # experiments that are not a training run name what to show
-        shown = ", ".join(f"{name} {_setting(sample_run, name)}" for name in spec.report["settings"])
-        scale_line = f"- Scale: **{report.scale}** ({shown})."
-    else:
-        scale_line = (
-        f"- Scale: **{report.scale}** (dataset {params.get('dataset')}: "
-        f"{sample_run.metrics.get('train_samples', 0):,.0f} train / "
-        f"{sample_run.metrics.get('test_samples', 0):,.0f} test images, {params.get('epochs')} timed epochs, "
-        f"batch {params.get('batch_size')}, lr {params.get('lr')}, "
-        f"{float(sample_run.metrics.get('threads_used', params.get('threads'))):.0f} threads, "
-        f"device {params.get('device')}).")
-    lines += [
-        scale_line,
-        f"- Machine: {report.machine} (fingerprint {report.fingerprint}).",
-        f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.",
-    ]
+    lines += [render.scale_line(report, sample_run),
+              f"- Machine: {report.machine} (fingerprint {report.fingerprint})."]
+    if conventions:
+        lines.append(f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.")
     if spec.published.get("note"):
         lines.append(f"- Published figures: {spec.published['note']}.")
-    if "speedup" in t:
+    if conventions and "speedup" in t:
         lines.append("- Speed-up: our baseline's time divided by the cell's time (the book's likewise); "
                      "absolute seconds from different hardware are shown, not compared.")
-    if MFU in t:
-        lines.append("- MFU: training FLOPs per second (counted per step, harness/flops.py) over this machine's "
-                     "measured matmul peak in the run's dtype (`harness peak`).")
+    if conventions and MFU in t:
+        lines.append("- MFU: training FLOPs per second (counted per step, harness/flops.py) over the measured peak "
+                     "of the cores or devices the run used, in its dtype (`harness peak`); the CSV holds what it "
+                     "is computed from.")
     lines += [f"- {text}" for text in spec.report.get("comments", [])]
     lines.append("")
-    lines.append(_markdown_table(t))
+    lines.append(render.table_markdown(report))
     if report.verdicts:
         lines += ["", "| check | verdict | measured |", "|---|---|---|"]
         lines += [f"| {v.check} | **{v.verdict}** | {v.detail} |" for v in report.verdicts]
     if report.problems:
-        lines += ["", "Cells without a result:", *[f"- {p}" for p in report.problems]]
+        lines += ["", "Cells without a result:", *render.problems_markdown(report.problems)]
     return "\n".join(lines) + "\n"
-
-
-def _setting(run: RunRecord, name: str) -> str:
-    if name in run.params:
-        return run.params[name]
-    value = run.metrics.get(name)
-    return "?" if value is None else f"{value:g}"
-
-
-def _markdown_table(table: pd.DataFrame) -> str:
-    def fmt(column: str, value) -> str:
-        if pd.isna(value):
-            return "—"
-        if "accuracy" in column and "to_accuracy" not in column:  # time_to_accuracy_s is seconds
-            return f"{100 * value:.2f}%"
-        if column.endswith("train_flops"):  # 3.6e14, not fifteen digits
-            return f"{value:.3g}"
-        if column == MFU:
-            return f"{100 * value:.1f}%" if value >= 0.001 else f"{100 * value:.2g}%"
-        if "param_count" in column or column == "repeats":
-            return f"{int(value):,}"
-        if "speedup" in column:
-            return f"{value:.2f}x"
-        if "efficiency" in column:
-            return f"{100 * value:.0f}%"
-        if isinstance(value, float) and column.startswith("book_") and abs(value) < 10:
-            return f"{value:.5g}"  # a published figure as printed (1.0981, 0.0011)
-        if isinstance(value, float):
-            return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
-        return str(value)
-
-    header = "| " + " | ".join(table.columns) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    # astype(object): iterrows would turn an integer column (threads, batch_size) into floats
-    body = ["| " + " | ".join(fmt(c, row[c]) for c in table.columns) + " |"
-            for _, row in table.astype(object).iterrows()]
-    return "\n".join([header, rule, *body])
 
 
 def plot(report: Report, path: Path, width_px: int | None = None) -> Path:

@@ -92,8 +92,8 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
         lines.append(f"{heading} ({goal}):")
     lines.append(markdown(report.front.drop(columns=["mlflow_run_id"])))
     if "mfu" in report.front:
-        lines.append("mfu: training FLOP/s (counted per step) over this machine's measured matmul peak in the "
-                     "trial's dtype (`harness peak`)")
+        lines.append("mfu: training FLOP/s (counted per step) over this machine's measured peak of the cores the "
+                     "trial used, in its dtype (`harness peak` names the kernel behind it)")
     if report.baseline is not None and "speedup" in report.front and len(report.front) > 1:
         best = report.front.iloc[1:].sort_values("speedup", ascending=False).iloc[0]
         lines.append(f"fastest on the front: trial {best['trial']}, {best['speedup']:.3g}x the baseline's speed "

@@ -1,0 +1,81 @@
+"""`harness reproduce --scale cpu --data-dir D`: every sweep that has the scale, in the documents'
+order, then REPRODUCTION.md over them. What runs is read from the sweep files, never kept by hand:
+a sweep with a `[scales.cpu]` is in the cpu reproduction, and it is given the data folder when
+its experiment trains on a dataset (`needs_dataset`; the others make their own inputs).
+
+Each sweep runs as a process of its own (`harness sweep`), so one sweep's threads, caches and
+memory never reach the next. A sweep whose cells failed (exit 1) does not stop the others; a
+mistake (2) or Ctrl-C (130) stops them all, with that exit status. Run it again to resume: every
+finished cell is reused, the one cut off runs again. Exit 1 at the end when cells failed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from harness.errors import UserError
+
+EXIT_FAILED_CELLS = 1
+
+
+@dataclass(frozen=True)
+class Planned:
+    sweep: str
+    data_dir: str | None    # the --set data_dir= it is given, or None when it makes its own inputs
+
+
+def plan(scale: str, data_dir: str) -> list[Planned]:
+    """The sweeps with `scale`, in the documents' order, each with the data folder if it needs one."""
+    import experiments
+    from harness.report.order import in_document_order
+    from harness.sweeps import spec as sweepspec
+
+    specs = {name: sweepspec.load(name) for name in sweepspec.available()}
+    chosen = {name: spec.title for name, spec in specs.items() if scale in spec.scales}
+    if not chosen:
+        raise UserError(f"no sweep file has a [scales.{scale}] table, so there is nothing to reproduce at "
+                        f"scale '{scale}'.")
+    return [Planned(name, data_dir if experiments.get(specs[name].experiment).needs_dataset else None)
+            for name in in_document_order(chosen)]
+
+
+def sweep_command(planned: Planned, scale: str, tracking_uri: str | None) -> list[str]:
+    command = [sys.executable, "-m", "harness", "sweep", planned.sweep, "--scale", scale]
+    if planned.data_dir is not None:
+        command += ["--set", f"data_dir={planned.data_dir}"]
+    if tracking_uri:
+        command += ["--tracking-uri", tracking_uri]
+    return command
+
+
+def reproduce(planned: list[Planned], scale: str, store, out_dir, tracking_uri: str | None) -> int:
+    """Run the planned sweeps one after another, then write the report; the exit status."""
+    from harness.report.reproduction import write_reproduction
+
+    failed = []
+    for item in planned:
+        print(f"== reproduce: sweep {item.sweep} at scale {scale}", flush=True)
+        code = _run(sweep_command(item, scale, tracking_uri))
+        if code >= 2:
+            return code
+        if code != 0:
+            failed.append(item.sweep)
+    path, summary = write_reproduction(store, out_dir)
+    print(f"written: {path}\nsummary: {summary}")
+    if failed:
+        print(f"reproduce: cells failed in {' '.join(failed)} (each recorded with its reason; run it again to "
+              "retry them).", file=sys.stderr)
+        return EXIT_FAILED_CELLS
+    return 0
+
+
+def _run(command: list[str]) -> int:
+    """The sweep's exit status. On Ctrl-C the sweep got the signal too: wait while it closes its
+    runs (it exits 130), rather than killing it mid-write."""
+    process = subprocess.Popen(command)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.wait()
+        raise

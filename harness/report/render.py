@@ -1,0 +1,164 @@
+"""A sweep's table as a reader sees it: a few readable columns (the CSV keeps every one), intervals
+beside the figures they bound, the MFU or why there is none, each row's note below the table, the
+cells without a result grouped by reason, and a Scale line naming only what the grid keeps fixed.
+
+The table itself (harness/report/tables.py) is data; this module only writes it as Markdown."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+MAX_COLUMNS = 8   # a table of more is unreadable on a page; the CSV has the rest
+INVALID_MFU = "peak below achieved"
+
+LABELS = {"train_time_s": "time (s)", "train_time_iqr_s": "IQR (s)", "speedup": "speed-up", "mfu": "MFU",
+          "test_accuracy": "accuracy", "efficiency": "efficiency", "repeats": "repeats"}
+
+
+def label(column: str) -> str:
+    if column.startswith("book_"):
+        return "book " + label(column.removeprefix("book_"))
+    return LABELS.get(column, column.replace("_", " "))
+
+
+def shown_columns(report) -> list[str]:
+    """The axes, then ours and the book's figure side by side in order of importance, at most
+    MAX_COLUMNS in all (never fewer than the axes and six figures)."""
+    t, spec = report.table, report.spec
+    axes = [a for a in spec.axes() if a in t]
+    time = spec.report.get("time", "train_time_s")
+    wanted = [time]
+    wanted += ["speedup", "book_speedup", "efficiency"] if "speedup" in t else [f"book_{time}"]
+    wanted.append("mfu")
+    for metric in spec.report.get("metrics", ["train_time_s", "test_accuracy"]):
+        if metric != time:
+            wanted += [metric, f"book_{metric}"]
+    wanted += ["efficiency", "book_efficiency"]
+    present = [c for c in dict.fromkeys(wanted) if c in t and c not in axes and _has_values(t, c)]
+    room = max(MAX_COLUMNS - len(axes), 6)
+    return axes + present[:room]
+
+
+def _has_values(t: pd.DataFrame, column: str) -> bool:
+    if column == "mfu":   # a table with no MFU figure still says why (peak below achieved, N/A)
+        return any(c in t and t[c].notna().any() for c in ("mfu", "mfu_invalid", "mfu_na"))
+    return t[column].notna().any()
+
+
+def format_interval(value, lo, hi, text) -> str:
+    """`1.83x [1.76, 1.90]` when both bounds are known, `1.83x` otherwise (the bounds of a column X
+    are columns X_lo and X_hi)."""
+    shown = text(value)
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
+        return shown
+    return f"{shown} [{text(lo).rstrip('x%')}, {text(hi).rstrip('x%')}]" if shown.endswith(("x", "%")) \
+        else f"{shown} [{text(lo)}, {text(hi)}]"
+
+
+def value_text(column: str, value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, str):
+        return value
+    bare = column.removeprefix("book_")
+    if "accuracy" in bare and "to_accuracy" not in bare:  # time_to_accuracy_s is seconds
+        return f"{100 * value:.2f}%"
+    if bare.endswith("train_flops"):  # 3.6e14, not fifteen digits
+        return f"{value:.3g}"
+    if bare == "mfu":
+        return f"{100 * value:.1f}%" if value >= 0.001 else f"{100 * value:.2g}%"
+    if "param_count" in bare or bare == "repeats":
+        return f"{int(value):,}"
+    if "speedup" in bare:
+        return f"{value:.2f}x"
+    if "efficiency" in bare:
+        return f"{100 * value:.0f}%"
+    if isinstance(value, float) and column.startswith("book_") and abs(value) < 10:
+        return f"{value:.5g}"  # a published figure as printed (1.0981, 0.0011)
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
+def cell_text(row: dict, column: str, iqr: str | None = None) -> str:
+    """One cell: the value with its interval (X_lo, X_hi) where the table has one, else a timing
+    with the IQR of its repeats (`iqr`: that column); an MFU the cells did not get says why."""
+    value = row.get(column)
+    if column == "mfu" and (value is None or pd.isna(value)):
+        if row.get("mfu_invalid") == 1:
+            return INVALID_MFU
+        if isinstance(row.get("mfu_na"), str) and row["mfu_na"]:
+            return "N/A"
+    if iqr and row.get(f"{column}_lo") is None and (row.get("repeats") or 0) > 1 and row.get(iqr) is not None:
+        return f"{value_text(column, value)} (IQR {value_text(column, row[iqr])})"
+    return format_interval(value, row.get(f"{column}_lo"), row.get(f"{column}_hi"),
+                           lambda v: value_text(column, v))
+
+
+def table_markdown(report) -> str:
+    """The readable table, then each row's note and what its MFU column leaves out."""
+    t = report.table
+    columns = shown_columns(report)
+    axes = [a for a in report.spec.axes() if a in t]
+    rows = t.astype(object).where(t.notna(), None).to_dict("records")
+    lines = ["| " + " | ".join(label(c) for c in columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    time = report.spec.report.get("time", "train_time_s")
+    iqr = "train_time_iqr_s" if time == "train_time_s" else f"{time.removesuffix('_s')}_iqr_s"
+    lines += ["| " + " | ".join(cell_text(r, c, iqr if c == time else None) for c in columns) + " |" for r in rows]
+    notes = []
+    for row in rows:
+        where = " ".join(f"{a}={value_text(a, row[a])}" for a in axes)
+        for key in ("note", "mfu_invalid_reason", "mfu_na"):
+            if isinstance(row.get(key), str) and row[key]:
+                notes.append(f"- {where}: {row[key]}")
+    if notes:
+        lines += ["", "Notes:", *dict.fromkeys(notes)]
+    return "\n".join(lines)
+
+
+def problems_markdown(problems: list[str]) -> list[str]:
+    """Cells without a result, once each, grouped by what happened and why: `label: outcome: reason`
+    lines become one line per reason naming its cells."""
+    groups: dict[str, list[str]] = {}
+    for problem in problems:
+        parts = problem.split(": ", 2)
+        if len(parts) == 3:
+            groups.setdefault(f"{parts[1]}: {parts[2]}", []).append(parts[0])
+        else:
+            groups.setdefault(problem, [])
+    return [f"- {why}" + (f" ({len(cells)} cell{'s' * (len(cells) > 1)}: {'; '.join(cells)})" if cells else "")
+            for why, cells in groups.items()]
+
+
+def scale_line(report, sample_run) -> str:
+    """What every cell of the table shares: never a swept field (its last value would read as all)."""
+    spec, params = report.spec, sample_run.params
+    swept = set(spec.axes())
+    if spec.report.get("settings"):  # experiments that are not a training run name what to show
+        shown = [f"{name} {_setting(sample_run, name)}" for name in spec.report["settings"] if name not in swept]
+    else:
+        m = sample_run.metrics
+        candidates = [
+            ("dataset", f"dataset {params.get('dataset')}"),
+            ("train_limit", f"{m.get('train_samples', 0):,.0f} train / {m.get('test_samples', 0):,.0f} test images"),
+            ("epochs", f"{params.get('epochs')} timed epochs"),
+            ("batch_size", f"batch {params.get('batch_size')}"),
+            ("lr", f"lr {params.get('lr')}"),
+            ("threads", f"{float(m.get('threads_used', params.get('threads') or 0)):.0f} threads"),
+            ("device", f"device {params.get('device')}"),
+        ]
+        shown = [text for field, text in candidates if field not in swept
+                 and not (field == "train_limit" and "test_limit" in swept)]
+        if "model" in params and "model" not in swept:
+            shown.insert(0, f"model {params['model']}")
+    varied = ", ".join(a for a in spec.axes())
+    return (f"- Scale: **{report.scale}** ({', '.join(shown)})" + (f"; varied: {varied}" if varied else "") + ".")
+
+
+def _setting(run, name: str) -> str:
+    if name in run.params:
+        return run.params[name]
+    value = run.metrics.get(name)
+    return "?" if value is None else f"{value:g}"
