@@ -556,3 +556,47 @@ def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_fi
     assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)]) == 0
     trials = optuna.load_study(study_name="toldthendied-full", storage=url).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE"], "a finished slot was run again"
+
+
+# --- a name that climbs out of its folder --------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["sweep", "study"])
+def test_a_name_that_climbs_out_of_its_folder_is_refused_before_anything_is_written(kind, tmp_path, study_file,
+                                                                                    uri, capsys):
+    escaped = "../../../ESCAPED"
+    if kind == "sweep":
+        path = tiny_sweep(tmp_path, "climb", [0.0])
+    else:
+        path = study_file("climb", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n')
+    path.write_text(path.read_text().replace('name = "climb"', f'name = "{escaped}"'))
+    work = tmp_path / "a" / "b" / "c"
+    work.mkdir(parents=True)
+    before = sorted(p.name for p in Path("/").iterdir())
+    out = ["--out", str(work)] if kind == "study" else []
+    in_process([kind, str(path), "--tracking-uri", uri, *out], 2, capsys, "key 'name'", "plain name", escaped)
+    if kind == "sweep":
+        in_process(["report", str(path), "--tracking-uri", uri, "--out", str(work)], 2, capsys, "plain name")
+    assert sorted(p.name for p in Path("/").iterdir()) == before and not Path("/ESCAPED.md").exists()
+    assert list(work.iterdir()) == [] and not list(tmp_path.glob("**/ESCAPED*"))
+    assert all_runs(uri) == []
+
+
+def test_a_scale_that_climbs_out_is_refused(tmp_path, uri, capsys):
+    path = tiny_sweep(tmp_path, "scaled", [0.0])
+    path.write_text(path.read_text() + '[scales."../../up"]\nepochs = 1\n')
+    in_process(["sweep", str(path), "--tracking-uri", uri], 2, capsys, "plain name", "../../up")
+    assert all_runs(uri) == []
+
+
+def test_every_path_built_from_a_name_stays_inside_its_folder(tmp_path):
+    from harness.errors import UserError
+    from harness.store.paths import inside
+
+    assert inside(tmp_path, "sweep-a") == tmp_path / "sweep-a"
+    (tmp_path / "link").symlink_to("/")
+    for climbing in ("../x", "/etc/passwd", "link/tmp"):
+        with pytest.raises(UserError, match="outside"):
+            inside(tmp_path, climbing)
+    store = Store(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    with pytest.raises(UserError, match="outside"):  # an experiment named by code, not by a file
+        store.experiment_id("../../ESCAPED")
+    assert store.find_experiment("../../ESCAPED") is None and not (tmp_path / "ESCAPED").exists()

@@ -13,6 +13,7 @@ from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT, machine_text
 from harness.report import checks, machine
 from harness.store import Outcome, RunRecord, Store
+from harness.store.paths import inside
 from harness.store.tracking import CELL_ID, SCALE
 from harness.sweeps.spec import SweepSpec
 
@@ -401,7 +402,7 @@ def _twin_plot(report: Report, x: str, path: Path, width_px: int | None = None) 
 def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:
     """Write <sweep>.md, .csv and .png, and log them to the sweep's latest parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"{report.spec.name}{stem_suffix}"
+    stem = inside(out_dir, f"{report.spec.name}{stem_suffix}")  # the name came from a file a user may share
     paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     paths[0].write_text(report.markdown)
     report.table.to_csv(paths[1], index=False)

@@ -22,6 +22,7 @@ from harness.fingerprint import fingerprint
 from harness.store import probe, shared_db
 from harness.store.faults import guarded
 from harness.store.outcome import Outcome
+from harness.store.paths import inside
 from harness.store.process import process_alive, this_process
 from harness.store.uris import is_sqlite, redact, resolve_tracking_uri
 
@@ -211,7 +212,8 @@ class Store:
                 self._client.restore_experiment(found.experiment_id)
             self._check_artifact_location(found.artifact_location)
             return found.experiment_id
-        location = (self.artifact_root / name).resolve().as_uri() if self.artifact_root else None
+        # inside(): an experiment's name never places its artifacts outside the store's folder.
+        location = inside(self.artifact_root, name).resolve().as_uri() if self.artifact_root else None
         self._check_artifact_location(location)
         try:
             # The kind tag makes the MLflow UI open on the runs table (model development), not
