@@ -600,3 +600,190 @@ def test_every_path_built_from_a_name_stays_inside_its_folder(tmp_path):
     with pytest.raises(UserError, match="outside"):  # an experiment named by code, not by a file
         store.experiment_id("../../ESCAPED")
     assert store.find_experiment("../../ESCAPED") is None and not (tmp_path / "ESCAPED").exists()
+
+
+# --- passwords: never on a command line the harness starts, never in a file it writes ---------------------
+PASSWORD = "Pw-s3cret-4f9a"
+
+
+class _RecordingLauncher:
+    """Records the command lines and environments an engine hands its workers; runs none."""
+    detach = False
+
+    def __init__(self):
+        self.commands, self.envs = [], []
+
+    def cores_per_worker(self, workers):
+        return 1
+
+    def run(self, commands, envs, progress=None):
+        self.commands, self.envs = commands, envs
+        return [0] * len(commands)
+
+
+def test_workers_get_the_store_locations_through_the_environment_not_argv(sweep_file, study_file, tmp_path):
+    from harness.studies import engine as study_engine, spec as studyspec
+    from harness.sweeps import spec as sweepspec
+    from harness.sweeps.engine import run_sweep
+
+    store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    db_url = f"sqlite:///{tmp_path / 'claims.db'}"
+    sweep, study = _RecordingLauncher(), _RecordingLauncher()
+    run_sweep(sweepspec.load(str(sweep_file("envs", {"sparsity": [0.0, 0.5]}))), store, scale="smoke",
+              db_url=db_url, workers=2, launcher=sweep, show_progress=False)
+    spec = studyspec.load(str(study_file("envstudy", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n')))
+    study_engine.run_study(spec, store, db_url, scale="smoke", overrides={}, workers=2, launcher=study,
+                           show_progress=False,
+                           out_dir=tmp_path, log=lambda line: None)
+    for launcher in (sweep, study):
+        assert len(launcher.commands) == 2
+        for command, env in zip(launcher.commands, launcher.envs):
+            assert "--tracking-uri" not in command and "--storage" not in command, command
+            assert not any(store.uri in a or db_url in a for a in command), command
+            assert env["MLFLOW_TRACKING_URI"] == store.uri and env["HARNESS_STORAGE"] == db_url
+
+
+def test_a_slurm_job_array_gets_the_store_locations_from_the_submitting_environment(monkeypatch, tmp_path):
+    """What submitit pickles (the worker commands and environments) holds no store location: sbatch
+    passes the submitting process's environment on, and that is where they are while it submits."""
+    import submitit
+
+    from harness.launchers import slurm
+
+    seen = {}
+
+    class Executor:
+        def __init__(self, folder):
+            pass
+
+        def update_parameters(self, **kwargs):
+            pass
+
+        def map_array(self, fn, commands, envs):
+            seen.update(envs=envs, environ=dict(os.environ))
+            raise RuntimeError(f"sbatch: error: cannot reach postgresql://u:{PASSWORD}@db/x")
+
+    monkeypatch.setattr(submitit, "SlurmExecutor", Executor)
+    launcher = slurm.SlurmLauncher(folder=tmp_path, shape=slurm.NodeShape(2, 0))
+    tracking, storage = f"http://u:{PASSWORD}@host:5000", f"postgresql://u:{PASSWORD}@db/x"
+    monkeypatch.delenv("HARNESS_STORAGE", raising=False)
+    from harness.errors import UserError
+
+    with pytest.raises(UserError) as refused:
+        launcher.run([["python", "-m", "harness", "sweep", "s.toml"]],
+                     [{"MLFLOW_TRACKING_URI": tracking, "HARNESS_STORAGE": storage, "OMP_NUM_THREADS": "1"}])
+    assert PASSWORD not in str(refused.value) and "***" in str(refused.value)
+    assert all(PASSWORD not in v for env in seen["envs"] for v in env.values()) and seen["envs"][0]["OMP_NUM_THREADS"]
+    assert seen["environ"]["MLFLOW_TRACKING_URI"] == tracking and seen["environ"]["HARNESS_STORAGE"] == storage
+    assert "HARNESS_STORAGE" not in os.environ  # put back as it was
+
+
+def test_the_ui_and_dashboard_servers_get_the_store_through_the_environment(tmp_path, monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: started.append((argv, env)))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["ui", "--tracking-uri", uri, "--port", "5999"]) == 0
+    storage = f"postgresql://harness:{PASSWORD}@127.0.0.1:{closed_port()}/studies"
+    assert main(["dashboard", "--storage", storage, "--tracking-uri", uri]) == 0
+    banners = capsys.readouterr().out
+    (ui_argv, ui_env), (board_argv, board_env) = started
+    assert uri not in " ".join(ui_argv) and ui_env["MLFLOW_BACKEND_STORE_URI"] == uri
+    assert PASSWORD not in " ".join(board_argv) and board_env["HARNESS_STORAGE"] == storage
+    assert PASSWORD not in banners and "harness:***@127.0.0.1" in banners
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("postgresql://bob:s3cret@db:5432/x", "postgresql://bob:***@db:5432/x"),
+    ("postgresql+psycopg://bob:p%40ss@db/x", "postgresql+psycopg://bob:***@db/x"),
+    ("http://u:pw@host:5000", "http://u:***@host:5000"),
+    ("sqlite:////tmp/a/mlflow.db", "sqlite:////tmp/a/mlflow.db"),
+])
+def test_redact_hides_every_form_of_password(uri, shown):
+    from harness.store.uris import hide_passwords, redact
+
+    assert redact(uri) == shown
+    assert hide_passwords(f"could not connect to {uri}: refused") == f"could not connect to {shown}: refused"
+
+
+@pytest.fixture
+def password_server(tmp_path):
+    """A real `mlflow server` whose URL carries a password (MLflow's own server ignores it), started
+    with its backend in the environment, so nothing on a command line holds it."""
+    port = closed_port()
+    server_dir = tmp_path / "server"
+    server_dir.mkdir()
+    env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{server_dir / 'server.db'}"}
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--artifacts-destination",
+                             str(server_dir / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", "1"], cwd=server_dir, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    import requests
+
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None and time.time() < deadline, "mlflow server did not start"
+            time.sleep(0.5)
+        yield SimpleNamespace(uri=f"http://harness:{PASSWORD}@127.0.0.1:{port}", folder=server_dir, proc=proc)
+    finally:
+        import signal
+
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _command_lines(proc) -> set[str]:
+    import psutil
+
+    try:
+        parent = psutil.Process(proc.pid)
+        return {" ".join(p.cmdline()) for p in [parent, *parent.children(recursive=True)]}
+    except psutil.Error:
+        return set()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_no_password_in_any_file_written_or_command_line_started(password_server, tmp_path):
+    path = tiny_sweep(tmp_path, "secret", [0.0, 0.3, 0.6], epochs=2)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": password_server.uri}  # given only through the environment
+    command = [sys.executable, "-m", "harness", "sweep", str(path), "--workers", "2", "--no-progress",
+               "--storage", f"sqlite:///{work / 'optuna.db'}"]
+    proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = set()
+    while proc.poll() is None:  # every command line of the launcher and its workers, as `ps` shows them
+        seen |= _command_lines(proc)
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    assert sum("--worker " in line for line in seen) >= 1, seen
+    texts = {"sweep stdout": out, "sweep stderr": err, **{f"argv {i}": line for i, line in enumerate(seen)}}
+    reports = tmp_path / "reports"
+    for args in (["report", str(path), "--out", str(reports)], ["report", "--out", str(reports)],
+                 ["report", str(tiny_sweep(tmp_path, "never", [0.0])), "--out", str(reports)]):
+        done = subprocess.run([sys.executable, "-m", "harness", *args], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=300)
+        texts[" ".join(args[:2])] = done.stdout + done.stderr
+    assert "has not been run in http://harness:***@" in texts[f"report {tmp_path / 'never.toml'}"]
+    assert (reports / "REPRODUCTION.md").is_file() and (reports / "secret.md").is_file()
+    # Every file: the reports, the claims database, and the server's store (params, tags, descriptions,
+    # artifacts), which holds whatever the harness logged.
+    for file in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        texts[str(file)] = file.read_bytes().decode("latin-1")
+    leaks = [where for where, text in texts.items() if PASSWORD in text]
+    assert not leaks, leaks
+    runs = mlflow_client(SimpleNamespace(uri=password_server.uri)).search_runs(
+        [mlflow_client(SimpleNamespace(uri=password_server.uri)).get_experiment_by_name("secret").experiment_id])
+    assert sorted(r.data.tags.get(OUTCOME) for r in runs if CELL_ID in r.data.tags) == ["ok"] * 3

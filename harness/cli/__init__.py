@@ -101,17 +101,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except UserError as err:
-        print(f"harness: error: {err}", file=sys.stderr)
+        _say(str(err))
         return EXIT_USAGE
     except StoreFault as err:  # the engine closed what the store still took and said what is kept
-        print(f"harness: error: {err}", file=sys.stderr)
+        _say(str(err))
         return EXIT_FAULT
     except (OSError, MemoryError) as err:  # a full disk, a vanished folder: the machine, not a bug
-        print(f"harness: error: {_fault_sentence(err)}", file=sys.stderr)
+        _say(_fault_sentence(err))
         return EXIT_FAULT
     except KeyboardInterrupt:
         print("harness: interrupted; finished cells are kept, the interrupted one reruns next time.", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _say(sentence: str) -> None:
+    """The one error line; a URL quoted in it (a driver's words, a location) never shows its password."""
+    from harness.store.uris import hide_passwords
+
+    print(f"harness: error: {hide_passwords(sentence)}", file=sys.stderr)
 
 
 def _fault_sentence(err: BaseException) -> str:

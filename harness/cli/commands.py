@@ -195,11 +195,14 @@ def cmd_list(args) -> int:
 
 
 def cmd_ui(args) -> int:
+    from harness.store import redact
+
     store = _store(args)  # validates the URI and creates the SQLite file if needed
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
-               "--host", "127.0.0.1", "--port", str(args.port)]
-    print(f"MLflow UI on http://127.0.0.1:{args.port} over {store.uri} (Ctrl-C stops it)", flush=True)
-    os.execv(sys.executable, command)
+    # The store's URI goes through the environment (MLflow's server reads MLFLOW_BACKEND_STORE_URI),
+    # not the command line, which every user of the machine sees in `ps`.
+    command = [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(args.port)]
+    print(f"MLflow UI on http://127.0.0.1:{args.port} over {redact(store.uri)} (Ctrl-C stops it)", flush=True)
+    os.execve(sys.executable, command, {**os.environ, "MLFLOW_BACKEND_STORE_URI": store.uri})
     return 0
 
 
@@ -240,8 +243,13 @@ def cmd_dashboard(args) -> int:
     if not script.exists():
         raise UserError("optuna-dashboard is not installed in this environment; run `make install`.")
     print(f"optuna-dashboard on http://127.0.0.1:{args.port} over {redact(storage)} (Ctrl-C stops it)", flush=True)
-    os.execv(str(script), [str(script), storage, "--host", "127.0.0.1", "--port", str(args.port),
-                           "--server", "wsgiref"])
+    # optuna-dashboard's command takes the storage URL only as an argument, which `ps` shows every user;
+    # its own main() runs here with that argument read from the environment (sys.argv set inside Python
+    # is not the process's command line).
+    serve = ("import os, sys; from optuna_dashboard._cli import main; "
+             "sys.argv = ['optuna-dashboard', os.environ['HARNESS_STORAGE'], *sys.argv[1:]]; main()")
+    os.execve(sys.executable, [sys.executable, "-c", serve, "--host", "127.0.0.1", "--port", str(args.port),
+                               "--server", "wsgiref"], {**os.environ, "HARNESS_STORAGE": storage})
     return 0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from harness.errors import UserError
 from harness.fingerprint import fingerprint
 from harness.report import checks, overview, tables as report
-from harness.store import Store
+from harness.store import Store, redact
 from harness.sweeps import spec as sweepspec
 
 
@@ -40,7 +40,7 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
                                  or "none"))
     this = fingerprint()
     head = ["# Reproduction report", "",
-            f"Our figures beside the published ones, read back from the tracking store {store.uri}.",
+            f"Our figures beside the published ones, read back from the tracking store {redact(store.uri)}.",
             f"Written on {this['host']} ({this['cpu.model']}, {this['cpu.cores']} cores, GPUs: "
             f"{this['gpu.names']}, torch {this['torch.version']}); each table states the machine its "
             "cells ran on. Checks judge exact facts, trends, ratios, comparisons between rows, the best row "

@@ -12,7 +12,7 @@ import pandas as pd
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT, machine_text
 from harness.report import checks, machine
-from harness.store import Outcome, RunRecord, Store
+from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.paths import inside
 from harness.store.tracking import CELL_ID, SCALE
 from harness.sweeps.spec import SweepSpec
@@ -49,7 +49,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
     experiment_id = store.find_experiment(spec.name)
     parents = store.sweep_runs(experiment_id, spec.name, parents=True) if experiment_id else []
     if not parents:
-        raise UserError(f"sweep '{spec.name}' has not been run in {store.uri}; "
+        raise UserError(f"sweep '{spec.name}' has not been run in {redact(store.uri)}; "
                         f"run `make sweep-{spec.name} SCALE=smoke` first.")
     scale = scale or parents[0].tags.get(SCALE, "full")
     parents = [p for p in parents if p.tags.get(SCALE) == scale]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -36,6 +37,12 @@ DESCRIPTION = "mlflow.note.content"  # what the MLflow UI shows as an experiment
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
 REASON_LIMIT = 5000            # MLflow caps a tag value; a long traceback goes in an artifact instead
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")  # database servers MLflow stores runs in directly
+# MLflow's client settings (mlflow/environment_variables.py), set in this process and so in its workers.
+# Its "View run at URL" lines would put the server's URL (a password too) on stdout, among the
+# harness's own lines; and its default 7 retries with doubling back-off leave a killed tracking server
+# unnamed for minutes: 2 retries, 1 s back-off and 10 s per request name it within about 30 s.
+MLFLOW_DEFAULTS = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 # MLflow's caps on an experiment's and a run's tag values (mlflow/utils/validation.py).
 EXPERIMENT_TAG_LIMIT, RUN_TAG_LIMIT = 20000, 8000
 
@@ -365,6 +372,8 @@ def _quiet_mlflow_logs() -> None:
     # MLflow logs each database error with its traceback (and each retry) before raising it; the
     # harness says what failed in one sentence (StoreFault, UserError) instead.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    for name, value in MLFLOW_DEFAULTS.items():  # the user's own setting wins
+        os.environ.setdefault(name, value)
 
 
 def _fit(markdown: str, limit: int) -> str:

@@ -4,8 +4,9 @@ and how they are shown to a user (never with a password)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT
@@ -47,15 +48,48 @@ def is_sqlite(url: str) -> bool:
 
 
 def redact(uri: str) -> str:
-    """The URI with any password replaced, for messages."""
-    parts = urlsplit(uri)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    """The URI with any password replaced: the one form in which a store location is printed or
+    written (messages, banners, run descriptions, reports)."""
+    try:
+        parts = urlsplit(uri)
+        password = parts.password
+    except ValueError:  # not a URL urllib can split (a bad port, say): hide whatever looks like one
+        return hide_passwords(uri)
+    if password:
+        user, _, host = parts.netloc.rpartition("@")
+        netloc = f"{user.split(':', 1)[0]}:***@{host}"
         return urlunsplit(parts._replace(netloc=netloc))
     return uri
 
 
+# scheme://user:password@ anywhere in a text (a driver's message that quotes its URL, a traceback).
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)[^\s@/]+@")
+
+
+def hide_passwords(text: str) -> str:
+    """`text` with the password of every URL in it replaced."""
+    return _USERINFO.sub(r"\1***@", text)
+
+
 def hide_password(text: str, url: str) -> str:
-    """`text` (a driver's error message, say) with the URL's password replaced."""
-    password = urlsplit(url).password
-    return text.replace(password, "***") if password else text
+    """`text` (a driver's error message, say) with the URL's password replaced, quoted or not."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    text = hide_passwords(text)
+    if password:
+        for form in {password, unquote(password)}:
+            text = text.replace(form, "***")
+    return text
+
+
+# The environment variables through which a worker, a server or a Slurm job gets its store
+# locations: a command line is visible to every user of the machine (`ps`), an environment is not.
+TRACKING_ENV, STORAGE_ENV = "MLFLOW_TRACKING_URI", "HARNESS_STORAGE"
+
+
+def store_environment(tracking_uri: str, db_url: str | None = None) -> dict[str, str]:
+    """The variables that hand a child process these locations (in place of --tracking-uri and
+    --storage, which resolve_tracking_uri and resolve_db_url read back)."""
+    return {TRACKING_ENV: tracking_uri, **({STORAGE_ENV: db_url} if db_url else {})}

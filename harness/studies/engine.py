@@ -39,7 +39,7 @@ from harness.fingerprint import fingerprint, machine_text
 from harness.store.process import this_process
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE
-from harness.store.uris import hide_password, is_sqlite
+from harness.store.uris import hide_password, is_sqlite, store_environment
 from harness.studies import baseline
 from harness.studies.spec import NOT_REACHED, StudySpec
 
@@ -266,12 +266,14 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                                     target=target, timeout=timeout, parent=parent, show_progress=show_progress,
                                     log=log)
             else:
-                args = ["study", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri,
+                # The store locations travel in the environment, never on a command line `ps` shows.
+                args = ["study", str(spec.path), "--scale", scale,
                         "--n-trials", str(target), *(["--timeout", str(timeout)] if timeout else []),
                         *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
                 launcher = launcher or LocalLauncher()
                 roles = [WorkerRole(i, claims.token, parent, closes_parent=launcher.detach) for i in range(workers)]
-                env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1)}
+                env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1),
+                       **store_environment(store.uri, db_url)}
                 namespace = f"study:{name}"
                 progress = (lambda: (_finished_slots(claims, namespace), target)) if show_progress else None
                 codes = []

@@ -32,7 +32,7 @@ from harness.store.process import this_process
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.shared_db import check_url
 from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE, SWEEP
-from harness.store.uris import resolve_db_url
+from harness.store.uris import resolve_db_url, store_environment
 from harness.sweeps.spec import SweepSpec, expand
 
 Log = Callable[[str], None]
@@ -239,7 +239,8 @@ def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scal
             progress: Progress | None) -> list[int] | None:
     import json
 
-    args = ["sweep", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri]
+    # The store locations travel in the environment (store_environment), never on a command line `ps` shows.
+    args = ["sweep", str(spec.path), "--scale", scale]
     for key, value in overrides.items():
         args += ["--set", f"{key}={json.dumps(value) if isinstance(value, list) else value}"]
     threads = overrides.get("threads") or 1
@@ -249,8 +250,8 @@ def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scal
     if log is not None:
         log(f"sweep {spec.name} ({scale}): {workers} workers, {threads} thread(s) each")
     # Each worker its own cores' worth of threads and its own slice of the GPUs (none here without GPUs).
-    envs = [{"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **worker_gpu_env(r.index, workers)}
-            for r in roles]
+    envs = [{"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **worker_gpu_env(r.index, workers),
+             **store_environment(store.uri, db_url)} for r in roles]
     return launcher.run([worker_command(args, r) for r in roles], envs, progress)
 
 
