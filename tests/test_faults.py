@@ -787,3 +787,63 @@ def test_no_password_in_any_file_written_or_command_line_started(password_server
     runs = mlflow_client(SimpleNamespace(uri=password_server.uri)).search_runs(
         [mlflow_client(SimpleNamespace(uri=password_server.uri)).get_experiment_by_name("secret").experiment_id])
     assert sorted(r.data.tags.get(OUTCOME) for r in runs if CELL_ID in r.data.tags) == ["ok"] * 3
+
+
+# --- the store deleted mid-sweep ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_store_deleted_mid_sweep_stops_it_with_one_sentence_and_reports_nothing_ok(tmp_path, uri):
+    sparsities = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    path = tiny_sweep(tmp_path, "vanish", sparsities, epochs=3)
+    db = tmp_path / "mlflow.db"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", uri,
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while not any(r.info.status == "FINISHED" for r in cells_and_parents(uri)[0]):
+            assert proc.poll() is None and time.time() < deadline, "no cell finished"
+            time.sleep(0.1)
+        for name in ("mlflow.db", "mlflow.db-wal", "mlflow.db-shm"):  # what `rm mlflow.db*` does
+            (tmp_path / name).unlink(missing_ok=True)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    assert_one_sentence(err, str(db), "was deleted", "not kept")
+    assert "cells:" not in out, out  # no summary counting cells that went nowhere as ok
+    ran = [line for line in out.splitlines() if line.startswith("  sparsity=")]
+    assert len(ran) < len(sparsities), out  # it stopped at the next cell
+    # Read with a fresh connection (this process's MLflow engine still holds the unlinked file):
+    # whatever sits at the path now holds no finished cell, and the same command runs every cell.
+    assert _finished_cells(db) == 0
+    again = harness("sweep", str(path), "--tracking-uri", uri, "--no-progress")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert _finished_cells(db) == len(sparsities), again.stdout
+
+
+def _finished_cells(db: Path) -> int:
+    """FINISHED runs with a cell id in the SQLite store at `db`, read through a new connection."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        try:
+            return conn.execute("SELECT COUNT(*) FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
+                                "WHERE runs.status = 'FINISHED' AND tags.key = ?", (CELL_ID,)).fetchone()[0]
+        except sqlite3.OperationalError:  # no tables: a file no store was built in
+            return 0
+
+
+def test_a_store_replaced_by_another_file_is_named(tmp_path):
+    from harness.errors import StoreGone
+
+    db = tmp_path / "mlflow.db"
+    store = Store(f"sqlite:///{db}")
+    store.check_still_there()
+    db.rename(tmp_path / "moved.db")
+    with pytest.raises(StoreGone, match="was deleted"):
+        store.check_still_there()
+    Store(f"sqlite:///{db}")  # a new store at the same path: another file
+    with pytest.raises(StoreGone, match="replaced"):
+        store.check_still_there()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from harness.errors import StoreFault, UserError, first_line
+from harness.errors import StoreFault, StoreGone, UserError, first_line
 from harness.fingerprint import fingerprint
 from harness.store import probe, shared_db
 from harness.store.faults import guarded
@@ -93,6 +93,7 @@ class Store:
                 # Every call through the client that fails becomes one StoreFault sentence.
                 self._client = guarded(MlflowClient(tracking_uri=self.uri), f"the tracking store {redact(self.uri)}")
                 self._client.search_experiments(max_results=1)
+            self._identity = self._file_identity()
         except UserError:
             raise
         except Exception as err:  # any failure here means the store is not usable as given
@@ -169,6 +170,29 @@ class Store:
                     engine.dispose()
 
         probe.create_sqlite_whole(path, f"the tracking store {redact(self.uri)}", build)
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        """A SQLite store's (device, inode): the file this process writes through its open handles,
+        which a deleted or replaced path no longer names. None for a server store, or no file."""
+        if self.artifact_root is None:
+            return None
+        try:
+            found = os.stat(self._sqlite_path())
+        except FileNotFoundError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def check_still_there(self) -> None:
+        """StoreGone when the SQLite file this store opened was deleted or replaced since: SQLite
+        goes on writing into the unlinked file, so every record after that is lost at exit."""
+        if self.artifact_root is None:
+            return
+        now = self._file_identity()
+        if now != self._identity:
+            what = "was deleted" if now is None else "was replaced by another file"
+            raise StoreGone(f"the tracking store {self._sqlite_path()} {what} while this ran; the runs logged "
+                            "since went with the old file and are not kept, so nothing more is run or reported "
+                            "(restore the file, or run the same command again to start a new store)")
 
     def close_after_fault(self, run_id: str, outcome: Outcome, reason: str,
                           tags: dict[str, object] | None = None) -> bool:
