@@ -921,3 +921,46 @@ def test_an_image_too_large_to_decode_is_named_like_any_broken_image(tmp_path, u
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
     in_process(_run_on_folder(root, uri), 2, capsys, str(huge), "not an image that can be read")
     assert all_runs(uri) == []
+
+
+# --- `harness run` stopped by SIGTERM or Ctrl-C ------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_harness_run_closes_its_run_on_sigterm_and_sigint_with_its_own_sentence(signum, tmp_path, uri):
+    import signal
+
+    # Long enough (500 epochs of tiny cells) that the signal lands inside the run, however loaded the machine.
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "pruning", "--set", "model=tiny_cnn", "--set",
+                             "dataset=synthetic", "--set", "train_limit=64", "--set", "test_limit=32", "--set",
+                             "epochs=500", "--set", "pruning_backend=torch-pruning", "--set", "threads=1",
+                             "--tracking-uri", uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while not [r for r in all_runs(uri) if r.info.status == "RUNNING" and r.data.metrics]:
+            assert proc.poll() is None and time.time() < deadline, "the run never started its epochs"
+            time.sleep(0.1)
+        proc.send_signal(getattr(signal, signum))
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    line = visible_lines(err)[-1]
+    assert line.startswith("harness: interrupted; the run is closed as interrupted") and "Traceback" not in err, err
+    runs = all_runs(uri)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED" and runs[0].data.tags[OUTCOME] == "interrupted"
+
+
+# --- more threads than cores ----------------------------------------------------------------------------
+def test_more_threads_than_the_process_may_use_is_a_skip_with_the_reason(tmp_path, uri, capsys):
+    cores = len(os.sched_getaffinity(0))
+    path = tiny_sweep(tmp_path, "threads", [0.0], epochs=1)
+    path.write_text(path.read_text().replace("threads = 1\n", "") + f"threads = [1, {cores + 1}]\n")
+    capsys.readouterr()
+    assert main(["sweep", str(path), "--tracking-uri", uri, "--no-progress"]) == 0
+    cells, _ = cells_and_parents(uri)
+    by_threads = {r.data.params["threads"]: r for r in cells}
+    assert by_threads["1"].data.tags[OUTCOME] == "ok"
+    skipped = by_threads[str(cores + 1)]
+    assert skipped.data.tags[OUTCOME] == "skipped" and not skipped.data.metrics
+    assert f"threads={cores + 1} is more than the {cores} core(s)" in skipped.data.tags[REASON]

@@ -97,6 +97,7 @@ def _add_worker_args(p) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from harness.cli.commands import COMMANDS
 
+    args = None
     try:
         args = _parser().parse_args(argv)
         return COMMANDS[args.command](args)
@@ -110,8 +111,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(_fault_sentence(err))
         return EXIT_FAULT
     except KeyboardInterrupt:
-        print("harness: interrupted; finished cells are kept, the interrupted one reruns next time.", file=sys.stderr)
+        print(f"harness: {INTERRUPTED.get(getattr(args, 'command', None), INTERRUPTED['sweep'])}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+# What Ctrl-C or SIGTERM left, in each command's words.
+INTERRUPTED = {
+    "sweep": "interrupted; finished cells are kept, the interrupted one reruns next time.",
+    "study": "interrupted; finished trials are kept, the same command resumes the study.",
+    "run": "interrupted; the run is closed as interrupted (KILLED in MLflow) and measured nothing; "
+           "run the same command again.",
+}
 
 
 def _say(sentence: str) -> None:

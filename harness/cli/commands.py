@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import StoreFault, UserError, first_line
+from harness.signals import sigterm_as_interrupt
 
 EXIT_FAILED_CELLS = 1
 
@@ -80,7 +81,8 @@ def cmd_run(args) -> int:
     experiments.check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
     experiments.get(args.experiment).check_model(cfg.model)
-    result = run_single(cfg, _store(args))
+    with sigterm_as_interrupt():  # a `kill` closes the run as interrupted, as Ctrl-C does
+        result = run_single(cfg, _store(args))
     if result.outcome != Outcome.OK:
         # A skip (no GPU here, backend missing) is the user's request not fitting this machine.
         raise UserError(f"{args.experiment} {result.outcome}: {result.reason}")

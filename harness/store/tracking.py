@@ -396,6 +396,9 @@ def _quiet_mlflow_logs() -> None:
     # MLflow logs each database error with its traceback (and each retry) before raising it; the
     # harness says what failed in one sentence (StoreFault, UserError) instead.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    # A Ctrl-C or SIGTERM landing inside a query makes SQLAlchemy's pool log "Error closing cursor"
+    # with a traceback; the interrupt itself is handled (the run closed) and said in one sentence.
+    logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
     for name, value in MLFLOW_DEFAULTS.items():  # the user's own setting wins
         os.environ.setdefault(name, value)
 
