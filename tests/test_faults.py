@@ -964,3 +964,72 @@ def test_more_threads_than_the_process_may_use_is_a_skip_with_the_reason(tmp_pat
     skipped = by_threads[str(cores + 1)]
     assert skipped.data.tags[OUTCOME] == "skipped" and not skipped.data.metrics
     assert f"threads={cores + 1} is more than the {cores} core(s)" in skipped.data.tags[REASON]
+
+
+# --- two stores in one folder, two files with one study name --------------------------------------------
+LR_SPACE = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
+
+
+def test_two_stores_in_one_folder_keep_their_own_claims_and_studies(study_file, tmp_path):
+    import optuna
+
+    from harness.store import resolve_db_url
+
+    first, second = (f"sqlite:///{tmp_path / name}" for name in ("mlflow.db", "other.db"))
+    assert resolve_db_url(None, first) == f"sqlite:///{tmp_path / 'optuna.db'}"  # the default, as before
+    assert resolve_db_url(None, second) == f"sqlite:///{tmp_path / 'other-optuna.db'}"
+    path = study_file("twostores", space=LR_SPACE, n_trials=1, base={"epochs": 1})
+    out = ["--no-progress", "--out", str(tmp_path / "reports")]
+    assert main(["study", str(path), "--tracking-uri", first, *out]) == 0
+    assert main(["study", str(path), "--tracking-uri", second, *out]) == 0
+    for uri, db in ((first, "optuna.db"), (second, "other-optuna.db")):
+        trials = optuna.load_study(study_name="twostores-full", storage=f"sqlite:///{tmp_path / db}").get_trials()
+        assert [t.state.name for t in trials] == ["COMPLETE"]  # the second ran its own, resumed none
+        cells, _ = cells_and_parents(uri)
+        assert [r.data.tags[OUTCOME] for r in cells] == ["ok"]  # each store holds the trial it ran
+
+
+def test_a_study_name_claimed_by_a_file_with_another_space_is_refused(study_file, tmp_path, uri, capsys):
+    import optuna
+
+    path = study_file("samename", space=LR_SPACE, n_trials=1, base={"epochs": 1})
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)]) == 0
+    path.write_text(path.read_text().replace("high = 1e-1", "high = 0.5"))
+    in_process(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)], 2, capsys,
+               "'samename-full'", "another [space]", str(path))
+    trials = optuna.load_study(study_name="samename-full", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
+    assert len(trials) == 1  # nothing was added to the other file's study
+    assert len(cells_and_parents(uri)[0]) == 1
+
+
+# --- `harness report` on a store that is not there; paths SQLite cannot carry ------------------------------
+def test_report_on_a_missing_sqlite_store_creates_nothing_and_keeps_the_old_report(tmp_path, capsys):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "REPRODUCTION.md").write_text("kept")
+    typo = tmp_path / "mlfow.db"
+    in_process(["report", "--tracking-uri", f"sqlite:///{typo}", "--out", str(reports)], 2, capsys,
+               str(typo), "creates none")
+    path = tiny_sweep(tmp_path, "absent", [0.0])
+    in_process(["report", str(path), "--tracking-uri", f"sqlite:///{typo}", "--out", str(reports)], 2, capsys,
+               "'absent' has not been run", str(typo))
+    assert not typo.exists() and not (tmp_path / "artifacts").exists()
+    assert (reports / "REPRODUCTION.md").read_text() == "kept" and sorted(os.listdir(reports)) == ["REPRODUCTION.md"]
+    empty = f"sqlite:///{tmp_path / 'empty' / 'mlflow.db'}"
+    Store(empty)  # a store that exists, with no sweep in it
+    in_process(["report", "--tracking-uri", empty, "--out", str(reports)], 2, capsys, "no sweep has a finished cell",
+               "left as it was")
+    assert (reports / "REPRODUCTION.md").read_text() == "kept"
+
+
+@pytest.mark.parametrize("folder", ["a?mode=ro", "a%3Fb", "100%"])
+def test_a_sqlite_path_sqlite_cannot_carry_is_refused_and_leaves_nothing(folder, tmp_path, capsys):
+    path = tiny_sweep(tmp_path, "marks", [0.0])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    uri = f"sqlite:///{tmp_path / folder / 'mlflow.db'}"
+    char = "?" if "?" in folder else "%"
+    in_process(["sweep", str(path), "--tracking-uri", uri], 2, capsys, f"holds '{char}'")
+    good = f"sqlite:///{tmp_path / 'fine' / 'mlflow.db'}"
+    in_process(["sweep", str(path), "--tracking-uri", good, "--storage", f"sqlite:///{tmp_path / folder / 'x.db'}"], 2,
+               capsys, "the shared database", f"holds '{char}'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder, no lock, no store

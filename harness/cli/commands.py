@@ -21,8 +21,11 @@ def _overrides(sets: list[str]) -> dict:
 
 
 def _store(args):
-    from harness.store import Store
+    from harness.store import Store, resolve_db_url, resolve_tracking_uri
+    from harness.store.uris import check_sqlite_path
 
+    if hasattr(args, "storage"):  # the shared database's path too, before the store is made
+        check_sqlite_path(resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri)), "the shared database")
     return Store(args.tracking_uri)
 
 
@@ -156,6 +159,7 @@ def cmd_report(args) -> int:
     from harness.sweeps import spec as sweepspec
 
     out_dir = _out_dir(args.out, tables.REPORTS_DIR)
+    _existing_store(args)
     if args.sweep is None:
         path, summary = write_reproduction(_store(args), out_dir)
         print(f"written: {path}\nsummary: {summary}")
@@ -167,6 +171,27 @@ def cmd_report(args) -> int:
     print(reports[0].markdown)
     print("written: " + ", ".join(str(p) for paths in written for p in paths))
     return 0
+
+
+def _existing_store(args) -> None:
+    """A report reads a store and never creates one: a SQLite path with no file is a mistyped
+    --tracking-uri (or no sweep yet), said before anything is made."""
+    from harness.store import resolve_tracking_uri
+    from harness.store.uris import check_sqlite_path, sqlite_path
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    check_sqlite_path(uri, "the tracking store")
+    path = sqlite_path(uri)
+    if path is None or path.is_file():
+        return
+    if args.sweep is not None:
+        from harness.sweeps import spec as sweepspec
+
+        name = sweepspec.load(args.sweep).name
+        raise UserError(f"sweep '{name}' has not been run: there is no tracking store at {path} (`harness report` "
+                        f"creates none); check --tracking-uri, or run `make sweep-{name} SCALE=smoke` first.")
+    raise UserError(f"there is no tracking store at {path}; `harness report` reads one and creates none: check "
+                    "--tracking-uri, or run a sweep first.")
 
 
 def cmd_list(args) -> int:

@@ -34,6 +34,10 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
         for built, paths in zip(reports, written):
             verdicts.update(v.verdict for v in built.verdicts)
             sections.append("#" + built.markdown + f"\n![{spec.title}]({paths[2].name})\n")
+    path = out_dir / "REPRODUCTION.md"
+    if not ran and path.exists():  # a mistyped store, say: the report it would replace is kept
+        raise UserError(f"no sweep has a finished cell in the tracking store {redact(store.uri)}, so {path} is "
+                        "left as it was; check --tracking-uri (or run a sweep first).")
     summary = (f"{len(ran)} of {len(ran) + len(not_run)} tables run"
                + (f" (not run: {', '.join(not_run)})" if not_run else "")
                + "; checks: " + (", ".join(f"{verdicts[k]} {k}" for k in checks.VERDICTS if verdicts[k])
@@ -50,6 +54,5 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
             "backend), with the reason; it is neither a pass nor a failure of the harness.", "",
             f"**Summary:** {summary}", ""]
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "REPRODUCTION.md"
     path.write_text("\n".join(head) + "\n" + "\n\n".join(sections))
     return path, summary

@@ -25,7 +25,7 @@ from harness.store.faults import guarded
 from harness.store.outcome import Outcome
 from harness.store.paths import inside
 from harness.store.process import process_alive, this_process
-from harness.store.uris import is_sqlite, redact, resolve_tracking_uri
+from harness.store.uris import check_sqlite_path, is_sqlite, redact, resolve_tracking_uri
 
 # Tag names the harness writes and reads back.
 SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIND = (
@@ -116,6 +116,7 @@ class Store:
 
     def _artifact_root(self) -> Path | None:
         if self.uri.startswith("sqlite:///"):
+            check_sqlite_path(self.uri, "the tracking store")  # before its folder and lock are made
             db = Path(self.uri.removeprefix("sqlite:///"))
             try:
                 db.parent.mkdir(parents=True, exist_ok=True)

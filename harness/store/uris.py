@@ -21,14 +21,22 @@ def resolve_tracking_uri(cli_value: str | None = None) -> str:
 
 
 def resolve_db_url(cli_value: str | None, tracking_uri: str) -> str:
-    """--storage wins, then HARNESS_STORAGE, then SQLite next to a SQLite MLflow store (under the
-    project's mlruns/ for any other store)."""
+    """--storage wins, then HARNESS_STORAGE, then SQLite next to a SQLite MLflow store, named after
+    it (under the project's mlruns/ for any other store)."""
     given = _given(cli_value, "--storage", "HARNESS_STORAGE")
     if given:
         return given
     if tracking_uri.startswith("sqlite:///"):
-        return f"sqlite:///{Path(tracking_uri.removeprefix('sqlite:///')).parent / SHARED_DB_NAME}"
+        return f"sqlite:///{shared_db_beside(Path(tracking_uri.removeprefix('sqlite:///')))}"
     return f"sqlite:///{REPO_ROOT / 'mlruns' / SHARED_DB_NAME}"
+
+
+def shared_db_beside(store: Path) -> Path:
+    """The claims and studies file of the SQLite store `store`: `optuna.db` beside `mlflow.db` (the
+    default store, and every store made before stores were told apart), `<stem>-optuna.db` beside
+    any other, so two stores in one folder never share claims or studies."""
+    name = SHARED_DB_NAME if store.stem == "mlflow" else f"{store.stem}-{SHARED_DB_NAME}"
+    return store.parent / name
 
 
 def _given(cli_value: str | None, option: str, variable: str) -> str | None:
@@ -45,6 +53,22 @@ def _given(cli_value: str | None, option: str, variable: str) -> str | None:
 
 def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite:")
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a sqlite:/// URL; None for any other store."""
+    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+
+
+def check_sqlite_path(url: str, what: str) -> None:
+    """One sentence, before any folder or lock is made, for a SQLite path SQLAlchemy would not open
+    as written: after '?' it reads URL options (the store would be another file), and '%' starts an
+    escape that MLflow and SQLAlchemy decode differently."""
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+    for char in "?%":
+        if path is not None and char in path:
+            raise UserError(f"{what} path {path} holds '{char}', which a SQLite URL cannot carry as written "
+                            "(the store would open another file); use a path without '?' and '%'.")
 
 
 def redact(uri: str) -> str:

@@ -17,6 +17,8 @@ MAX_RETRY times), so a trial cut off by a crash or a Ctrl-C is retried, not lost
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import time
 import warnings
@@ -49,6 +51,7 @@ RETRIES_ATTR = "harness.retries"    # how many times these parameters were queue
 SLOT_ATTR = "harness.slot"          # the claims slot the trial ran in
 RUN_ATTR = "mlflow_run_id"
 METRICS_ATTR = "harness.metrics"    # the [report] metrics of a complete trial, for the study's report
+SPACE_ATTR = "harness.space"        # the study's own attribute: a digest of the [space] that created it
 MAX_RETRY = 2
 MAX_FAILS_IN_A_ROW = 5
 WAIT_POLL_S = 2.0  # how often a worker with no slot left looks at the trials its siblings run
@@ -180,8 +183,28 @@ def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed
                             f"asks to {spec.directions} for {spec.metrics}; give it another name or storage.")
         n_before = len(stored.get_trials(deepcopy=False))
     seed = int(spec.sampler.get("seed", 0)) + n_before + 100_003 * seed_salt
-    return optuna.create_study(study_name=study_name, storage=store, directions=spec.directions,
-                               load_if_exists=True, sampler=sampler(spec, seed), pruner=pruner(spec))
+    study = optuna.create_study(study_name=study_name, storage=store, directions=spec.directions,
+                                load_if_exists=True, sampler=sampler(spec, seed), pruner=pruner(spec))
+    _check_space(study, spec, study_name, url)
+    return study
+
+
+def space_digest(spec: StudySpec) -> str:
+    """What a study's trials were sampled from: its [space], every parameter's range and choices."""
+    space = {name: param.model_dump() for name, param in sorted(spec.space.items())}
+    return hashlib.sha256(json.dumps(space, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _check_space(study, spec: StudySpec, study_name: str, url: str) -> None:
+    """A study is the file that made it: another file with the same name and another [space]
+    would mix its trials into this one's (and "resume" them). A study made before the space was
+    recorded adopts the space of the first file that opens it."""
+    digest, had = space_digest(spec), study.user_attrs.get(SPACE_ATTR)
+    if had is None:
+        study.set_user_attr(SPACE_ATTR, digest)
+    elif had != digest:
+        raise UserError(f"study '{study_name}' in {redact(url)} was created by a file with another [space] than "
+                        f"{spec.path}; give this file another name, or pass another --storage.")
 
 
 def counts(study) -> dict[str, int]:
