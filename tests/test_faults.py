@@ -1033,3 +1033,99 @@ def test_a_sqlite_path_sqlite_cannot_carry_is_refused_and_leaves_nothing(folder,
     in_process(["sweep", str(path), "--tracking-uri", good, "--storage", f"sqlite:///{tmp_path / folder / 'x.db'}"], 2,
                capsys, "the shared database", f"holds '{char}'")
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder, no lock, no store
+
+
+# --- large jobs ---------------------------------------------------------------------------------------
+def test_a_sweep_past_max_cells_is_refused_and_a_large_one_says_how_large_first(tmp_path, uri, capsys):
+    path = tiny_sweep(tmp_path, "huge", [round(i / 1000, 3) for i in range(600)])
+    in_process(["sweep", str(path), "--tracking-uri", uri, "--set", "lr=[0.01,0.02]", "--max-cells", "1000"], 2,
+               capsys, "1200 cells", "more than --max-cells 1000")
+    in_process(["sweep", str(path), "--tracking-uri", uri, "--max-cells", "0"], 2, capsys, "--max-cells")
+    assert all_runs(uri) == []
+    # 10^9 epochs in one cell: the estimate comes before the cell starts (stopped here by a cap of 0 cells run).
+    small = tiny_sweep(tmp_path, "long", [0.0])
+    capsys.readouterr()
+    assert main(["sweep", str(small), "--tracking-uri", uri, "--set", "epochs=1000000000", "--set",
+                 "sparsity=[0.0,0.1]", "--max-cells", "1"]) == 2
+    assert "more than --max-cells 1" in capsys.readouterr().err
+    from harness.cli import commands
+
+    args = SimpleNamespace(scale="full", sets=["epochs=1000000000"], max_cells=10)
+    from harness.sweeps import spec as sweepspec
+
+    commands._size_of_job(sweepspec.load(str(small)), args)
+    said = capsys.readouterr().err
+    assert "is a large job: 1 cells, 1000000000 epochs in all" in said and all_runs(uri) == []
+
+
+# --- a study's workers, counted -------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_workers_study_summary_counts_its_workers_trials(study_file, tmp_path, uri):
+    path = study_file("counted", space=LR_SPACE, n_trials=2, base={"epochs": 1})
+    done = harness("study", str(path), "--workers", "2", "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "study counted-full: ran 2 trial(s) (2 complete)" in done.stdout, done.stdout[-2000:]
+    assert sorted(r.data.tags[OUTCOME] for r in cells_and_parents(uri)[0]) == ["ok", "ok"]
+
+
+# --- the launcher SIGKILLed: its workers end too ----------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_workers_end_when_their_launcher_is_killed(tmp_path, uri):
+    import psutil
+
+    path = tiny_sweep(tmp_path, "orphans", [0.0, 0.2, 0.4, 0.6], epochs=400, train_limit=64, test_limit=32)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--workers", "2", "--tracking-uri",
+                             uri, "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        workers = []
+        while len(workers) < 2:  # both workers inside a cell
+            assert proc.poll() is None and time.time() < deadline, "never saw two cells running at once"
+            workers = [c for c in psutil.Process(proc.pid).children() if "--worker" in " ".join(c.cmdline())]
+            running = [r for r in cells_and_parents(uri)[0] if r.info.status == "RUNNING"]
+            workers = workers if len(running) >= 2 else []
+            time.sleep(0.2)
+        proc.kill()  # SIGKILL: the launcher can do nothing
+        proc.wait(timeout=30)
+        gone, alive = psutil.wait_procs(workers, timeout=60)
+        assert not alive, f"workers {[p.pid for p in alive]} outlived their launcher"
+    finally:
+        for p in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    cells, _ = cells_and_parents(uri)
+    assert cells and all(r.info.status != "RUNNING" for r in cells)  # each worker closed its cell
+    assert {r.data.tags[OUTCOME] for r in cells if r.info.status == "KILLED"} <= {"interrupted"}
+
+
+# --- a tracking server killed mid-sweep ----------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_killed_tracking_server_is_named_within_30_s(password_server, tmp_path):
+    import signal
+
+    path = tiny_sweep(tmp_path, "serverdies", [0.0, 0.2, 0.4, 0.6], epochs=400, train_limit=64, test_limit=32)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", password_server.uri,
+                             "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = mlflow_client(SimpleNamespace(uri=password_server.uri))
+    try:
+        deadline = time.time() + 180
+        while True:  # a cell is inside its epochs
+            assert proc.poll() is None and time.time() < deadline, "no cell started"
+            found = client.get_experiment_by_name("serverdies")
+            if found and [r for r in client.search_runs([found.experiment_id]) if r.data.metrics]:
+                break
+            time.sleep(0.2)
+        os.killpg(password_server.proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    assert_one_sentence(err, "tracking store", "http://harness:***@")
+    assert took < 30, f"{took:.0f} s of silence before the sentence"

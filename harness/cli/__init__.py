@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
     p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--max-cells", type=int, default=10_000,
+                   help="refuse a sweep of more cells than this (default 10000)")
     _add_worker_args(p)
 
     p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")

@@ -105,6 +105,8 @@ def cmd_sweep(args) -> int:
 
     spec = sweepspec.load(args.sweep)
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
+    if role is None:
+        _size_of_job(spec, args)
     store = _store(args)
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
                        db_url=resolve_db_url(args.storage, store.uri), workers=workers, launcher=launcher, role=role,
@@ -126,6 +128,27 @@ def cmd_sweep(args) -> int:
         return 2
     # A failed cell, or one no worker reached (a worker died, or stopped on a mistake), is unfinished work.
     return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) else 0
+
+
+# Past these a sweep is a large job: it says how large before anything runs.
+LARGE_CELLS, LARGE_EPOCHS = 1_000, 100_000
+
+
+def _size_of_job(spec, args) -> None:
+    """Refuse more cells than --max-cells, and say how large a large job is before it starts (a
+    100,000-cell grid or 10^9 epochs from a typo would otherwise just start)."""
+    from harness.sweeps.spec import expand
+
+    if args.max_cells < 1:
+        raise UserError(f"--max-cells must be at least 1 (got {args.max_cells}).")
+    cells = expand(spec, args.scale, _overrides(args.sets))
+    if len(cells) > args.max_cells:
+        raise UserError(f"sweep {spec.name} at scale {args.scale} has {len(cells)} cells, more than --max-cells "
+                        f"{args.max_cells}; narrow the grid (--set AXIS=[...]) or raise --max-cells.")
+    epochs = sum(c.config.epochs for c in cells if c.config is not None)
+    if len(cells) > LARGE_CELLS or epochs > LARGE_EPOCHS:
+        print(f"harness: sweep {spec.name} ({args.scale}) is a large job: {len(cells)} cells, {epochs} epochs in "
+              "all; Ctrl-C stops it (finished cells are kept) and --max-cells caps it.", file=sys.stderr, flush=True)
 
 
 def cmd_study(args) -> int:

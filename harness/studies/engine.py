@@ -300,6 +300,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                 namespace = f"study:{name}"
                 progress = (lambda: (_finished_slots(claims, namespace), target)) if show_progress else None
                 codes = []
+                before = {t.number for t in study.get_trials(deepcopy=False)}
                 if _finished_slots(claims, namespace) < target:  # else there is nothing for workers to do
                     if launcher.detach:  # this process leaves: no host's process owns the parent run any more
                         store.set_tags(parent, {HOST: DETACHED_HOST})
@@ -311,6 +312,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                 stop = StopReason.WORKERS_FAILED if any(codes) else \
                     StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
                 outcome = StudyOutcome(name, target, stop)
+                _count_workers_trials(outcome, study, before)
             report = study_report.build(spec, study)
             outcome.finished = report.counts["complete"] + report.counts["pruned"]
             outcome.parent_run_id = parent
@@ -330,6 +332,15 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     log(report.text)
     log("written: " + ", ".join(str(p) for p in paths))
     return outcome
+
+
+def _count_workers_trials(outcome: StudyOutcome, study, before: set[int]) -> None:
+    """The trials this invocation's workers ran (every trial settled since they started), so the
+    launcher's summary says what they did, not the "0 trial(s)" this process ran itself."""
+    for trial in study.get_trials(deepcopy=False):
+        if trial.number not in before and trial.state.is_finished():
+            outcome.ran += 1
+            outcome.states[trial.state.name.lower()] += 1
 
 
 def _what_ran(spec: StudySpec, name: str, scale: str, target: int, overrides: dict[str, Any], workers: int,
