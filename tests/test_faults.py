@@ -1078,9 +1078,9 @@ def test_workers_end_when_their_launcher_is_killed(tmp_path, uri):
     path = tiny_sweep(tmp_path, "orphans", [0.0, 0.2, 0.4, 0.6], epochs=400, train_limit=64, test_limit=32)
     proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--workers", "2", "--tracking-uri",
                              uri, "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers = []
     try:
         deadline = time.time() + 240
-        workers = []
         while len(workers) < 2:  # both workers inside a cell
             assert proc.poll() is None and time.time() < deadline, "never saw two cells running at once"
             workers = [c for c in psutil.Process(proc.pid).children() if "--worker" in " ".join(c.cmdline())]
@@ -1092,7 +1092,7 @@ def test_workers_end_when_their_launcher_is_killed(tmp_path, uri):
         gone, alive = psutil.wait_procs(workers, timeout=60)
         assert not alive, f"workers {[p.pid for p in alive]} outlived their launcher"
     finally:
-        for p in psutil.Process().children(recursive=True):
+        for p in [*psutil.Process().children(recursive=True), *workers]:  # orphans are no children of ours
             with contextlib.suppress(psutil.Error):
                 p.kill()
     cells, _ = cells_and_parents(uri)

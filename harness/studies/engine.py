@@ -32,7 +32,7 @@ import experiments
 from harness.cells import Cell, preflight, run_cell
 from harness.config import make_config
 from harness.distributed.placement import worker_gpu_env
-from harness.errors import CellPruned, StoreFault, UserError, first_line
+from harness.errors import CellPruned, StoreFault, StoreGone, UserError, first_line
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, Store, redact
@@ -319,6 +319,8 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
             paths = study_report.write(spec, report, store, parent, out_dir)
             store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
             store.describe_run(parent, what + "\n\n" + report.text.splitlines()[0] + ".")
+        except StoreGone:
+            raise  # nothing to close: the runs went with the old file, and its sentence says so
         except StoreFault as fault:
             closed = store.close_after_fault(parent, Outcome.FAILED, f"stopped: {fault}")
             raise StoreFault(f"{fault}; the study stopped, its finished trials are kept and the same command "
@@ -397,6 +399,7 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
                 claims.release(namespace, slot, DONE, note="finished by a worker that died before releasing it")
                 continue
         baseline.queue(spec, study)  # a study with a baseline runs it first (again, if it failed)
+        store.check_still_there()  # no trial is run into, or counted by, a deleted store
         state, reason = _one_trial(spec, study, store, experiment_id, claims, namespace, slot, scale=scale,
                                    fixed=fixed, parent=parent, show_progress=show_progress, log=log)
         outcome.ran += 1
