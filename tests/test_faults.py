@@ -768,6 +768,7 @@ def test_no_password_in_any_file_written_or_command_line_started(password_server
         time.sleep(0.05)
     out, err = proc.communicate()
     assert proc.returncode == 0, err[-2000:]
+    assert "View run" not in out and "View experiment" not in out, out  # MLflow's own lines stay off stdout
     assert sum("--worker " in line for line in seen) >= 1, seen
     texts = {"sweep stdout": out, "sweep stderr": err, **{f"argv {i}": line for i, line in enumerate(seen)}}
     reports = tmp_path / "reports"
