@@ -103,6 +103,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
     try:
         store.log_params(run_id, params_to_log(cfg, experiment))
         store.log_dict(run_id, cfg.model_dump(), "config.json")
+        _check_threads(cfg)
         reset_peak_rss()
         load = LoadWatch()
         metrics = dict(experiment.run(cfg, on_epoch))
@@ -130,6 +131,17 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
         return CellResult(cell, Outcome.FAILED, reason=reason, run_id=run_id)
     finally:
         bar.close()
+
+
+def _check_threads(cfg: RunConfig) -> None:
+    """More threads than the cores this process may use (os.sched_getaffinity) would time the threads
+    queueing for cores, not the method: a skip with the reason, never an ok measurement."""
+    from harness.train import available_cores
+
+    cores = available_cores()
+    if cfg.threads > cores:
+        raise CellSkipped(f"threads={cfg.threads} is more than the {cores} core(s) this process may use "
+                          "(os.sched_getaffinity); on this machine it would time contention, not the method")
 
 
 def params_to_log(cfg: RunConfig, experiment) -> dict[str, Any]:

@@ -121,11 +121,10 @@ def _decode_folder(folder: Path, classes: list[str], grey28: bool = False) -> Sp
              if f.suffix.lower() in IMAGE_SUFFIXES]
     if not files:
         raise UserError(f"'{folder}' holds no images in its class folders ({', '.join(classes)}).")
-    stamp = f"{folder.resolve()}|{len(files)}|{max(f.stat().st_mtime_ns for f, _ in files)}"
     kind = "imagefolder-grey28" if grey28 else "imagefolder"
-    cache = CACHE_DIR / f"{kind}-{hashlib.sha1(stamp.encode()).hexdigest()[:16]}.pt"
-    if cache.exists():
-        saved = torch.load(cache)
+    cache = CACHE_DIR / f"{kind}-{folder_key(folder, [f for f, _ in files])}.pt"
+    saved = _read_cache(cache, len(files))
+    if saved is not None:
         return _from_uint8_nhwc(saved["x"], saved["y"])
 
     from PIL import Image
@@ -136,7 +135,8 @@ def _decode_folder(folder: Path, classes: list[str], grey28: bool = False) -> Sp
         try:
             with Image.open(f) as img:
                 arrays.append(_grey28(img) if grey28 else np.asarray(img.convert("RGB")))
-        except (OSError, SyntaxError) as err:  # not an image, truncated, or a format PIL misreads
+        except (OSError, SyntaxError, Image.DecompressionBombError) as err:
+            # not an image, truncated, a format PIL misreads, or one so large PIL refuses to decode it
             raise UserError(f"'{f}' is not an image that can be read ({first_line(err)}); remove or "
                             "replace it.") from None
     shapes = {a.shape for a in arrays}
@@ -144,9 +144,43 @@ def _decode_folder(folder: Path, classes: list[str], grey28: bool = False) -> Sp
         raise UserError(f"images in '{folder}' differ in size ({sorted(shapes)[:2]}); resize them to one size first.")
     x = np.stack(arrays)
     y = np.array([label for _, label in files])
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"x": torch.from_numpy(x), "y": torch.from_numpy(y)}, cache)
+    _write_cache(cache, {"x": torch.from_numpy(x), "y": torch.from_numpy(y)})
     return _from_uint8_nhwc(x, y)
+
+
+def folder_key(folder: Path, files: list[Path]) -> str:
+    """What a decoded folder's cache is keyed by: every image's path under the folder (its class
+    folder is its label), size and modification time, sorted. A file added, removed, edited or
+    moved between class folders changes it."""
+    listing = sorted((str(f.relative_to(folder)), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return hashlib.sha256(repr(listing).encode()).hexdigest()[:24]
+
+
+def _read_cache(path: Path, count: int) -> dict | None:
+    """The cached tensors, or None when there are none or they cannot be read whole (a file cut
+    short by a full disk or a kill before writes were atomic): the folder is decoded again."""
+    if not path.exists():
+        return None
+    try:
+        saved = torch.load(path)
+        if len(saved["x"]) == len(saved["y"]) == count:
+            return saved
+    except Exception:  # torch raises RuntimeError, EOFError, pickle's errors... for a damaged file
+        pass
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _write_cache(path: Path, tensors: dict) -> None:
+    """Written beside its place and renamed into it, so a reader finds the whole file or none. A
+    cache that cannot be written (a full disk) is no error: the decoded images are in memory."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(tensors, temporary)
+        os.replace(temporary, path)
+    except (OSError, RuntimeError):  # torch.save reports a failed write as RuntimeError
+        temporary.unlink(missing_ok=True)
 
 
 def _digits(data_dir: str, seed: int) -> Dataset:

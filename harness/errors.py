@@ -16,6 +16,11 @@ class StoreFault(Exception):
     close what they can, keep what is measured, and the CLI prints the sentence and exits 1."""
 
 
+class StoreGone(StoreFault):
+    """The tracking store is no longer the one the invocation opened (its SQLite file was deleted
+    or replaced): whatever was logged since went nowhere, so nothing may be reported as kept."""
+
+
 class CellSkipped(Exception):
     """This cell cannot run here (missing backend, too few devices, no GPU). The sweep records the
     reason and goes on; the cell is tried again on the next invocation."""

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.config import is_finite
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT
+from harness.store.paths import is_safe_name
 
 SWEEPS_DIR = REPO_ROOT / "sweeps"
 SCALES = ("smoke", "quick", "full")   # every file has these; a file may add its own (amp's `cpu`)
@@ -33,9 +34,21 @@ class SpecFile(BaseModel):
     scales: dict[str, dict[str, Any]] = Field({}, validate_default=True)
     path: Path | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        # The name becomes an MLflow experiment, an artifacts folder and report file names.
+        if not is_safe_name(name):
+            raise ValueError("must be a plain name of letters, digits, '_' and '-' (at most 100, starting with "
+                             "a letter or digit), since it names folders and files")
+        return name
+
     @field_validator("scales")
     @classmethod
     def _every_scale(cls, scales: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for scale in scales:  # a scale is part of a study's name, and so of its report files' names
+            if not is_safe_name(scale):
+                raise ValueError(f"scale {scale!r} must be a plain name of letters, digits, '_' and '-'")
         return {s: {} for s in SCALES} | scales
 
     def scale_values(self, scale: str) -> dict[str, Any]:

@@ -556,3 +556,575 @@ def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_fi
     assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)]) == 0
     trials = optuna.load_study(study_name="toldthendied-full", storage=url).get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE"], "a finished slot was run again"
+
+
+# --- a name that climbs out of its folder --------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["sweep", "study"])
+def test_a_name_that_climbs_out_of_its_folder_is_refused_before_anything_is_written(kind, tmp_path, study_file,
+                                                                                    uri, capsys):
+    escaped = "../../../ESCAPED"
+    if kind == "sweep":
+        path = tiny_sweep(tmp_path, "climb", [0.0])
+    else:
+        path = study_file("climb", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n')
+    path.write_text(path.read_text().replace('name = "climb"', f'name = "{escaped}"'))
+    work = tmp_path / "a" / "b" / "c"
+    work.mkdir(parents=True)
+    before = sorted(p.name for p in Path("/").iterdir())
+    out = ["--out", str(work)] if kind == "study" else []
+    in_process([kind, str(path), "--tracking-uri", uri, *out], 2, capsys, "key 'name'", "plain name", escaped)
+    if kind == "sweep":
+        in_process(["report", str(path), "--tracking-uri", uri, "--out", str(work)], 2, capsys, "plain name")
+    assert sorted(p.name for p in Path("/").iterdir()) == before and not Path("/ESCAPED.md").exists()
+    assert list(work.iterdir()) == [] and not list(tmp_path.glob("**/ESCAPED*"))
+    assert all_runs(uri) == []
+
+
+def test_a_scale_that_climbs_out_is_refused(tmp_path, uri, capsys):
+    path = tiny_sweep(tmp_path, "scaled", [0.0])
+    path.write_text(path.read_text() + '[scales."../../up"]\nepochs = 1\n')
+    in_process(["sweep", str(path), "--tracking-uri", uri], 2, capsys, "plain name", "../../up")
+    assert all_runs(uri) == []
+
+
+def test_every_path_built_from_a_name_stays_inside_its_folder(tmp_path):
+    from harness.errors import UserError
+    from harness.store.paths import inside
+
+    assert inside(tmp_path, "sweep-a") == tmp_path / "sweep-a"
+    (tmp_path / "link").symlink_to("/")
+    for climbing in ("../x", "/etc/passwd", "link/tmp"):
+        with pytest.raises(UserError, match="outside"):
+            inside(tmp_path, climbing)
+    store = Store(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
+    with pytest.raises(UserError, match="outside"):  # an experiment named by code, not by a file
+        store.experiment_id("../../ESCAPED")
+    assert store.find_experiment("../../ESCAPED") is None and not (tmp_path / "ESCAPED").exists()
+
+
+# --- passwords: never on a command line the harness starts, never in a file it writes ---------------------
+PASSWORD = "Pw-s3cret-4f9a"
+
+
+class _RecordingLauncher:
+    """Records the command lines and environments an engine hands its workers; runs none."""
+    detach = False
+
+    def __init__(self):
+        self.commands, self.envs = [], []
+
+    def cores_per_worker(self, workers):
+        return 1
+
+    def run(self, commands, envs, progress=None):
+        self.commands, self.envs = commands, envs
+        return [0] * len(commands)
+
+
+def test_workers_get_the_store_locations_through_the_environment_not_argv(sweep_file, study_file, tmp_path):
+    from harness.studies import engine as study_engine, spec as studyspec
+    from harness.sweeps import spec as sweepspec
+    from harness.sweeps.engine import run_sweep
+
+    store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    db_url = f"sqlite:///{tmp_path / 'claims.db'}"
+    sweep, study = _RecordingLauncher(), _RecordingLauncher()
+    run_sweep(sweepspec.load(str(sweep_file("envs", {"sparsity": [0.0, 0.5]}))), store, scale="smoke",
+              db_url=db_url, workers=2, launcher=sweep, show_progress=False)
+    spec = studyspec.load(str(study_file("envstudy", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n')))
+    study_engine.run_study(spec, store, db_url, scale="smoke", overrides={}, workers=2, launcher=study,
+                           show_progress=False,
+                           out_dir=tmp_path, log=lambda line: None)
+    for launcher in (sweep, study):
+        assert len(launcher.commands) == 2
+        for command, env in zip(launcher.commands, launcher.envs):
+            assert "--tracking-uri" not in command and "--storage" not in command, command
+            assert not any(store.uri in a or db_url in a for a in command), command
+            assert env["MLFLOW_TRACKING_URI"] == store.uri and env["HARNESS_STORAGE"] == db_url
+
+
+def test_a_slurm_job_array_gets_the_store_locations_from_the_submitting_environment(monkeypatch, tmp_path):
+    """What submitit pickles (the worker commands and environments) holds no store location: sbatch
+    passes the submitting process's environment on, and that is where they are while it submits."""
+    import submitit
+
+    from harness.launchers import slurm
+
+    seen = {}
+
+    class Executor:
+        def __init__(self, folder):
+            pass
+
+        def update_parameters(self, **kwargs):
+            pass
+
+        def map_array(self, fn, commands, envs):
+            seen.update(envs=envs, environ=dict(os.environ))
+            raise RuntimeError(f"sbatch: error: cannot reach postgresql://u:{PASSWORD}@db/x")
+
+    monkeypatch.setattr(submitit, "SlurmExecutor", Executor)
+    launcher = slurm.SlurmLauncher(folder=tmp_path, shape=slurm.NodeShape(2, 0))
+    tracking, storage = f"http://u:{PASSWORD}@host:5000", f"postgresql://u:{PASSWORD}@db/x"
+    monkeypatch.delenv("HARNESS_STORAGE", raising=False)
+    from harness.errors import UserError
+
+    with pytest.raises(UserError) as refused:
+        launcher.run([["python", "-m", "harness", "sweep", "s.toml"]],
+                     [{"MLFLOW_TRACKING_URI": tracking, "HARNESS_STORAGE": storage, "OMP_NUM_THREADS": "1"}])
+    assert PASSWORD not in str(refused.value) and "***" in str(refused.value)
+    assert all(PASSWORD not in v for env in seen["envs"] for v in env.values()) and seen["envs"][0]["OMP_NUM_THREADS"]
+    assert seen["environ"]["MLFLOW_TRACKING_URI"] == tracking and seen["environ"]["HARNESS_STORAGE"] == storage
+    assert "HARNESS_STORAGE" not in os.environ  # put back as it was
+
+
+def test_the_ui_and_dashboard_servers_get_the_store_through_the_environment(tmp_path, monkeypatch, capsys):
+    started = []
+    monkeypatch.setattr(os, "execve", lambda path, argv, env: started.append((argv, env)))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["ui", "--tracking-uri", uri, "--port", "5999"]) == 0
+    storage = f"postgresql://harness:{PASSWORD}@127.0.0.1:{closed_port()}/studies"
+    assert main(["dashboard", "--storage", storage, "--tracking-uri", uri]) == 0
+    banners = capsys.readouterr().out
+    (ui_argv, ui_env), (board_argv, board_env) = started
+    assert uri not in " ".join(ui_argv) and ui_env["MLFLOW_BACKEND_STORE_URI"] == uri
+    assert PASSWORD not in " ".join(board_argv) and board_env["HARNESS_STORAGE"] == storage
+    assert PASSWORD not in banners and "harness:***@127.0.0.1" in banners
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("postgresql://bob:s3cret@db:5432/x", "postgresql://bob:***@db:5432/x"),
+    ("postgresql+psycopg://bob:p%40ss@db/x", "postgresql+psycopg://bob:***@db/x"),
+    ("http://u:pw@host:5000", "http://u:***@host:5000"),
+    ("sqlite:////tmp/a/mlflow.db", "sqlite:////tmp/a/mlflow.db"),
+])
+def test_redact_hides_every_form_of_password(uri, shown):
+    from harness.store.uris import hide_passwords, redact
+
+    assert redact(uri) == shown
+    assert hide_passwords(f"could not connect to {uri}: refused") == f"could not connect to {shown}: refused"
+
+
+@pytest.fixture
+def password_server(tmp_path):
+    """A real `mlflow server` whose URL carries a password (MLflow's own server ignores it), started
+    with its backend in the environment, so nothing on a command line holds it."""
+    port = closed_port()
+    server_dir = tmp_path / "server"
+    server_dir.mkdir()
+    env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{server_dir / 'server.db'}"}
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--artifacts-destination",
+                             str(server_dir / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+                             "--workers", "1"], cwd=server_dir, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    import requests
+
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            assert proc.poll() is None and time.time() < deadline, "mlflow server did not start"
+            time.sleep(0.5)
+        yield SimpleNamespace(uri=f"http://harness:{PASSWORD}@127.0.0.1:{port}", folder=server_dir, proc=proc)
+    finally:
+        import signal
+
+        with contextlib.suppress(ProcessLookupError):  # a test's server: nothing in it is kept
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _command_lines(proc) -> set[str]:
+    import psutil
+
+    try:
+        parent = psutil.Process(proc.pid)
+        return {" ".join(p.cmdline()) for p in [parent, *parent.children(recursive=True)]}
+    except psutil.Error:
+        return set()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_no_password_in_any_file_written_or_command_line_started(password_server, tmp_path, monkeypatch, capsys):
+    path = tiny_sweep(tmp_path, "secret", [0.0, 0.3, 0.6], epochs=2)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": password_server.uri}  # given only through the environment
+    command = [sys.executable, "-m", "harness", "sweep", str(path), "--workers", "2", "--no-progress",
+               "--storage", f"sqlite:///{work / 'optuna.db'}"]
+    proc = subprocess.Popen(command, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = set()
+    while proc.poll() is None:  # every command line of the launcher and its workers, as `ps` shows them
+        seen |= _command_lines(proc)
+        time.sleep(0.05)
+    out, err = proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    assert "View run" not in out and "View experiment" not in out, out  # MLflow's own lines stay off stdout
+    assert sum("--worker " in line for line in seen) >= 1, seen
+    texts = {"sweep stdout": out, "sweep stderr": err, **{f"argv {i}": line for i, line in enumerate(seen)}}
+    reports = tmp_path / "reports"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", password_server.uri)
+    for args in (["report", str(path), "--out", str(reports)], ["report", "--out", str(reports)],
+                 ["report", str(tiny_sweep(tmp_path, "never", [0.0])), "--out", str(reports)]):
+        capsys.readouterr()
+        main(args)  # in this process: the reports read the store as a separate process would
+        said = capsys.readouterr()
+        texts[" ".join(args[:2])] = said.out + said.err
+    assert "has not been run in http://harness:***@" in texts[f"report {tmp_path / 'never.toml'}"]
+    assert (reports / "REPRODUCTION.md").is_file() and (reports / "secret.md").is_file()
+    # Every file: the reports, the claims database, and the server's store (params, tags, descriptions,
+    # artifacts), which holds whatever the harness logged.
+    for file in [p for p in tmp_path.rglob("*") if p.is_file()]:
+        texts[str(file)] = file.read_bytes().decode("latin-1")
+    leaks = [where for where, text in texts.items() if PASSWORD in text]
+    assert not leaks, leaks
+    runs = mlflow_client(SimpleNamespace(uri=password_server.uri)).search_runs(
+        [mlflow_client(SimpleNamespace(uri=password_server.uri)).get_experiment_by_name("secret").experiment_id])
+    assert sorted(r.data.tags.get(OUTCOME) for r in runs if CELL_ID in r.data.tags) == ["ok"] * 3
+
+
+# --- the store deleted mid-sweep ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_store_deleted_mid_sweep_stops_it_with_one_sentence_and_reports_nothing_ok(tmp_path, uri):
+    sparsities = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    path = tiny_sweep(tmp_path, "vanish", sparsities, epochs=3)
+    db = tmp_path / "mlflow.db"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", uri,
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while not any(r.info.status == "FINISHED" for r in cells_and_parents(uri)[0]):
+            assert proc.poll() is None and time.time() < deadline, "no cell finished"
+            time.sleep(0.1)
+        for name in ("mlflow.db", "mlflow.db-wal", "mlflow.db-shm"):  # what `rm mlflow.db*` does
+            (tmp_path / name).unlink(missing_ok=True)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    assert_one_sentence(err, str(db), "was deleted", "not kept")
+    assert "cells:" not in out, out  # no summary counting cells that went nowhere as ok
+    ran = [line for line in out.splitlines() if line.startswith("  sparsity=")]
+    assert len(ran) < len(sparsities), out  # it stopped at the next cell
+    # Read with a fresh connection (this process's MLflow engine still holds the unlinked file):
+    # whatever sits at the path now holds no finished cell, and the same command runs every cell.
+    assert _finished_cells(db) == 0
+    again = harness("sweep", str(path), "--tracking-uri", uri, "--no-progress")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert _finished_cells(db) == len(sparsities), again.stdout
+
+
+def _finished_cells(db: Path) -> int:
+    """FINISHED runs with a cell id in the SQLite store at `db`, read through a new connection."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        try:
+            return conn.execute("SELECT COUNT(*) FROM runs JOIN tags ON tags.run_uuid = runs.run_uuid "
+                                "WHERE runs.status = 'FINISHED' AND tags.key = ?", (CELL_ID,)).fetchone()[0]
+        except sqlite3.OperationalError:  # no tables: a file no store was built in
+            return 0
+
+
+def test_a_store_replaced_by_another_file_is_named(tmp_path):
+    from harness.errors import StoreGone
+
+    db = tmp_path / "mlflow.db"
+    store = Store(f"sqlite:///{db}")
+    store.check_still_there()
+    db.rename(tmp_path / "moved.db")
+    with pytest.raises(StoreGone, match="was deleted"):
+        store.check_still_there()
+    Store(f"sqlite:///{db}")  # a new store at the same path: another file
+    with pytest.raises(StoreGone, match="replaced"):
+        store.check_still_there()
+
+
+# --- the decoded-folder cache: cut short, stale, and an image too large to decode ------------------------
+def _cache_files(tmp_path) -> list[Path]:
+    return sorted((tmp_path / "cache").glob("*imagefolder*"))  # a temporary file too
+
+
+def test_a_truncated_cache_is_treated_as_absent_and_rebuilt(tmp_path, uri, image_cache):
+    root = _image_folder(tmp_path / "images", {"a": (3, 2), "b": (3, 2)})
+    assert main(_run_on_folder(root, uri)) == 0
+    caches = _cache_files(tmp_path)
+    assert len(caches) == 2  # train and test
+    import torch
+
+    whole = {p: torch.load(p) for p in caches}
+    for path in caches:  # what a full disk or a kill left under a non-atomic write
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    later = subprocess.run([sys.executable, "-m", "harness", *_run_on_folder(root, uri)], capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache")})
+    assert later.returncode == 0 and "Traceback" not in later.stderr, later.stderr[-2000:]
+    assert _cache_files(tmp_path) == caches  # rebuilt whole, in place
+    for path, saved in whole.items():
+        again = torch.load(path)
+        assert torch.equal(again["x"], saved["x"]) and torch.equal(again["y"], saved["y"])
+    cells = [r for r in all_runs(uri) if r.info.status == "FINISHED"]
+    assert len(cells) == 2 and all(r.data.tags[OUTCOME] == "ok" for r in cells)
+
+
+def test_a_cache_write_cut_short_by_a_full_disk_leaves_no_cache_and_the_run_goes_on(tmp_path):
+    """A real file-size limit (as on a full disk) in a child process that decodes the folder: the
+    cache write fails, the decoded data is still returned, and no partial file is left to read."""
+    root = _image_folder(tmp_path / "images", {"a": (30, 2), "b": (30, 2)})
+    child = textwrap.dedent(f"""\
+        import resource, pathlib
+        from harness import data
+        data.CACHE_DIR = pathlib.Path({str(tmp_path / 'cache')!r})
+        data.CACHE_DIR.mkdir()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))  # far less than the cache needs
+        dataset = data.DATASETS["imagefolder"]({str(root)!r}, 0)
+        print(len(dataset.train), len(dataset.test))
+        """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["60", "4"]
+    assert _cache_files(tmp_path) == []  # neither a truncated cache nor a temporary file
+
+
+def test_a_file_moved_between_class_folders_changes_the_cache_key(tmp_path, image_cache):
+    from harness import data
+
+    root = _image_folder(tmp_path / "images", {"a": (3, 2), "b": (3, 2)})
+    before = data.DATASETS["imagefolder"](str(root), 0)
+    moved = root / "train" / "a" / "0.png"
+    stat = moved.stat()
+    target = root / "train" / "b" / "9.png"
+    moved.rename(target)
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same count, same newest mtime as before
+    after = data.DATASETS["imagefolder"](str(root), 0)
+    assert len(_cache_files(tmp_path)) == 3  # a new cache for the changed train folder
+    assert before.train.y.tolist() == [0, 0, 0, 1, 1, 1]
+    assert after.train.y.tolist() == [0, 0, 1, 1, 1, 1]  # the moved image carries its new class
+
+
+def test_an_image_too_large_to_decode_is_named_like_any_broken_image(tmp_path, uri, capsys, image_cache,
+                                                                     monkeypatch):
+    from PIL import Image
+
+    root = _image_folder(tmp_path / "images", {"a": (3, 2), "b": (3, 2)})
+    huge = root / "train" / "b" / "huge.png"
+    Image.new("RGB", (64, 64)).save(huge)
+    # PIL's own guard, with its limit lowered so that a 64x64 image trips it as a 20000x20000 one does.
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)
+    in_process(_run_on_folder(root, uri), 2, capsys, str(huge), "not an image that can be read")
+    assert all_runs(uri) == []
+
+
+# --- `harness run` stopped by SIGTERM or Ctrl-C ------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_harness_run_closes_its_run_on_sigterm_and_sigint_with_its_own_sentence(signum, tmp_path, uri):
+    import signal
+
+    # Long enough (500 epochs of tiny cells) that the signal lands inside the run, however loaded the machine.
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "run", "pruning", "--set", "model=tiny_cnn", "--set",
+                             "dataset=synthetic", "--set", "train_limit=64", "--set", "test_limit=32", "--set",
+                             "epochs=500", "--set", "pruning_backend=torch-pruning", "--set", "threads=1",
+                             "--tracking-uri", uri], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 180
+        while not [r for r in all_runs(uri) if r.info.status == "RUNNING" and r.data.metrics]:
+            assert proc.poll() is None and time.time() < deadline, "the run never started its epochs"
+            time.sleep(0.1)
+        proc.send_signal(getattr(signal, signum))
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    line = visible_lines(err)[-1]
+    assert line.startswith("harness: interrupted; the run is closed as interrupted") and "Traceback" not in err, err
+    runs = all_runs(uri)
+    assert len(runs) == 1 and runs[0].info.status == "KILLED" and runs[0].data.tags[OUTCOME] == "interrupted"
+
+
+# --- more threads than cores ----------------------------------------------------------------------------
+def test_more_threads_than_the_process_may_use_is_a_skip_with_the_reason(tmp_path, uri, capsys):
+    cores = len(os.sched_getaffinity(0))
+    path = tiny_sweep(tmp_path, "threads", [0.0], epochs=1)
+    path.write_text(path.read_text().replace("threads = 1\n", "") + f"threads = [1, {cores + 1}]\n")
+    capsys.readouterr()
+    assert main(["sweep", str(path), "--tracking-uri", uri, "--no-progress"]) == 0
+    cells, _ = cells_and_parents(uri)
+    by_threads = {r.data.params["threads"]: r for r in cells}
+    assert by_threads["1"].data.tags[OUTCOME] == "ok"
+    skipped = by_threads[str(cores + 1)]
+    assert skipped.data.tags[OUTCOME] == "skipped" and not skipped.data.metrics
+    assert f"threads={cores + 1} is more than the {cores} core(s)" in skipped.data.tags[REASON]
+
+
+# --- two stores in one folder, two files with one study name --------------------------------------------
+LR_SPACE = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
+
+
+def test_two_stores_in_one_folder_keep_their_own_claims_and_studies(study_file, tmp_path):
+    import optuna
+
+    from harness.store import resolve_db_url
+
+    first, second = (f"sqlite:///{tmp_path / name}" for name in ("mlflow.db", "other.db"))
+    assert resolve_db_url(None, first) == f"sqlite:///{tmp_path / 'optuna.db'}"  # the default, as before
+    assert resolve_db_url(None, second) == f"sqlite:///{tmp_path / 'other-optuna.db'}"
+    path = study_file("twostores", space=LR_SPACE, n_trials=1, base={"epochs": 1})
+    out = ["--no-progress", "--out", str(tmp_path / "reports")]
+    assert main(["study", str(path), "--tracking-uri", first, *out]) == 0
+    assert main(["study", str(path), "--tracking-uri", second, *out]) == 0
+    for uri, db in ((first, "optuna.db"), (second, "other-optuna.db")):
+        trials = optuna.load_study(study_name="twostores-full", storage=f"sqlite:///{tmp_path / db}").get_trials()
+        assert [t.state.name for t in trials] == ["COMPLETE"]  # the second ran its own, resumed none
+        cells, _ = cells_and_parents(uri)
+        assert [r.data.tags[OUTCOME] for r in cells] == ["ok"]  # each store holds the trial it ran
+
+
+def test_a_study_name_claimed_by_a_file_with_another_space_is_refused(study_file, tmp_path, uri, capsys):
+    import optuna
+
+    path = study_file("samename", space=LR_SPACE, n_trials=1, base={"epochs": 1})
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)]) == 0
+    path.write_text(path.read_text().replace("high = 1e-1", "high = 0.5"))
+    in_process(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)], 2, capsys,
+               "'samename-full'", "another [space]", str(path))
+    trials = optuna.load_study(study_name="samename-full", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
+    assert len(trials) == 1  # nothing was added to the other file's study
+    assert len(cells_and_parents(uri)[0]) == 1
+
+
+# --- `harness report` on a store that is not there; paths SQLite cannot carry ------------------------------
+def test_report_on_a_missing_sqlite_store_creates_nothing_and_keeps_the_old_report(tmp_path, capsys):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "REPRODUCTION.md").write_text("kept")
+    typo = tmp_path / "mlfow.db"
+    in_process(["report", "--tracking-uri", f"sqlite:///{typo}", "--out", str(reports)], 2, capsys,
+               str(typo), "creates none")
+    path = tiny_sweep(tmp_path, "absent", [0.0])
+    in_process(["report", str(path), "--tracking-uri", f"sqlite:///{typo}", "--out", str(reports)], 2, capsys,
+               "'absent' has not been run", str(typo))
+    assert not typo.exists() and not (tmp_path / "artifacts").exists()
+    assert (reports / "REPRODUCTION.md").read_text() == "kept" and sorted(os.listdir(reports)) == ["REPRODUCTION.md"]
+    empty = f"sqlite:///{tmp_path / 'empty' / 'mlflow.db'}"
+    Store(empty)  # a store that exists, with no sweep in it
+    in_process(["report", "--tracking-uri", empty, "--out", str(reports)], 2, capsys, "no sweep has a finished cell",
+               "left as it was")
+    assert (reports / "REPRODUCTION.md").read_text() == "kept"
+
+
+@pytest.mark.parametrize("folder", ["a?mode=ro", "a%3Fb", "100%"])
+def test_a_sqlite_path_sqlite_cannot_carry_is_refused_and_leaves_nothing(folder, tmp_path, capsys):
+    path = tiny_sweep(tmp_path, "marks", [0.0])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    uri = f"sqlite:///{tmp_path / folder / 'mlflow.db'}"
+    char = "?" if "?" in folder else "%"
+    in_process(["sweep", str(path), "--tracking-uri", uri], 2, capsys, f"holds '{char}'")
+    good = f"sqlite:///{tmp_path / 'fine' / 'mlflow.db'}"
+    in_process(["sweep", str(path), "--tracking-uri", good, "--storage", f"sqlite:///{tmp_path / folder / 'x.db'}"], 2,
+               capsys, "the shared database", f"holds '{char}'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder, no lock, no store
+
+
+# --- large jobs ---------------------------------------------------------------------------------------
+def test_a_sweep_past_max_cells_is_refused_and_a_large_one_says_how_large_first(tmp_path, uri, capsys):
+    path = tiny_sweep(tmp_path, "huge", [round(i / 1000, 3) for i in range(600)])
+    in_process(["sweep", str(path), "--tracking-uri", uri, "--set", "lr=[0.01,0.02]", "--max-cells", "1000"], 2,
+               capsys, "1200 cells", "more than --max-cells 1000")
+    in_process(["sweep", str(path), "--tracking-uri", uri, "--max-cells", "0"], 2, capsys, "--max-cells")
+    assert all_runs(uri) == []
+    # 10^9 epochs in one cell: the estimate comes before the cell starts (stopped here by a cap of 0 cells run).
+    small = tiny_sweep(tmp_path, "long", [0.0])
+    capsys.readouterr()
+    assert main(["sweep", str(small), "--tracking-uri", uri, "--set", "epochs=1000000000", "--set",
+                 "sparsity=[0.0,0.1]", "--max-cells", "1"]) == 2
+    assert "more than --max-cells 1" in capsys.readouterr().err
+    from harness.cli import commands
+
+    args = SimpleNamespace(scale="full", sets=["epochs=1000000000"], max_cells=10)
+    from harness.sweeps import spec as sweepspec
+
+    commands._size_of_job(sweepspec.load(str(small)), args)
+    said = capsys.readouterr().err
+    assert "is a large job: 1 cells, 1000000000 epochs in all" in said and all_runs(uri) == []
+
+
+# --- a study's workers, counted -------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_workers_study_summary_counts_its_workers_trials(study_file, tmp_path, uri):
+    path = study_file("counted", space=LR_SPACE, n_trials=2, base={"epochs": 1})
+    done = harness("study", str(path), "--workers", "2", "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "study counted-full: ran 2 trial(s) (2 complete)" in done.stdout, done.stdout[-2000:]
+    assert sorted(r.data.tags[OUTCOME] for r in cells_and_parents(uri)[0]) == ["ok", "ok"]
+
+
+# --- the launcher SIGKILLed: its workers end too ----------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_workers_end_when_their_launcher_is_killed(tmp_path, uri):
+    import psutil
+
+    path = tiny_sweep(tmp_path, "orphans", [0.0, 0.2, 0.4, 0.6], epochs=400, train_limit=64, test_limit=32)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--workers", "2", "--tracking-uri",
+                             uri, "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    workers = []
+    try:
+        deadline = time.time() + 240
+        while len(workers) < 2:  # both workers inside a cell
+            assert proc.poll() is None and time.time() < deadline, "never saw two cells running at once"
+            workers = [c for c in psutil.Process(proc.pid).children() if "--worker" in " ".join(c.cmdline())]
+            running = [r for r in cells_and_parents(uri)[0] if r.info.status == "RUNNING"]
+            workers = workers if len(running) >= 2 else []
+            time.sleep(0.2)
+        proc.kill()  # SIGKILL: the launcher can do nothing
+        proc.wait(timeout=30)
+        gone, alive = psutil.wait_procs(workers, timeout=60)
+        assert not alive, f"workers {[p.pid for p in alive]} outlived their launcher"
+    finally:
+        for p in [*psutil.Process().children(recursive=True), *workers]:  # orphans are no children of ours
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+    cells, _ = cells_and_parents(uri)
+    assert cells and all(r.info.status != "RUNNING" for r in cells)  # each worker closed its cell
+    assert {r.data.tags[OUTCOME] for r in cells if r.info.status == "KILLED"} <= {"interrupted"}
+
+
+# --- a tracking server killed mid-sweep ----------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_killed_tracking_server_is_named_within_30_s(password_server, tmp_path):
+    import signal
+
+    path = tiny_sweep(tmp_path, "serverdies", [0.0, 0.2, 0.4, 0.6], epochs=400, train_limit=64, test_limit=32)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", password_server.uri,
+                             "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = mlflow_client(SimpleNamespace(uri=password_server.uri))
+    try:
+        deadline = time.time() + 180
+        while True:  # a cell is inside its epochs
+            assert proc.poll() is None and time.time() < deadline, "no cell started"
+            found = client.get_experiment_by_name("serverdies")
+            if found and [r for r in client.search_runs([found.experiment_id]) if r.data.metrics]:
+                break
+            time.sleep(0.2)
+        os.killpg(password_server.proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-2000:]
+    assert_one_sentence(err, "tracking store", "http://harness:***@")
+    assert took < 30, f"{took:.0f} s of silence before the sentence"

@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
     p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--max-cells", type=int, default=10_000,
+                   help="refuse a sweep of more cells than this (default 10000)")
     _add_worker_args(p)
 
     p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")
@@ -106,21 +108,38 @@ def _add_worker_args(p) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from harness.cli.commands import COMMANDS
 
+    args = None
     try:
         args = _parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except UserError as err:
-        print(f"harness: error: {err}", file=sys.stderr)
+        _say(str(err))
         return EXIT_USAGE
     except StoreFault as err:  # the engine closed what the store still took and said what is kept
-        print(f"harness: error: {err}", file=sys.stderr)
+        _say(str(err))
         return EXIT_FAULT
     except (OSError, MemoryError) as err:  # a full disk, a vanished folder: the machine, not a bug
-        print(f"harness: error: {_fault_sentence(err)}", file=sys.stderr)
+        _say(_fault_sentence(err))
         return EXIT_FAULT
     except KeyboardInterrupt:
-        print("harness: interrupted; finished cells are kept, the interrupted one reruns next time.", file=sys.stderr)
+        print(f"harness: {INTERRUPTED.get(getattr(args, 'command', None), INTERRUPTED['sweep'])}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+# What Ctrl-C or SIGTERM left, in each command's words.
+INTERRUPTED = {
+    "sweep": "interrupted; finished cells are kept, the interrupted one reruns next time.",
+    "study": "interrupted; finished trials are kept, the same command resumes the study.",
+    "run": "interrupted; the run is closed as interrupted (KILLED in MLflow) and measured nothing; "
+           "run the same command again.",
+}
+
+
+def _say(sentence: str) -> None:
+    """The one error line; a URL quoted in it (a driver's words, a location) never shows its password."""
+    from harness.store.uris import hide_passwords
+
+    print(f"harness: error: {hide_passwords(sentence)}", file=sys.stderr)
 
 
 def _fault_sentence(err: BaseException) -> str:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import StoreFault, UserError, first_line
+from harness.signals import sigterm_as_interrupt
 
 EXIT_FAILED_CELLS = 1
 
@@ -20,8 +21,11 @@ def _overrides(sets: list[str]) -> dict:
 
 
 def _store(args):
-    from harness.store import Store
+    from harness.store import Store, resolve_db_url, resolve_tracking_uri
+    from harness.store.uris import check_sqlite_path
 
+    if hasattr(args, "storage"):  # the shared database's path too, before the store is made
+        check_sqlite_path(resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri)), "the shared database")
     return Store(args.tracking_uri)
 
 
@@ -80,7 +84,8 @@ def cmd_run(args) -> int:
     experiments.check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
     experiments.get(args.experiment).check_model(cfg.model)
-    result = run_single(cfg, _store(args))
+    with sigterm_as_interrupt():  # a `kill` closes the run as interrupted, as Ctrl-C does
+        result = run_single(cfg, _store(args))
     if result.outcome != Outcome.OK:
         # A skip (no GPU here, backend missing) is the user's request not fitting this machine.
         raise UserError(f"{args.experiment} {result.outcome}: {result.reason}")
@@ -100,6 +105,8 @@ def cmd_sweep(args) -> int:
 
     spec = sweepspec.load(args.sweep)
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
+    if role is None:
+        _size_of_job(spec, args)
     store = _store(args)
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
                        db_url=resolve_db_url(args.storage, store.uri), workers=workers, launcher=launcher, role=role,
@@ -121,6 +128,27 @@ def cmd_sweep(args) -> int:
         return 2
     # A failed cell, or one no worker reached (a worker died, or stopped on a mistake), is unfinished work.
     return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) else 0
+
+
+# Past these a sweep is a large job: it says how large before anything runs.
+LARGE_CELLS, LARGE_EPOCHS = 1_000, 100_000
+
+
+def _size_of_job(spec, args) -> None:
+    """Refuse more cells than --max-cells, and say how large a large job is before it starts (a
+    100,000-cell grid or 10^9 epochs from a typo would otherwise just start)."""
+    from harness.sweeps.spec import expand
+
+    if args.max_cells < 1:
+        raise UserError(f"--max-cells must be at least 1 (got {args.max_cells}).")
+    cells = expand(spec, args.scale, _overrides(args.sets))
+    if len(cells) > args.max_cells:
+        raise UserError(f"sweep {spec.name} at scale {args.scale} has {len(cells)} cells, more than --max-cells "
+                        f"{args.max_cells}; narrow the grid (--set AXIS=[...]) or raise --max-cells.")
+    epochs = sum(c.config.epochs for c in cells if c.config is not None)
+    if len(cells) > LARGE_CELLS or epochs > LARGE_EPOCHS:
+        print(f"harness: sweep {spec.name} ({args.scale}) is a large job: {len(cells)} cells, {epochs} epochs in "
+              "all; Ctrl-C stops it (finished cells are kept) and --max-cells caps it.", file=sys.stderr, flush=True)
 
 
 def cmd_study(args) -> int:
@@ -154,6 +182,7 @@ def cmd_report(args) -> int:
     from harness.sweeps import spec as sweepspec
 
     out_dir = _out_dir(args.out, tables.REPORTS_DIR)
+    _existing_store(args)
     if args.sweep is None:
         path, summary = write_reproduction(_store(args), out_dir)
         print(f"written: {path}\nsummary: {summary}")
@@ -165,6 +194,27 @@ def cmd_report(args) -> int:
     print(reports[0].markdown)
     print("written: " + ", ".join(str(p) for paths in written for p in paths))
     return 0
+
+
+def _existing_store(args) -> None:
+    """A report reads a store and never creates one: a SQLite path with no file is a mistyped
+    --tracking-uri (or no sweep yet), said before anything is made."""
+    from harness.store import resolve_tracking_uri
+    from harness.store.uris import check_sqlite_path, sqlite_path
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    check_sqlite_path(uri, "the tracking store")
+    path = sqlite_path(uri)
+    if path is None or path.is_file():
+        return
+    if args.sweep is not None:
+        from harness.sweeps import spec as sweepspec
+
+        name = sweepspec.load(args.sweep).name
+        raise UserError(f"sweep '{name}' has not been run: there is no tracking store at {path} (`harness report` "
+                        f"creates none); check --tracking-uri, or run `make sweep-{name} SCALE=smoke` first.")
+    raise UserError(f"there is no tracking store at {path}; `harness report` reads one and creates none: check "
+                    "--tracking-uri, or run a sweep first.")
 
 
 def cmd_list(args) -> int:
@@ -195,11 +245,14 @@ def cmd_list(args) -> int:
 
 
 def cmd_ui(args) -> int:
+    from harness.store import redact
+
     store = _store(args)  # validates the URI and creates the SQLite file if needed
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
-               "--host", "127.0.0.1", "--port", str(args.port)]
-    print(f"MLflow UI on http://127.0.0.1:{args.port} over {store.uri} (Ctrl-C stops it)", flush=True)
-    os.execv(sys.executable, command)
+    # The store's URI goes through the environment (MLflow's server reads MLFLOW_BACKEND_STORE_URI),
+    # not the command line, which every user of the machine sees in `ps`.
+    command = [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(args.port)]
+    print(f"MLflow UI on http://127.0.0.1:{args.port} over {redact(store.uri)} (Ctrl-C stops it)", flush=True)
+    os.execve(sys.executable, command, {**os.environ, "MLFLOW_BACKEND_STORE_URI": store.uri})
     return 0
 
 
@@ -252,8 +305,13 @@ def cmd_dashboard(args) -> int:
     if not script.exists():
         raise UserError("optuna-dashboard is not installed in this environment; run `make install`.")
     print(f"optuna-dashboard on http://127.0.0.1:{args.port} over {redact(storage)} (Ctrl-C stops it)", flush=True)
-    os.execv(str(script), [str(script), storage, "--host", "127.0.0.1", "--port", str(args.port),
-                           "--server", "wsgiref"])
+    # optuna-dashboard's command takes the storage URL only as an argument, which `ps` shows every user;
+    # its own main() runs here with that argument read from the environment (sys.argv set inside Python
+    # is not the process's command line).
+    serve = ("import os, sys; from optuna_dashboard._cli import main; "
+             "sys.argv = ['optuna-dashboard', os.environ['HARNESS_STORAGE'], *sys.argv[1:]]; main()")
+    os.execve(sys.executable, [sys.executable, "-c", serve, "--host", "127.0.0.1", "--port", str(args.port),
+                               "--server", "wsgiref"], {**os.environ, "HARNESS_STORAGE": storage})
     return 0
 
 

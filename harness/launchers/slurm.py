@@ -18,6 +18,7 @@ partition Slurm does not have, more GPUs or cores per task than its nodes hold.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -31,7 +32,7 @@ from harness.distributed.slurm_span import SPAN_ENV, Span
 from harness.errors import UserError, first_line
 from harness.fingerprint import REPO_ROOT
 from harness.launchers.follow import FollowBar
-from harness.store.uris import is_sqlite, redact
+from harness.store.uris import STORAGE_ENV, TRACKING_ENV, hide_passwords, is_sqlite, redact
 
 # Where submitit writes job scripts, pickles and logs (and multi-node cells their rank files):
 # the project folder, which a cluster's nodes normally share; HARNESS_SLURM_FOLDER for another.
@@ -103,10 +104,15 @@ class SlurmLauncher:
         # Slurm gives each job its GPUs (CUDA_VISIBLE_DEVICES); a slice made for one machine would clash.
         envs = [{**{k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}, SPAN_ENV: span.encode()}
                 for env in envs]
+        # The store locations (a password, maybe) stay out of submitit's pickles and job scripts: sbatch
+        # hands the submitting environment to the jobs (its default --export=ALL), so they go there.
+        secrets = {k: v for env in envs for k, v in env.items() if k in (TRACKING_ENV, STORAGE_ENV)}
+        envs = [{k: v for k, v in env.items() if k not in secrets} for env in envs]
         try:
-            jobs = executor.map_array(run_worker, commands, envs)
+            with _environment(secrets):
+                jobs = executor.map_array(run_worker, commands, envs)
         except Exception as err:  # sbatch refused (a limit, an account): its own words
-            raise UserError(f"sbatch refused the job array: {first_line(err)}") from None
+            raise UserError(f"sbatch refused the job array: {hide_passwords(first_line(err))}") from None
         self.job_ids = [job.job_id for job in jobs]
         array = self.job_ids[0].split("_")[0]
         print(f"submitted Slurm job {array} ({len(jobs)} worker job(s): {' '.join(self.job_ids)}); logs in "
@@ -146,6 +152,21 @@ class SlurmLauncher:
         finally:
             bar.close()
         return [_exit_code(job, states[job.job_id]) for job in jobs]
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """This process's environment with `values` set, restored after."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def run_worker(command: list[str], env: dict[str, str]) -> int:

@@ -36,6 +36,7 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
     """Write REPRODUCTION.md and the plots; return its path and its summary line."""
     specs = {name: sweepspec.load(name) for name in sweepspec.available()}
     built, not_run = {}, {}
+    path = out_dir / "REPRODUCTION.md"
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in in_document_order({n: s.title for n, s in specs.items()}):
         try:
@@ -45,6 +46,9 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
             continue
         written = overview.publish(store, specs[name], store.find_experiment(name), reports, out_dir)
         built[name] = list(zip(reports, written))
+    if not built and path.exists():  # a mistyped store, say: the report it would replace is kept
+        raise UserError(f"no sweep has a finished cell in the tracking store {redact(store.uri)}, so {path} is "
+                        "left as it was; check --tracking-uri (or run a sweep first).")
     verdicts = Counter(v.verdict for pairs in built.values() for r, _ in pairs for v in r.verdicts)
     summary = (f"{len(built)} of {len(built) + len(not_run)} tables run"
                + (f" (not run: {', '.join(not_run)})" if not_run else "")
@@ -66,7 +70,6 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
         lines += ["### Not run", "", "**Not run** here, each with the command that runs it (`SCALE=smoke`, `quick`, "
                   "`cpu`, or the document's scale without SCALE):", ""]
         lines += [f"- {specs[name].title}: `make sweep-{name} SCALE=smoke` ({reason})" for name, reason in not_run.items()]
-    path = out_dir / "REPRODUCTION.md"
     path.write_text("\n".join(lines).rstrip() + "\n")
     return path, summary
 

@@ -12,7 +12,8 @@ import pandas as pd
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT, machine_text
 from harness.report import checks, machine
-from harness.store import Outcome, RunRecord, Store
+from harness.store import Outcome, RunRecord, Store, redact
+from harness.store.paths import inside
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, SCALE
 from harness.sweeps.spec import SweepSpec
 
@@ -52,7 +53,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
     experiment_id = store.find_experiment(spec.name)
     parents = store.sweep_runs(experiment_id, spec.name, parents=True) if experiment_id else []
     if not parents:
-        raise UserError(f"sweep '{spec.name}' has not been run in {store.uri}; "
+        raise UserError(f"sweep '{spec.name}' has not been run in {redact(store.uri)}; "
                         f"run `make sweep-{spec.name} SCALE=smoke` first.")
     scale = scale or parents[0].tags.get(SCALE, "full")
     parents = [p for p in parents if p.tags.get(SCALE) == scale]
@@ -386,7 +387,7 @@ def _twin_plot(report: Report, x: str, path: Path, width_px: int | None = None) 
 def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:
     """Write <sweep>.md, .csv and .png, and log them to the sweep's latest parent run."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"{report.spec.name}{stem_suffix}"
+    stem = inside(out_dir, f"{report.spec.name}{stem_suffix}")  # the name came from a file a user may share
     paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     paths[0].write_text(report.markdown)
     report.table.to_csv(paths[1], index=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.store.probe import check_server, check_sqlite
-from harness.store.uris import is_sqlite, redact
+from harness.store.uris import check_sqlite_path, is_sqlite, redact
 
 BUSY_TIMEOUT_MS = 120_000
 _installed = False
@@ -66,6 +66,7 @@ def check_url(url: str) -> None:
     """One sentence (password hidden) when the URL cannot be used, before anything is created: a
     SQLite file must be readable, writable and a database; a server must answer within seconds."""
     if is_sqlite(url):
+        check_sqlite_path(url, "the shared database")
         path = url.removeprefix("sqlite:///")
         if path and path != url:
             check_sqlite(Path(path), f"the shared database {url}")

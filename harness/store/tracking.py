@@ -11,19 +11,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from harness.errors import StoreFault, UserError, first_line
+from harness.errors import StoreFault, StoreGone, UserError, first_line
 from harness.fingerprint import fingerprint
 from harness.store import probe, shared_db
 from harness.store.faults import guarded
 from harness.store.outcome import Outcome
+from harness.store.paths import inside
 from harness.store.process import process_alive, this_process
-from harness.store.uris import is_sqlite, redact, resolve_tracking_uri
+from harness.store.uris import check_sqlite_path, is_sqlite, redact, resolve_tracking_uri
 
 # Tag names the harness writes and reads back.
 SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIND = (
@@ -35,6 +37,12 @@ DESCRIPTION = "mlflow.note.content"  # what the MLflow UI shows as an experiment
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
 REASON_LIMIT = 5000            # MLflow caps a tag value; a long traceback goes in an artifact instead
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")  # database servers MLflow stores runs in directly
+# MLflow's client settings (mlflow/environment_variables.py), set in this process and so in its workers.
+# Its "View run at URL" lines would put the server's URL (a password too) on stdout, among the
+# harness's own lines; and its default 7 retries with doubling back-off leave a killed tracking server
+# unnamed for minutes: 2 retries, 1 s back-off and 10 s per request name it within about 30 s.
+MLFLOW_DEFAULTS = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                   "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 # MLflow's caps on an experiment's and a run's tag values (mlflow/utils/validation.py).
 EXPERIMENT_TAG_LIMIT, RUN_TAG_LIMIT = 20000, 8000
 
@@ -85,6 +93,7 @@ class Store:
                 # Every call through the client that fails becomes one StoreFault sentence.
                 self._client = guarded(MlflowClient(tracking_uri=self.uri), f"the tracking store {redact(self.uri)}")
                 self._client.search_experiments(max_results=1)
+            self._identity = self._file_identity()
         except UserError:
             raise
         except Exception as err:  # any failure here means the store is not usable as given
@@ -107,6 +116,7 @@ class Store:
 
     def _artifact_root(self) -> Path | None:
         if self.uri.startswith("sqlite:///"):
+            check_sqlite_path(self.uri, "the tracking store")  # before its folder and lock are made
             db = Path(self.uri.removeprefix("sqlite:///"))
             try:
                 db.parent.mkdir(parents=True, exist_ok=True)
@@ -162,6 +172,29 @@ class Store:
 
         probe.create_sqlite_whole(path, f"the tracking store {redact(self.uri)}", build)
 
+    def _file_identity(self) -> tuple[int, int] | None:
+        """A SQLite store's (device, inode): the file this process writes through its open handles,
+        which a deleted or replaced path no longer names. None for a server store, or no file."""
+        if self.artifact_root is None:
+            return None
+        try:
+            found = os.stat(self._sqlite_path())
+        except FileNotFoundError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def check_still_there(self) -> None:
+        """StoreGone when the SQLite file this store opened was deleted or replaced since: SQLite
+        goes on writing into the unlinked file, so every record after that is lost at exit."""
+        if self.artifact_root is None:
+            return
+        now = self._file_identity()
+        if now != self._identity:
+            what = "was deleted" if now is None else "was replaced by another file"
+            raise StoreGone(f"the tracking store {self._sqlite_path()} {what} while this ran; the runs logged "
+                            "since went with the old file and are not kept, so nothing more is run or reported "
+                            "(restore the file, or run the same command again to start a new store)")
+
     def close_after_fault(self, run_id: str, outcome: Outcome, reason: str,
                           tags: dict[str, object] | None = None) -> bool:
         """Close a run after a fault (the store refused a write, Ctrl-C): the whole record when the
@@ -211,7 +244,8 @@ class Store:
                 self._client.restore_experiment(found.experiment_id)
             self._check_artifact_location(found.artifact_location)
             return found.experiment_id
-        location = (self.artifact_root / name).resolve().as_uri() if self.artifact_root else None
+        # inside(): an experiment's name never places its artifacts outside the store's folder.
+        location = inside(self.artifact_root, name).resolve().as_uri() if self.artifact_root else None
         self._check_artifact_location(location)
         try:
             # The kind tag makes the MLflow UI open on the runs table (model development), not
@@ -363,6 +397,11 @@ def _quiet_mlflow_logs() -> None:
     # MLflow logs each database error with its traceback (and each retry) before raising it; the
     # harness says what failed in one sentence (StoreFault, UserError) instead.
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    # A Ctrl-C or SIGTERM landing inside a query makes SQLAlchemy's pool log "Error closing cursor"
+    # with a traceback; the interrupt itself is handled (the run closed) and said in one sentence.
+    logging.getLogger("sqlalchemy.pool").setLevel(logging.CRITICAL)
+    for name, value in MLFLOW_DEFAULTS.items():  # the user's own setting wins
+        os.environ.setdefault(name, value)
 
 
 def _fit(markdown: str, limit: int) -> str:

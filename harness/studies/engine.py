@@ -17,6 +17,8 @@ MAX_RETRY times), so a trial cut off by a crash or a Ctrl-C is retried, not lost
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import time
 import warnings
@@ -30,7 +32,7 @@ import experiments
 from harness.cells import Cell, preflight, run_cell
 from harness.config import make_config
 from harness.distributed.placement import worker_gpu_env
-from harness.errors import CellPruned, StoreFault, UserError, first_line
+from harness.errors import CellPruned, StoreFault, StoreGone, UserError, first_line
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, Store, redact
@@ -39,7 +41,7 @@ from harness.fingerprint import fingerprint, machine_text
 from harness.store.process import this_process
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE
-from harness.store.uris import hide_password, is_sqlite
+from harness.store.uris import hide_password, is_sqlite, store_environment
 from harness.studies import baseline
 from harness.studies.spec import NOT_REACHED, StudySpec
 
@@ -49,6 +51,7 @@ RETRIES_ATTR = "harness.retries"    # how many times these parameters were queue
 SLOT_ATTR = "harness.slot"          # the claims slot the trial ran in
 RUN_ATTR = "mlflow_run_id"
 METRICS_ATTR = "harness.metrics"    # the [report] metrics of a complete trial, for the study's report
+SPACE_ATTR = "harness.space"        # the study's own attribute: a digest of the [space] that created it
 MAX_RETRY = 2
 MAX_FAILS_IN_A_ROW = 5
 WAIT_POLL_S = 2.0  # how often a worker with no slot left looks at the trials its siblings run
@@ -180,8 +183,28 @@ def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed
                             f"asks to {spec.directions} for {spec.metrics}; give it another name or storage.")
         n_before = len(stored.get_trials(deepcopy=False))
     seed = int(spec.sampler.get("seed", 0)) + n_before + 100_003 * seed_salt
-    return optuna.create_study(study_name=study_name, storage=store, directions=spec.directions,
-                               load_if_exists=True, sampler=sampler(spec, seed), pruner=pruner(spec))
+    study = optuna.create_study(study_name=study_name, storage=store, directions=spec.directions,
+                                load_if_exists=True, sampler=sampler(spec, seed), pruner=pruner(spec))
+    _check_space(study, spec, study_name, url)
+    return study
+
+
+def space_digest(spec: StudySpec) -> str:
+    """What a study's trials were sampled from: its [space], every parameter's range and choices."""
+    space = {name: param.model_dump() for name, param in sorted(spec.space.items())}
+    return hashlib.sha256(json.dumps(space, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _check_space(study, spec: StudySpec, study_name: str, url: str) -> None:
+    """A study is the file that made it: another file with the same name and another [space]
+    would mix its trials into this one's (and "resume" them). A study made before the space was
+    recorded adopts the space of the first file that opens it."""
+    digest, had = space_digest(spec), study.user_attrs.get(SPACE_ATTR)
+    if had is None:
+        study.set_user_attr(SPACE_ATTR, digest)
+    elif had != digest:
+        raise UserError(f"study '{study_name}' in {redact(url)} was created by a file with another [space] than "
+                        f"{spec.path}; give this file another name, or pass another --storage.")
 
 
 def counts(study) -> dict[str, int]:
@@ -266,15 +289,18 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                                     target=target, timeout=timeout, parent=parent, show_progress=show_progress,
                                     log=log)
             else:
-                args = ["study", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri,
+                # The store locations travel in the environment, never on a command line `ps` shows.
+                args = ["study", str(spec.path), "--scale", scale,
                         "--n-trials", str(target), *(["--timeout", str(timeout)] if timeout else []),
                         *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
                 launcher = launcher or LocalLauncher()
                 roles = [WorkerRole(i, claims.token, parent, closes_parent=launcher.detach) for i in range(workers)]
-                env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1)}
+                env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1),
+                       **store_environment(store.uri, db_url)}
                 namespace = f"study:{name}"
                 progress = (lambda: (_finished_slots(claims, namespace), target)) if show_progress else None
                 codes = []
+                before = {t.number for t in study.get_trials(deepcopy=False)}
                 if _finished_slots(claims, namespace) < target:  # else there is nothing for workers to do
                     if launcher.detach:  # this process leaves: no host's process owns the parent run any more
                         store.set_tags(parent, {HOST: DETACHED_HOST})
@@ -286,12 +312,15 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                 stop = StopReason.WORKERS_FAILED if any(codes) else \
                     StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
                 outcome = StudyOutcome(name, target, stop)
+                _count_workers_trials(outcome, study, before)
             report = study_report.build(spec, study)
             outcome.finished = report.counts["complete"] + report.counts["pruned"]
             outcome.parent_run_id = parent
             paths = study_report.write(spec, report, store, parent, out_dir)
             store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
             store.describe_run(parent, what + "\n\n" + report.text.splitlines()[0] + ".")
+        except StoreGone:
+            raise  # nothing to close: the runs went with the old file, and its sentence says so
         except StoreFault as fault:
             closed = store.close_after_fault(parent, Outcome.FAILED, f"stopped: {fault}")
             raise StoreFault(f"{fault}; the study stopped, its finished trials are kept and the same command "
@@ -305,6 +334,15 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     log(report.text)
     log("written: " + ", ".join(str(p) for p in paths))
     return outcome
+
+
+def _count_workers_trials(outcome: StudyOutcome, study, before: set[int]) -> None:
+    """The trials this invocation's workers ran (every trial settled since they started), so the
+    launcher's summary says what they did, not the "0 trial(s)" this process ran itself."""
+    for trial in study.get_trials(deepcopy=False):
+        if trial.number not in before and trial.state.is_finished():
+            outcome.ran += 1
+            outcome.states[trial.state.name.lower()] += 1
 
 
 def _what_ran(spec: StudySpec, name: str, scale: str, target: int, overrides: dict[str, Any], workers: int,
@@ -361,6 +399,7 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
                 claims.release(namespace, slot, DONE, note="finished by a worker that died before releasing it")
                 continue
         baseline.queue(spec, study)  # a study with a baseline runs it first (again, if it failed)
+        store.check_still_there()  # no trial is run into, or counted by, a deleted store
         state, reason = _one_trial(spec, study, store, experiment_id, claims, namespace, slot, scale=scale,
                                    fixed=fixed, parent=parent, show_progress=show_progress, log=log)
         outcome.ran += 1

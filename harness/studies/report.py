@@ -14,6 +14,7 @@ import math
 import pandas as pd
 
 from harness.report.tables import REPORTS_DIR
+from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
 from harness.studies.spec import StudySpec
 
@@ -136,7 +137,7 @@ def write(spec: StudySpec, report: StudyReport, store, parent_run_id: str,
     counts and best values as the parent's metrics."""
     out_dir = Path(out_dir or REPORTS_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / report.study_name
+    stem = inside(out_dir, report.study_name)  # the name came from a file a user may share
     paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     paths[0].write_text(f"# {spec.title}\n\n{report.text}\n")
     report.front.to_csv(paths[1], index=False)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from harness.cells import Cell, CellResult, preflight, run_cell
 from harness.config import make_config
 from harness.distributed.placement import worker_gpu_env
-from harness.errors import StoreFault
+from harness.errors import StoreFault, StoreGone
 from harness.launchers import Launcher, LocalLauncher, Progress, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.fingerprint import fingerprint, machine_text
@@ -32,7 +32,7 @@ from harness.store.process import this_process
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.shared_db import check_url
 from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE, SWEEP
-from harness.store.uris import resolve_db_url
+from harness.store.uris import resolve_db_url, store_environment
 from harness.sweeps.spec import SweepSpec, expand
 
 Log = Callable[[str], None]
@@ -114,13 +114,17 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
                                     claims.token, parent, log, progress)
                     if codes is None:  # detached: the workers close the parent run when they are done
                         return SweepResult(spec.name, scale, parent, [], time.perf_counter() - started, detached=True)
+                _store_still_there(store)
                 store.reap_stale_runs(experiment_id)  # a worker killed mid-cell left its run open
                 results = _outcomes(store, experiment_id, spec, cells, since_ms=_now_ms(started))
                 for r in results:
                     if r.outcome == Outcome.NOT_RUN and any(codes):  # say why, e.g. jobs that could not start
                         r.reason = (f"no worker ran it; {sum(c != 0 for c in codes)} of {len(codes)} worker(s) "
                                     "exited with an error (their output says why)")
+            _store_still_there(store)
             store.end_run(parent, Outcome.OK, tags=_count_tags(results))
+        except StoreGone:
+            raise  # nothing to close: the runs went with the old file, and its sentence says so
         except StoreFault as fault:
             closed = store.close_after_fault(parent, Outcome.FAILED, f"stopped after {len(results)} of "
                                              f"{len(cells)} cells: {fault}", tags=_count_tags(results))
@@ -155,6 +159,7 @@ def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: 
     try:
         for cell in cells:
             bar.set_postfix_str(cell.label)
+            _store_still_there(store)
             result = _take(store, experiment_id, spec, cell, records.get(cell.cell_id, []), claims, tags,
                            parent, show_progress)
             results.append(result)
@@ -164,7 +169,14 @@ def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: 
     finally:
         bar.close()
     _take_over_from_dead_workers(store, experiment_id, spec, cells, claims, tags, parent, results, log)
+    _store_still_there(store)  # the last cell went into the store the sweep opened
     return results
+
+
+def _store_still_there(store: Store) -> None:
+    """Before each cell and at the end: the store is still the file the sweep opened (StoreGone),
+    so no cell is run into, or reported as kept by, a deleted store."""
+    store.check_still_there()
 
 
 def _take_over_from_dead_workers(store: Store, experiment_id: str, spec: SweepSpec, cells: list[Cell],
@@ -239,7 +251,8 @@ def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scal
             progress: Progress | None) -> list[int] | None:
     import json
 
-    args = ["sweep", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri]
+    # The store locations travel in the environment (store_environment), never on a command line `ps` shows.
+    args = ["sweep", str(spec.path), "--scale", scale]
     for key, value in overrides.items():
         args += ["--set", f"{key}={json.dumps(value) if isinstance(value, list) else value}"]
     threads = overrides.get("threads") or 1
@@ -249,8 +262,8 @@ def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scal
     if log is not None:
         log(f"sweep {spec.name} ({scale}): {workers} workers, {threads} thread(s) each")
     # Each worker its own cores' worth of threads and its own slice of the GPUs (none here without GPUs).
-    envs = [{"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **worker_gpu_env(r.index, workers)}
-            for r in roles]
+    envs = [{"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **worker_gpu_env(r.index, workers),
+             **store_environment(store.uri, db_url)} for r in roles]
     return launcher.run([worker_command(args, r) for r in roles], envs, progress)
 
 
