@@ -6,7 +6,6 @@ different machines or software are reported as separate tables."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 from harness.errors import UserError
@@ -18,7 +17,7 @@ from harness.sweeps import spec as sweepspec
 
 def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tuple[Path, str]:
     """Write REPRODUCTION.md and the plots; return its path and its summary line."""
-    sections, verdicts, ran, not_run = [], Counter(), [], []
+    sections, verdicts, ran, not_run = [], [], [], []
     for name in sweepspec.available():
         spec = sweepspec.load(name)
         try:
@@ -32,12 +31,11 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
         ran.append(name)
         written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir)
         for built, paths in zip(reports, written):
-            verdicts.update(v.verdict for v in built.verdicts)
+            verdicts += built.verdicts
             sections.append("#" + built.markdown + f"\n![{spec.title}]({paths[2].name})\n")
     summary = (f"{len(ran)} of {len(ran) + len(not_run)} tables run"
                + (f" (not run: {', '.join(not_run)})" if not_run else "")
-               + "; checks: " + (", ".join(f"{verdicts[k]} {k}" for k in checks.VERDICTS if verdicts[k])
-                                 or "none"))
+               + "; checks: " + checks.count_line(verdicts))
     this = fingerprint()
     head = ["# Reproduction report", "",
             f"Our figures beside the published ones, read back from the tracking store {store.uri}.",

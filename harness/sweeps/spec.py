@@ -34,12 +34,15 @@ def _well_formed_check(check: dict[str, Any]) -> dict[str, Any]:
 class SweepSpec(SpecFile):
     kind: ClassVar[str] = "sweep"
     grid: dict[str, list] = {}
-    repeats: int = Field(1, ge=1)
+    # Repeats of every grid point, run in rounds (A B C, A B C). None: DEFAULT_REPEATS. A scale may set
+    # its own (`[scales.quick] repeats = 5`), which wins over this.
+    repeats: int | None = Field(None, ge=1)
     report: dict[str, Any] = {}
     published: dict[str, Any] = {}
     checks: list[Annotated[dict[str, Any], AfterValidator(_well_formed_check)]] = []
     # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
     scale_grids: dict[str, dict[str, list]] = {}
+    scale_repeats: dict[str, int] = {}
 
     @field_validator("grid")
     @classmethod
@@ -58,7 +61,22 @@ class SweepSpec(SpecFile):
             if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
                 raise ValueError(f"[scales.{name}.grid] must map each axis to a non-empty list")
             self.scale_grids[name] = grid
+        for name, scale in self.scales.items():
+            if "repeats" in scale:   # not a config field: kept apart, so the cells never see it
+                count = scale.pop("repeats")
+                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                    raise ValueError(f"[scales.{name}] repeats must be a whole number of at least 1")
+                self.scale_repeats[name] = count
         return self
+
+    def repeats_at(self, scale: str) -> int:
+        """How many times each grid point runs at a scale: the scale's own `repeats`, else the file's,
+        else the default (DEFAULT_REPEATS)."""
+        if scale in self.scale_repeats:
+            return self.scale_repeats[scale]
+        if self.repeats is not None:
+            return self.repeats
+        return default_repeats(self.experiment, scale)
 
     def axes(self) -> list[str]:
         """The config fields the grid varies, compound axes flattened, over every scale."""
@@ -69,6 +87,20 @@ class SweepSpec(SpecFile):
                     if name not in names:
                         names.append(name)
         return names
+
+
+# A timing verdict needs more than one run: one timing on a shared machine moves 10-25% between
+# fresh processes. Training sweeps run each grid point 3 times at every scale but smoke (which
+# checks the machinery, not the figures); experiments that make their own inputs time many short
+# repeats inside one cell (timing_repeats) and keep 1.
+DEFAULT_REPEATS = {"training": 3, "smoke": 1, "own_inputs": 1}
+
+
+def default_repeats(experiment: str, scale: str) -> int:
+    if scale == "smoke":
+        return DEFAULT_REPEATS["smoke"]
+    trains = experiments.get(experiment).needs_dataset
+    return DEFAULT_REPEATS["training" if trains else "own_inputs"]
 
 
 def _compound_keys(values: list) -> list[str]:
@@ -97,11 +129,15 @@ def load(name_or_path: str) -> SweepSpec:
     return spec
 
 
-def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None) -> list[Cell]:
-    """Every cell of the grid at a scale. A scale's value for a grid axis, and then an override of
+def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None,
+           repeats: int | None = None) -> list[Cell]:
+    """Every cell of the grid at a scale, in rounds: every grid point once (repeat 0), then every
+    point again (repeat 1), ..., so that a machine drifting during the sweep moves every point alike
+    and a resumed sweep resumes by round. A scale's value for a grid axis, and then an override of
     it, replaces that axis (a list becomes the axis, a single value pins it); any other override
-    applies to every cell."""
+    applies to every cell. `repeats` replaces the scale's count (--until-decided adds rounds)."""
     overrides = dict(overrides or {})
+    rounds = repeats or spec.repeats_at(scale)
     check_keys(overrides)
     spec.check_read(overrides)
     scale_values = spec.scale_values(scale)
@@ -130,15 +166,17 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
 
     cells = []
     axes = list(grid)
-    for combo in itertools.product(*(grid[a] for a in axes)):
-        for repeat in range(spec.repeats):
+    # Repeat 0 leaves `repeat` at its default, so its cell id is the one-repeat sweep's: raising
+    # the repeats reuses the cells already measured and only adds rounds.
+    for repeat in range(rounds):
+        for combo in itertools.product(*(grid[a] for a in axes)):
             values = dict(fixed)
             for axis, value in zip(axes, combo):
                 values.update(value if axis in compound.values() else {axis: value})
-            if spec.repeats > 1:
+            if repeat:
                 values["repeat"] = repeat
             label = " ".join(_label(a, v) for a, v in zip(axes, combo)) or spec.name
-            if spec.repeats > 1:
+            if rounds > 1:
                 label += f" r{repeat}"
             cells.append(Cell.build(values, label))
     if not cells:  # an empty axis from a scale or a file: nothing would run, yet a parent run would say done
