@@ -126,7 +126,61 @@ def load(name_or_path: str) -> SweepSpec:
     for grid in (spec.grid, *spec.scale_grids.values()):
         keys = [k for axis, values in grid.items() for k in (_compound_keys(values) or [axis])]
         spec.check_read(keys)  # an unknown key too, named with the file
+    _check_name_is_its_own(spec)
+    _check_rows_exist(spec)
     return spec
+
+
+def _check_name_is_its_own(spec: SweepSpec) -> None:
+    """Two files claiming one sweep name would write their cells into one MLflow experiment, and
+    the report would take one file's cells for the other's rows: refused."""
+    import tomllib
+
+    folders = dict.fromkeys(p.resolve() for p in (SWEEPS_DIR, spec.path.parent))
+    for folder in folders:
+        for other in sorted(folder.glob("*.toml")):
+            if other.stem.startswith("study_") or other.resolve() == spec.path.resolve():
+                continue
+            try:
+                name = tomllib.loads(other.read_text(encoding="utf-8")).get("name")
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue   # that file's own mistakes are told when it is loaded
+            if name == spec.name:
+                raise UserError(f"sweep name '{spec.name}' is claimed by both {spec.path} and {other}; "
+                                "give one of them another name (each sweep is one MLflow experiment).")
+
+
+def _check_rows_exist(spec: SweepSpec) -> None:
+    """Every check's `where`, `against` and `row` names an axis and values some grid point (at some
+    scale) or published row has: one that matches nothing would be N/A for ever."""
+    known: dict[str, set] = {}
+    for grid in (spec.grid, *spec.scale_grids.values(),
+                 *({k: v if isinstance(v, list) else [v] for k, v in spec.scale_values(s).items()
+                    if k in spec.grid} for s in spec.scales)):
+        for axis, values in grid.items():
+            for value in values:
+                for key, item in (value.items() if isinstance(value, dict) else [(axis, value)]):
+                    known.setdefault(key, set()).add(_comparable(item))
+    for row in spec.published.get("rows", []):
+        for key, value in row.items():
+            if key in known:
+                known[key].add(_comparable(value))
+    for check in spec.checks:
+        for part in ("where", "against", "row"):
+            for key, wanted in (check.get(part) or {}).items():
+                values = wanted if isinstance(wanted, list) else [wanted]
+                missing = [v for v in values if key not in known or _comparable(v) not in known[key]]
+                if missing:
+                    what = check.get("text") or f"{check.get('kind')} check of {check.get('metric')}"
+                    raise UserError(f"sweep file {spec.path}: the check '{what}' has {part} {key} = {missing[0]!r}, "
+                                    f"which no grid point or published row has"
+                                    + (f" (its values: {', '.join(map(str, sorted(known[key], key=str)))})."
+                                       if key in known else f" ({key} is no axis of the sweep)."))
+
+
+def _comparable(value):
+    """A value as rows compare it: 1 and 1.0 alike."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None,
