@@ -132,7 +132,7 @@ def _judge(check: dict, table: pd.DataFrame, axes: list[str], measured: Measured
                        f"this table is scale {scale}", kind)
     if scale == "smoke" and kind != "exact" and "smoke" not in (scales or []):
         return Verdict(name, NA, SMOKE_REASON, kind)
-    at_chance = _at_chance(check, table) if scale is not None else None
+    at_chance = _at_chance(check, table) if scale is not None and kind != "exact" else None
     if at_chance:
         return Verdict(name, NA, at_chance, kind)
     if repeats is not None and repeats > 1 and is_timing(check["metric"], table):

@@ -137,12 +137,16 @@ def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[Ru
         groups.setdefault(tuple(settings_of(run, axes).items()), []).append(run)
     if len(groups) == 1:
         return {"": runs}
+    from harness.config import RunConfig
+
+    fields = RunConfig.model_fields
     shared = set.intersection(*(set(k) for k in groups))
     named = {}
     for key, members in groups.items():
         differs = dict(kv for kv in key if kv not in shared)
-        missing = sorted({k for other in groups for k, _ in other if k not in dict(key)})
-        text = ", ".join([f"{k}={v}" for k, v in differs.items()] + [f"{k} at its default" for k in missing])
+        for k in sorted({k for other in groups for k, _ in other if k not in dict(key)}):
+            differs[k] = str(fields[k].default) if k in fields else "unset"   # at its default
+        text = ", ".join(f"{k}={v}" for k, v in sorted(differs.items()))
         named[text or "the sweep file as written"] = members
     return named
 
