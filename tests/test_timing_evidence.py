@@ -153,16 +153,23 @@ def test_the_summary_counts_kinds_of_evidence_apart():
                                            "1 inconclusive; 1 N/A")
 
 
-def test_repeats_default_to_three_off_smoke_for_training_sweeps():
-    sparsity, formats = sweepspec.load("sparsity"), sweepspec.load("formats")
-    assert [sparsity.repeats_at(s) for s in ("smoke", "quick", "cpu", "full")] == [1, 3, 3, 3]
-    assert formats.repeats_at("full") == 1   # its own inputs: exact facts, no timing
+@pytest.mark.parametrize("name", sweepspec.available())
+def test_shipped_training_sweeps_repeat_three_times_off_smoke(name):
+    import experiments
+
+    spec = sweepspec.load(name)
+    trains = experiments.get(spec.experiment).needs_dataset   # the others time repeats inside one cell
+    assert [spec.repeats_at(s) for s in spec.scales] == [1 if s == "smoke" or not trains else 3 for s in spec.scales]
+
+
+def test_a_quick_sweep_runs_every_point_three_times():
+    sparsity = sweepspec.load("sparsity")
     assert len(sweepspec.expand(sparsity, "quick")) == 27
 
 
 def test_a_scale_may_set_its_own_repeats(sweep_file):
     path = sweep_file("scaled", {"sparsity": [0.0]})
-    path.write_text(path.read_text().replace("repeats = 1\n", "").replace("[scales.smoke]\n", "[scales.smoke]\nrepeats = 2\n"))
+    path.write_text(path.read_text().replace("[scales.smoke]\n", "[scales.smoke]\nrepeats = 2\n"))
     spec = sweepspec.load(str(path))
     assert spec.repeats_at("smoke") == 2 and [c.config.repeat for c in sweepspec.expand(spec, "smoke")] == [0, 1]
 
@@ -200,7 +207,7 @@ max = 1e9
 text = "any speed-up at all"
 """
     path = sweep_file("decide", {"sparsity": [0.0, 0.5, 0.8]}, published=published)
-    path.write_text(path.read_text().replace("repeats = 1\n", ""))   # the training default: 3 at quick
+    path.write_text(path.read_text().replace("repeats = 1\n", "repeats = 3\n"))
     spec = sweepspec.load(str(path))
     run_sweep(spec, store, scale="quick", show_progress=False, repeats=1)
     report = tables.build(store, spec, "quick")

@@ -34,9 +34,11 @@ def _well_formed_check(check: dict[str, Any]) -> dict[str, Any]:
 class SweepSpec(SpecFile):
     kind: ClassVar[str] = "sweep"
     grid: dict[str, list] = {}
-    # Repeats of every grid point, run in rounds (A B C, A B C). None: DEFAULT_REPEATS. A scale may set
-    # its own (`[scales.quick] repeats = 5`), which wins over this.
-    repeats: int | None = Field(None, ge=1)
+    # Repeats of every grid point, run in rounds (A B C, A B C). A scale may set its own
+    # (`[scales.smoke] repeats = 1`), which wins over this. The shipped training sweeps say 3, and 1 at
+    # smoke: one timing on a shared machine moves 10-25% between fresh processes, and smoke checks the
+    # machinery, not the figures.
+    repeats: int = Field(1, ge=1)
     report: dict[str, Any] = {}
     published: dict[str, Any] = {}
     checks: list[Annotated[dict[str, Any], AfterValidator(_well_formed_check)]] = []
@@ -70,13 +72,8 @@ class SweepSpec(SpecFile):
         return self
 
     def repeats_at(self, scale: str) -> int:
-        """How many times each grid point runs at a scale: the scale's own `repeats`, else the file's,
-        else the default (DEFAULT_REPEATS)."""
-        if scale in self.scale_repeats:
-            return self.scale_repeats[scale]
-        if self.repeats is not None:
-            return self.repeats
-        return default_repeats(self.experiment, scale)
+        """How many times each grid point runs at a scale: the scale's own `repeats`, else the file's."""
+        return self.scale_repeats.get(scale, self.repeats)
 
     def axes(self) -> list[str]:
         """The config fields the grid varies, compound axes flattened, over every scale."""
@@ -87,20 +84,6 @@ class SweepSpec(SpecFile):
                     if name not in names:
                         names.append(name)
         return names
-
-
-# A timing verdict needs more than one run: one timing on a shared machine moves 10-25% between
-# fresh processes. Training sweeps run each grid point 3 times at every scale but smoke (which
-# checks the machinery, not the figures); experiments that make their own inputs time many short
-# repeats inside one cell (timing_repeats) and keep 1.
-DEFAULT_REPEATS = {"training": 3, "smoke": 1, "own_inputs": 1}
-
-
-def default_repeats(experiment: str, scale: str) -> int:
-    if scale == "smoke":
-        return DEFAULT_REPEATS["smoke"]
-    trains = experiments.get(experiment).needs_dataset
-    return DEFAULT_REPEATS["training" if trains else "own_inputs"]
 
 
 def _compound_keys(values: list) -> list[str]:
