@@ -231,9 +231,11 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
         if column.dtype.kind == "f" and column.notna().all() and (column % 1 == 0).all():
             table[axis] = column.astype(int)
     table = _in_grid_order(table, spec, axes)
-    ours = [c for c in (time, _iqr_name(time), "speedup", "speedup_lo", "speedup_hi", "efficiency",
-                        "efficiency_lo", "efficiency_hi", MFU) if c in table]
-    ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_") and c != "note"]
+    ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency", MFU) if c in table]
+    bounds = [c for c in ("speedup_lo", "speedup_hi", "efficiency_lo", "efficiency_hi") if c in table]
+    ours += [c for c in table.columns if c not in ours + bounds and c not in axes and not c.startswith("book_")
+             and c != "note"]
+    ours += bounds   # the intervals' bounds last among ours: the Markdown shows them inside their column
     book = [c for c in (f"book_{time}", "book_speedup", "book_efficiency") if c in table]
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
