@@ -87,3 +87,15 @@ def test_a_table_whose_cells_ran_at_different_speeds_says_so():
     assert tables.drift_note([run(10.0), run(10.5)]) is None
     note = tables.drift_note([run(10.0), run(6.0)])
     assert "speed_index 6 to 10 (67% apart" in note and "--remeasure-drifted" in note
+
+
+def test_the_report_says_when_its_ratios_mix_machine_speeds(store, sweep_file, monkeypatch):
+    from harness.report import tables
+
+    spec = sweepspec.load(str(sweep_file("mixed_speed", {"sparsity": [0.0, 0.5]})))
+    monkeypatch.setattr(engine, "measure_speed", lambda: 10.0)
+    run_sweep(spec, store, scale="smoke", show_progress=False, select=lambda c: c.config.sparsity == 0.0)
+    monkeypatch.setattr(engine, "measure_speed", lambda: 5.0)
+    run_sweep(spec, store, scale="smoke", show_progress=False)
+    built = tables.build(store, spec, "smoke")
+    assert "**Machine speed differs across cells**" in built.markdown and "100% apart" in built.markdown

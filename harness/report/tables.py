@@ -36,6 +36,7 @@ class Report:
     markdown: str = ""
     fingerprint: str = ""
     variant: str = ""             # the fixed settings that set this table apart ("": the only one)
+    drift: str | None = None      # its cells ran at different speed_index (harness/calibration.py)
     verdicts: list[checks.Verdict] = field(default_factory=list)
     runs: list[RunRecord] = field(default_factory=list)   # the finished cells the table is made of
 
@@ -97,9 +98,7 @@ def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunR
                                  for v, r in variants.items() if v != variant))
     report = Report(spec, scale, build_table(spec, runs, scale=scale), notes, _machine(runs[0]), parent_run_id)
     report.fingerprint, report.variant, report.runs = key, variant, runs
-    drift = drift_note(runs)
-    if drift:
-        report.problems.insert(0, drift)
+    report.drift = drift_note(runs)
     finished = report.table["repeats"].fillna(0)
     for _, row in report.table[finished < spec.repeats_at(scale)].astype(object).iterrows():
         label = " ".join(f"{a}={row[a]}" for a in spec.axes())
@@ -465,6 +464,8 @@ def to_markdown(report: Report, sample_run: RunRecord) -> str:
         f"- Machine: {report.machine} (fingerprint {report.fingerprint}).",
         f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.",
     ]
+    if report.drift:
+        lines.append(f"- **Machine speed differs across cells**: {report.drift}.")
     if spec.published.get("note"):
         lines.append(f"- Published figures: {spec.published['note']}.")
     if "speedup" in t:
