@@ -239,3 +239,32 @@ text = "a row nobody runs"
     path = sweep_file("norow", {"sparsity": [0.0, 0.5]}, published=wrong)
     with pytest.raises(UserError, match="where sparsity = 0.55, which no grid point or published row has"):
         sweepspec.load(str(path))
+
+
+def test_max_repeats_needs_until_decided_and_two_runs(sweep_file, capsys):
+    from conftest import assert_one_sentence_exit_2
+
+    path = str(sweep_file("flags", {"sparsity": [0.0]}))
+    assert_one_sentence_exit_2(["sweep", path, "--max-repeats", "4"], ["--max-repeats needs --until-decided"], capsys)
+    assert_one_sentence_exit_2(["sweep", path, "--until-decided", "--max-repeats", "1"], ["at least 2"], capsys)
+
+
+def test_until_decided_from_the_command_line(sweep_file, tmp_path, capsys):
+    from harness.cli import main
+
+    published = """[[checks]]
+kind = "bound"
+metric = "speedup"
+where = { sparsity = 0.5 }
+min = 1e6
+text = "a speed-up no machine reaches"
+"""
+    path = sweep_file("cli_decide", {"sparsity": [0.0, 0.5]}, published=published)
+    path.write_text(path.read_text().replace("repeats = 1\n", "repeats = 2\n"))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["sweep", str(path), "--scale", "quick", "--until-decided", "--max-repeats", "3",
+                 "--tracking-uri", uri, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    # after 2 rounds the whole interval is far below a million-fold floor: FAIL, decided, no third round
+    assert "until-decided: every timing check of cli_decide (quick) is decided" in out
+    assert "round 3" not in out
