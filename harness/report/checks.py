@@ -81,7 +81,6 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from harness.report import intervals
@@ -450,7 +449,7 @@ def _compare_interval(check: dict, table: pd.DataFrame, axes: list[str], point: 
     states, shown = [], []
     for i in ours.index:
         shared = {a: ours.at[i, a] for a in on}
-        here = {**{a: ours.at[i, a] for a in axes if a in table}}
+        here = {a: ours.at[i, a] for a in axes if a in table}
         theirs = _rows(table, {**against, **shared}).dropna(subset=[metric])
         for j in theirs.index:
             there = {a: theirs.at[j, a] for a in axes if a in table}
