@@ -174,7 +174,7 @@ def test_a_scale_may_set_its_own_repeats(sweep_file):
     assert spec.repeats_at("smoke") == 2 and [c.config.repeat for c in sweepspec.expand(spec, "smoke")] == [0, 1]
 
 
-def test_repeats_are_the_same_configuration_and_unrun_points_are_listed(store, sweep_file):
+def test_repeats_are_the_same_configuration_and_unrun_points_are_listed(store, sweep_file, tmp_path):
     """The issue's example, shrunk: the same sweep plain and with --set model=cnn is two tables, each
     with its own parameter count, never one row of 'repeats 2' mixing them."""
     spec = sweepspec.load(str(sweep_file("variants", {"sparsity": [0.0, 0.5, 0.8]})))
@@ -190,6 +190,11 @@ def test_repeats_are_the_same_configuration_and_unrun_points_are_listed(store, s
     plain = next(r for r in reports if r.variant == "model=tiny_cnn")
     assert "(model=tiny_cnn)" in plain.markdown.splitlines()[0] and "not run" in plain.markdown
     assert all(r.runs[0].metrics.get("speed_index", 0) > 0 for r in reports)   # every cell logged it
+    from harness.report import overview
+
+    written = overview.publish(store, spec, store.find_experiment(spec.name), reports, tmp_path)
+    names = [paths[0].name for paths in written]
+    assert names[0] == "variants.md" and names[1].startswith("variants-model") and len(set(names)) == 2
 
 
 def test_until_decided_adds_rounds_only_for_undecided_points(store, sweep_file, monkeypatch):
