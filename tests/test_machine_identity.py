@@ -3,6 +3,8 @@ resumed sweep on a machine of another speed (its speed_index) names the cells it
 
 from __future__ import annotations
 
+import pytest
+
 from harness import calibration, fingerprint
 from harness.cli.summary import sweep_summary
 from harness.sweeps import engine
@@ -99,3 +101,18 @@ def test_the_report_says_when_its_ratios_mix_machine_speeds(store, sweep_file, m
     run_sweep(spec, store, scale="smoke", show_progress=False)
     built = tables.build(store, spec, "smoke")
     assert "**Machine speed differs across cells**" in built.markdown and "100% apart" in built.markdown
+
+
+@pytest.mark.multiprocess
+def test_workers_log_the_speed_index_their_launcher_measured(sweep_file, tmp_path):
+    """Two worker processes run the cells: each cell carries the parent's speed_index (its tag)."""
+    from harness.store import Store
+    from harness.sweeps.engine import PARENT_SPEED_TAG
+
+    store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    spec = sweepspec.load(str(sweep_file("worker_speed", {"sparsity": [0.0, 0.5]})))
+    result = run_sweep(spec, store, scale="smoke", workers=2, show_progress=False)
+    assert [r.outcome for r in result.results] == ["ok", "ok"]
+    parent = next(r for r in store.sweep_runs(store.find_experiment("worker_speed"), "worker_speed", parents=True))
+    cells = store.sweep_runs(store.find_experiment("worker_speed"), "worker_speed")
+    assert {r.metrics["speed_index"] for r in cells} == {float(parent.tags[PARENT_SPEED_TAG])}

@@ -38,6 +38,7 @@ from harness.store.uris import resolve_db_url
 from harness.sweeps.spec import SweepSpec, expand
 
 Log = Callable[[str], None]
+PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
 WAIT_POLL_S = 2.0  # how often a worker with nothing left to take looks at the cells others run
 
 
@@ -119,7 +120,8 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
             store.log_params(parent, {"sweep": spec.name, "scale": scale, "overrides": overrides,
                                       "cells": len(cells), "sweep_file": spec.path, "workers": workers})
             store.describe_run(parent, what)
-            store.log_metrics(parent, {SPEED_INDEX: speed})
+            # a tag on the parent (a metric there would crowd the chart view of the cells' metrics)
+            store.set_tags(parent, {PARENT_SPEED_TAG: f"{speed:.6g}"})
             claims = Claims(db_url)  # also creates the claims table before any worker races to
             if not launched:
                 _work(store, experiment_id, spec, scale, cells, claims, parent,
@@ -224,8 +226,8 @@ def measure_speed() -> float:
 def _parent_speed(store: Store, experiment_id: str, spec: SweepSpec, parent_id: str) -> float | None:
     """A worker's speed_index: the one its launcher measured and logged on the parent run."""
     for run in store.runs(experiment_id, tags={SWEEP: spec.name, KIND: "sweep"}):
-        if run.run_id == parent_id:
-            return run.metrics.get(SPEED_INDEX)
+        if run.run_id == parent_id and run.tags.get(PARENT_SPEED_TAG):
+            return float(run.tags[PARENT_SPEED_TAG])
     return None
 
 
