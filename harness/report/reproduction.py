@@ -43,9 +43,10 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
             f"{this['gpu.names']}, torch {this['torch.version']}); each table states the machine its "
             "cells ran on. Checks judge exact facts, trends, ratios, comparisons between rows, the best row "
             "and the absence of an effect; absolute seconds from different hardware are shown but never "
-            "judged. **DIFFERS: machine** marks a claim that fails here where the cells ran on a machine "
-            "without what the document's had and the claim depends on (cores, GPUs, native bf16, a "
-            "backend), with the reason; it is neither a pass nor a failure of the harness.", "",
+            "judged. A check measured without what the document's machine had and the claim depends on (cores, "
+            "GPUs, native bf16, a backend) is a **stand-in**, labelled so; its failure is **DIFFERS: machine** "
+            "only when it misses on the side the missing resource predicts, with the reason. Timing checks are "
+            "**INCONCLUSIVE** unless the whole 95% interval over the repeats passes or fails.", "",
             f"**Summary:** {summary}", ""]
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "REPRODUCTION.md"
