@@ -64,7 +64,7 @@ CPU_STORE = --tracking-uri $(or $(TRACKING_URI),sqlite:///results/$(MACHINE)/sto
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
-        bench-workers bench-cells soak gpu-check dashboard peak reproduce-cpu
+        bench-workers bench-cells bench-noise soak gpu-check dashboard peak reproduce-cpu
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -138,6 +138,9 @@ bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute a
 
 bench-cells: ## the harness's own seconds per cell outside run(cfg), by part (goal <= 0.3 s on SQLite)
 	$(BIN)/python benchmarks/cell_cost.py $(ARGS)
+
+bench-noise: ## A/A noise floor: CV of train_time_s, minimum detectable effect at n=3/5, false "faster" rate (ARGS="--rounds N")
+	$(BIN)/python benchmarks/noise.py $(ARGS)
 
 soak: ## 3 sweeps + a 2-worker study on one SQLite store, SIGKILLs every 20-40 s (ARGS="--minutes 2"; default 10)
 	$(BIN)/python benchmarks/soak.py $(ARGS)

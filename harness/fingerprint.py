@@ -24,24 +24,73 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def cpu_model() -> str:
+def _cpuinfo() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return ""
+
+
+def cpu_fields(text: str) -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo text ("model name", "cpu family", ...)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break   # the first processor's block is enough: the others are the same chip
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_identity(text: str) -> dict[str, str]:
+    """What tells two CPUs apart beyond their marketing name: family, model and stepping (one
+    "AMD EPYC" name covers several generations) and a hash of the feature flags (a hypervisor may
+    hide AVX-512 from one guest and not another)."""
+    fields = cpu_fields(text)
+    flags = " ".join(sorted(fields.get("flags", fields.get("Features", "")).split()))
+    return {
+        "cpu.family": fields.get("cpu family", "unknown"),
+        "cpu.model_id": fields.get("model", "unknown"),
+        "cpu.stepping": fields.get("stepping", "unknown"),
+        "cpu.flags_hash": hashlib.sha1(flags.encode()).hexdigest()[:10] if flags else "unknown",
+    }
+
+
+def cpu_model() -> str:
+    name = cpu_fields(_cpuinfo()).get("model name")
+    return name or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> set[str]:
+    fields = cpu_fields(_cpuinfo())
+    return set(fields.get("flags", "").split())
+
+
+def gpu_identity() -> dict[str, str]:
+    """Each GPU's compute capability, and the driver version (nvidia-smi's, when it is there)."""
+    if not torch.cuda.is_available():
+        return {"gpu.capability": "none", "gpu.driver": "none"}
+    capability = ", ".join("%d.%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        driver = out.stdout.split()[0] if out.returncode == 0 and out.stdout.split() else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        driver = "unknown"
+    return {"gpu.capability": capability, "gpu.driver": driver}
+
+
+# What makes two setups different machines (the fingerprint hashes these tags).
+IDENTITY = ("torch.version", "torch.cuda", "cpu.model", "cpu.cores", "cpu.family", "cpu.model_id", "cpu.stepping",
+            "cpu.flags_hash", "gpu.names", "gpu.capability", "gpu.driver")
+
+
+def fingerprint_of(tags: dict[str, str]) -> str:
+    """Same machine and software => same id; the report splits tables by it."""
+    return hashlib.sha1("|".join(tags.get(k, "unknown") for k in IDENTITY).encode()).hexdigest()[:10]
 
 
 @functools.lru_cache(maxsize=1)
@@ -62,15 +111,17 @@ def fingerprint() -> dict[str, str]:
         "cpu.cores": str(os.cpu_count()),
         "cpu.native_bf16": str(bool(flags & {"avx512_bf16", "amx_bf16"})).lower(),
         "gpu.names": ", ".join(gpus) or "none",
+        **cpu_identity(_cpuinfo()),
+        **gpu_identity(),
         "host": socket.gethostname(),
     }
-    # Same machine and software => same id; the report splits tables by it.
-    identity = "|".join(tags[k] for k in ("torch.version", "torch.cuda", "cpu.model", "cpu.cores", "gpu.names"))
-    tags["fingerprint"] = hashlib.sha1(identity.encode()).hexdigest()[:10]
+    tags["fingerprint"] = fingerprint_of(tags)
     return tags
 
 
 def machine_text(tags: dict[str, str]) -> str:
     """One line naming the machine and software in fingerprint tags (a run's, or this process's)."""
-    return (f"{tags.get('cpu.model')}, {tags.get('cpu.cores')} cores, GPUs: {tags.get('gpu.names')}, "
+    chip = (f" (family {tags['cpu.family']} model {tags.get('cpu.model_id')} stepping {tags.get('cpu.stepping')})"
+            if tags.get("cpu.family", "unknown") != "unknown" else "")
+    return (f"{tags.get('cpu.model')}{chip}, {tags.get('cpu.cores')} cores, GPUs: {tags.get('gpu.names')}, "
             f"torch {tags.get('torch.version')}")

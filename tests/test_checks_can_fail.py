@@ -1,7 +1,9 @@
 """Every shipped sweep's checks can fail (issue 10): fed the published rows as if we had measured
 them, each check those rows can judge passes; fed a copy that contradicts the documents, each one
 fails. A check the published rows cannot judge says so in its sweep file (`on = "ours"`, with a
-reason), and exactly those are exempt. Sweeps added later are covered by `available()`.
+reason), and exactly those are exempt here; they are judged instead on tables of our own figures
+fabricated to agree with the claim and to contradict it (the last test). Sweeps added later are
+covered by `available()`.
 
 The copies change one metric at a time along the sweep's axis (x), within each series (a line of
 the report's plot), before the table is built the report's way, so that derived columns such as the
@@ -197,3 +199,57 @@ def test_a_series_is_reversed_on_its_own():
     spec = sweepspec.load("cpu-ddp")
     table = tables.build_table(spec, _copy(spec, _published_runs(spec), "reversed")).set_index(["backend", "world_size"])
     assert table.loc[("gloo", 1), "train_time_s"] == 37 and table.loc[("ccl", 2), "train_time_s"] == 35
+
+
+def _grid_points(spec: sweepspec.SweepSpec) -> pd.DataFrame:
+    """Every grid point of every scale, one row each (axis values only)."""
+    points = []
+    for scale in spec.scales:
+        for cell in sweepspec.expand(spec, scale, repeats=1):
+            point = {a: getattr(cell.config, a) for a in spec.axes()}
+            if point not in points:
+                points.append(point)
+    return pd.DataFrame(points)
+
+
+def _fabricated(check: dict, points: pd.DataFrame, agree: bool) -> pd.DataFrame:
+    """A table of our own figures that agrees with an on = "ours" check, or contradicts it."""
+    table, metric, kind = points.copy(), check["metric"], check["kind"]
+    if kind == "exact":
+        table[metric] = check["expected"] if agree else check["expected"] + 1
+    elif kind == "bound":
+        low, high = check.get("min"), check.get("max")
+        inside = (low + high) / 2 if low is not None and high is not None else \
+            low + abs(low) * 0.1 + 0.1 if low is not None else high - abs(high) * 0.5
+        outside = low - abs(low) * 0.5 - 0.5 if low is not None else high + abs(high) + 1
+        table[metric] = inside if agree else outside
+    elif kind == "best":
+        stated = checks._rows(table, check["row"]).index
+        best, worst = (1.0, 3.0) if check["goal"] == "lowest" else (3.0, 1.0)
+        table[metric] = 2.0
+        table.loc[stated, metric] = best if agree else worst
+    elif kind == "trend":
+        order = table[check["x"]].rank()
+        rising = order if check.get("direction", "decreasing") == "increasing" else -order
+        table[metric] = rising if agree else -rising
+    elif kind == "flat":
+        table[metric] = 1.0 if agree else [1.0 + i for i in range(len(table))]
+    else:
+        raise AssertionError(f"no fabricated table for a '{kind}' check on ours; add one here")
+    return table
+
+
+OURS = [(name, i) for name in SWEEPS for i, c in enumerate(sweepspec.load(name).checks) if c.get("on") == "ours"]
+
+
+@pytest.mark.parametrize("name, index", OURS)
+def test_a_check_on_our_figures_passes_when_they_agree_and_fails_when_they_contradict(name, index):
+    """The checks the published rows cannot judge: fed our own figures, fabricated to agree with the
+    claim, and to contradict it."""
+    spec = sweepspec.load(name)
+    check, points = spec.checks[index], _grid_points(spec)
+    agreeing, contradicting = (checks.evaluate([check], _fabricated(check, points, how), axes=spec.axes())[0]
+                               for how in (True, False))
+    assert (agreeing.verdict, contradicting.verdict) == (checks.PASS, checks.FAIL), (
+        f"{name}: '{_text(check)}': agreeing {agreeing.verdict} ({agreeing.detail}); "
+        f"contradicting {contradicting.verdict} ({contradicting.detail})")

@@ -67,7 +67,9 @@ def test_a_failing_check_on_a_lesser_machine_differs_and_a_passing_one_passes():
     small, big = MeasuredOn(cores=2), MeasuredOn(cores=16)
     on_small = checks.evaluate([fails, passes], TABLE, measured=small, machine="the book's 16-core machine")
     assert [v.verdict for v in on_small] == ["DIFFERS: machine", "PASS"]
-    assert on_small[0].detail == "measured 1.67; measured on 2 cores; the book's 16-core machine had 16"
+    assert on_small[0].detail == ("measured 1.67; measured on 2 cores; the book's 16-core machine had 16: that "
+                                  "predicts a smaller speedup, and ours is smaller than the claim")
+    assert [v.stand_in for v in on_small] == [True, True] and on_small[1].label == "PASS (stand-in)"
     assert [v.verdict for v in checks.evaluate([fails], TABLE, measured=big)] == ["FAIL"]
     assert [v.verdict for v in checks.evaluate([{k: v for k, v in fails.items() if k != "needs"}], TABLE,
                                                measured=small)] == ["FAIL"]  # no need stated: a plain FAIL
@@ -107,7 +109,18 @@ text = "trains in no time anywhere"
     monkeypatch.setattr(sweepspec, "SWEEPS_DIR", path.parent)
     run_sweep(sweepspec.load("differs"), store, show_progress=False)
     written, summary = write_reproduction(store, tmp_path / "out")
-    assert summary.endswith("checks: 1 FAIL, 1 DIFFERS: machine")
+    assert summary.endswith("checks: measured claims 1 FAIL; stand-ins 1 DIFFERS: machine")
     text = written.read_text()
     assert "| trains in no time on a million cores | **DIFFERS: machine** |" in text
-    assert "cores; a machine with a million cores had 1000000 |" in text
+    assert "cores; a machine with a million cores had 1000000: that predicts a longer train_time_s" in text
+
+
+def test_a_stand_in_that_misses_on_the_side_its_machine_does_not_predict_stays_a_fail():
+    """Fewer cores predict a smaller speed-up; a speed-up above the claim's ceiling is not explained
+    by them, so it is a FAIL (labelled a stand-in), never DIFFERS."""
+    ceiling = {"kind": "bound", "metric": "speedup", "where": {"threads": 2}, "max": 1.2, "needs": {"cores": 16}}
+    verdict = checks.evaluate([ceiling], TABLE, measured=MeasuredOn(cores=2))[0]
+    assert (verdict.verdict, verdict.label, verdict.side) == ("FAIL", "FAIL (stand-in)", "high")
+    assert "predicts the other side" in verdict.detail
+    slower = {"kind": "bound", "metric": "train_time_s", "max": 1.0, "needs": {"cores": 16}}   # a time: longer
+    assert checks.evaluate([slower], TABLE, measured=MeasuredOn(cores=2))[0].verdict == "DIFFERS: machine"

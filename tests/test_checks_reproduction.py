@@ -64,7 +64,7 @@ text = "tiny CNN has 9,802 parameters"
     run_sweep(sweepspec.load("repro_ran"), store, show_progress=False)
     path, summary = write_reproduction(store, tmp_path / "out")
     text = path.read_text()
-    assert summary == "1 of 2 tables run (not run: repro_unrun); checks: 1 PASS"
+    assert summary == "1 of 2 tables run (not run: repro_unrun); checks: exact facts 1 PASS"
     assert "| tiny CNN has 9,802 parameters | **PASS** | measured 9,802 |" in text
     assert "**Not run**" in text and "make sweep-repro_unrun SCALE=smoke" in text
     assert (tmp_path / "out" / "repro_ran.png").exists()
@@ -99,7 +99,7 @@ def test_report_of_a_compound_axis_names_unrun_published_rows(store, tmp_path):
 
     from conftest import TINY_BASE
 
-    spec = SweepSpec(name="compound", title="compound", experiment="pruning", base=dict(TINY_BASE),
+    spec = SweepSpec(name="compound", title="compound", experiment="pruning", base=dict(TINY_BASE), repeats=1,
                      grid={"layout": [{"sparsity": 0.0, "batch_size": 32}, {"sparsity": 0.5, "batch_size": 64}]},
                      scales={"full": {}}, report={"x": "sparsity", "baseline": {"sparsity": 0.0}},
                      published={"rows": [{"sparsity": 0.8, "batch_size": 64, "train_time_s": 1.0}]})

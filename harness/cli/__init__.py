@@ -44,6 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--max-cells", type=int, default=10_000,
                    help="refuse a sweep of more cells than this (default 10000)")
+    p.add_argument("--remeasure-drifted", action="store_true",
+                   help="run again the finished cells measured at a speed_index more than 10%% from today's")
+    p.add_argument("--until-decided", action="store_true",
+                   help="then add rounds, in this process, for the grid points of INCONCLUSIVE timing checks only")
+    p.add_argument("--max-repeats", type=int, default=None,
+                   help="with --until-decided: stop when those points have this many repeats (default 10)")
     _add_worker_args(p)
 
     p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")

@@ -107,16 +107,20 @@ def cmd_sweep(args) -> int:
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
     if role is None:
         _size_of_job(spec, args)
+    max_repeats = _max_repeats(args)
     store = _store(args)
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
                        db_url=resolve_db_url(args.storage, store.uri), workers=workers, launcher=launcher, role=role,
-                       show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+                       show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
+                       remeasure_drifted=args.remeasure_drifted)
     if result.detached:
         print(f"sweep {spec.name} ({args.scale}): the workers run on; the same command again prints the "
               "summary once they are done (every cell reused)")
         return 0
     if role is None:
         print(sweep_summary(result, spec.report.get("metrics")))
+        if args.until_decided and not result.detached:
+            _until_decided(spec, store, args, max_repeats)   # the exit status stays the sweep's own
         try:  # the experiment's description and the cells' speed-ups; the sweep itself is done
             overview.refresh(store, spec, args.scale)
         except StoreFault:
@@ -149,6 +153,32 @@ def _size_of_job(spec, args) -> None:
     if len(cells) > LARGE_CELLS or epochs > LARGE_EPOCHS:
         print(f"harness: sweep {spec.name} ({args.scale}) is a large job: {len(cells)} cells, {epochs} epochs in "
               "all; Ctrl-C stops it (finished cells are kept) and --max-cells caps it.", file=sys.stderr, flush=True)
+
+
+def _max_repeats(args) -> int | None:
+    """--max-repeats, checked before anything runs."""
+    if args.max_repeats is None:
+        return None
+    if not args.until_decided:
+        raise UserError("--max-repeats needs --until-decided.")
+    if args.max_repeats < 2:
+        raise UserError(f"--max-repeats must be at least 2 (got {args.max_repeats}): one run decides no timing.")
+    return args.max_repeats
+
+
+def _until_decided(spec, store, args, max_repeats):
+    """The rounds --until-decided adds; returns the last round's result (None when none ran)."""
+    from harness.cli.summary import sweep_summary
+    from harness.store import resolve_db_url
+    from harness.sweeps.decide import DEFAULT_MAX_REPEATS, run_until_decided
+
+    rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args.sets),
+                               max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
+                               db_url=resolve_db_url(args.storage, store.uri), show_progress=not args.no_progress,
+                               log=lambda line: print(line, flush=True))
+    for extra in rounds:
+        print(sweep_summary(extra, spec.report.get("metrics")))
+    return rounds[-1] if rounds else None
 
 
 def cmd_study(args) -> int:

@@ -59,55 +59,146 @@ Every kind also takes:
     on = "ours"                     # the published rows cannot judge it (no such figure printed) ...
     reason = "d2l prints no outputs"  # ... and why (tests/test_checks_can_fail.py exempts exactly these)
 
-Verdicts: PASS, FAIL, DIFFERS: machine, or N/A when the table lacks the cells a check needs (it says which).
+Verdicts: PASS, FAIL, DIFFERS: machine, INCONCLUSIVE, or N/A when the table lacks the cells a check needs
+(it says which).
+
+How a verdict is reached on our tables (harness/report/tables.py passes the scale and the repeats):
+- exact checks (a parameter count, a format's bits) keep two outcomes, PASS or FAIL, at every scale;
+- at scale smoke every other check is N/A: smoke checks the machinery, not the claims;
+- a timing check (a time, a speed-up, an efficiency) has three: PASS only when its whole 95% interval
+  over the repeats passes, FAIL only when the whole interval fails, INCONCLUSIVE otherwise (one run is
+  always inconclusive), with n and the interval;
+- an accuracy check is N/A while its reference rows are within chance (10%) plus 3 standard errors
+  of the test-set size: a claim about accuracy cannot be judged on an untrained model;
+- a check whose `needs` this machine lacks is a stand-in result whatever its verdict; its FAIL is
+  DIFFERS: machine only when the figure misses the claim on the side the missing resource predicts
+  (fewer cores, no GPU, an emulated dtype: a smaller speed-up, a longer time), else it stays a FAIL.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.report import intervals
 from harness.report.machine import NEEDS, MeasuredOn
 
-PASS, FAIL, NA, DIFFERS = "PASS", "FAIL", "N/A", "DIFFERS: machine"
-VERDICTS = (PASS, FAIL, DIFFERS, NA)   # the order a summary counts them in
+PASS, FAIL, NA, DIFFERS, INCONCLUSIVE = "PASS", "FAIL", "N/A", "DIFFERS: machine", "INCONCLUSIVE"
+VERDICTS = (PASS, FAIL, DIFFERS, INCONCLUSIVE, NA)   # the order a summary counts them in
 DOCUMENT_MACHINE = "the document's machine"
+SMOKE_REASON = "smoke checks the machinery, not the claims"
+CHANCE = 0.10   # every dataset here has 10 classes (CIFAR-10, Fashion-MNIST, digits, synthetic)
+RESAMPLE_PASS = 0.975   # a resampled check passing this often (or failing) decides a trend, flat or best
 
 
 @dataclass
 class Verdict:
     check: str       # the check in words
-    verdict: str     # PASS | FAIL | DIFFERS: machine | N/A
+    verdict: str     # PASS | FAIL | DIFFERS: machine | INCONCLUSIVE | N/A
     detail: str      # what was measured (and, for DIFFERS, why this machine cannot show the claim)
+    kind: str = ""   # the check's kind: "exact" facts are counted apart from measured claims
+    stand_in: bool = False   # measured without what the claim needs (cores, GPUs, native dtype)
+    side: str = ""   # on a FAIL of a bound, ratio or compare: "low" or "high", the side it missed on
+
+    @property
+    def label(self) -> str:
+        return f"{self.verdict} (stand-in)" if self.stand_in and self.verdict != DIFFERS else self.verdict
 
 
 def evaluate(checks: list[dict], table: pd.DataFrame, *, axes: list[str] | None = None,
              measured: MeasuredOn | None = None, machine: str = DOCUMENT_MACHINE,
-             scale: str | None = None) -> list[Verdict]:
+             scale: str | None = None, repeats: int | None = None) -> list[Verdict]:
     """Each check's verdict on `table`. `axes` are the sweep's axes (a `compare` pairs its rows on the
     ones it does not name); `measured` what the cells ran on, `machine` what the document's is called;
-    `scale` the table's scale (None: judge every check, as on the published rows)."""
-    return [_judge(c, table, axes or [], measured, machine, scale) for c in checks]
+    `scale` the table's scale (None: judge every check, as on the published rows); `repeats` the runs
+    each grid point should have: above 1, timing checks have three outcomes (None: two, as on the
+    published rows, which are single figures)."""
+    return [_judge(c, table, axes or [], measured, machine, scale, repeats) for c in checks]
 
 
 def _judge(check: dict, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
-           machine: str, scale: str | None) -> Verdict:
+           machine: str, scale: str | None, repeats: int | None = None) -> Verdict:
     kind = check.get("kind")
     if kind not in _KINDS:
         return Verdict(str(check), NA, f"unknown check kind {kind!r}; known: {', '.join(_KINDS)}")
+    name = check.get("text") or f"{kind} check of {check.get('metric')}"
     scales = check.get("scales")
     if scale is not None and scales and scale not in scales:
-        return Verdict(check.get("text") or f"{kind} check of {check.get('metric')}", NA,
-                       f"judged at scale {', '.join(scales)} only (the document's data and epochs); "
-                       f"this table is scale {scale}")
-    verdict = _KINDS[kind](check, table, axes)
+        return Verdict(name, NA, f"judged at scale {', '.join(scales)} only (the document's data and epochs); "
+                       f"this table is scale {scale}", kind)
+    if scale == "smoke" and kind != "exact" and "smoke" not in (scales or []):
+        return Verdict(name, NA, SMOKE_REASON, kind)
+    at_chance = _at_chance(check, table) if scale is not None and kind != "exact" else None
+    if at_chance:
+        return Verdict(name, NA, at_chance, kind)
+    if repeats is not None and repeats > 1 and is_timing(check["metric"], table):
+        verdict = _judge_timing(check, table, axes)
+    else:
+        verdict = _KINDS[kind](check, table, axes)
+    verdict.kind = kind
     lacking = measured.lacks(check.get("needs") or {}, machine) if measured is not None else []
-    if lacking and verdict.verdict == FAIL:
-        return Verdict(verdict.check, DIFFERS, f"{verdict.detail}; {'; '.join(lacking)}")
-    if lacking and verdict.verdict == NA:
-        verdict.detail += f" ({'; '.join(lacking)})"
+    if not lacking:
+        return verdict
+    verdict.stand_in = True
+    if verdict.verdict == FAIL:
+        predicted = "high" if _is_time(check["metric"]) else "low"
+        if verdict.side == predicted:
+            how = "longer" if predicted == "high" else "smaller"
+            return Verdict(verdict.check, DIFFERS, f"{verdict.detail}; {'; '.join(lacking)}: that predicts a "
+                           f"{how} {check['metric']}, and ours is {how} than the claim", kind, True, verdict.side)
+        verdict.detail += (f" (a stand-in: {'; '.join(lacking)}; that predicts the other side, so it stays a FAIL)"
+                           if verdict.side else f" (a stand-in: {'; '.join(lacking)})")
+        return verdict
+    verdict.detail += f" (a stand-in: {'; '.join(lacking)})"
     return verdict
+
+
+def _is_time(metric: str) -> bool:
+    return metric.endswith("_s") and "time" in metric
+
+
+def is_timing(metric: str, table: pd.DataFrame | None = None) -> bool:
+    """A figure that moves with the machine's speed from run to run: a time, a speed-up, an
+    efficiency, a throughput (and the table's own time metric)."""
+    time = table.attrs.get("time") if table is not None else None
+    return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric)
+
+
+def _at_chance(check: dict, table: pd.DataFrame) -> str | None:
+    """Why an accuracy check cannot be judged: its reference rows are at chance (or None)."""
+    metric, tested = check.get("metric", ""), table.attrs.get("test_samples")
+    if "accuracy" not in metric or not tested or metric not in table:
+        return None
+    reference = check.get("against") if check.get("kind") == "compare" else check.get("where")
+    values = _rows(table, reference)[metric].dropna()
+    ceiling = CHANCE + 3 * math.sqrt(CHANCE * (1 - CHANCE) / tested)
+    if values.empty or (values > ceiling).any():
+        return None
+    return (f"{metric} of the reference rows ({', '.join(f'{100 * v:.1f}%' for v in values)}) is within chance "
+            f"({100 * CHANCE:.0f}%) plus 3 standard errors of {tested:,.0f} test images ({100 * ceiling:.1f}%): "
+            "a model that has not learned cannot judge an accuracy claim")
+
+
+def count_line(verdicts: list[Verdict]) -> str:
+    """The summary of a report's verdicts, counting apart what is evidence of different kinds: exact
+    facts, measured claims, stand-ins (measured without what the claim needs), inconclusive, N/A."""
+    groups = {"exact facts": Counter(), "measured claims": Counter(), "stand-ins": Counter()}
+    inconclusive = sum(v.verdict == INCONCLUSIVE for v in verdicts)
+    na = sum(v.verdict == NA for v in verdicts)
+    for v in verdicts:
+        if v.verdict in (INCONCLUSIVE, NA):
+            continue
+        group = "stand-ins" if v.stand_in else "exact facts" if v.kind == "exact" else "measured claims"
+        groups[group][v.verdict] += 1
+    parts = []
+    for group, found in groups.items():
+        if found:
+            parts.append(f"{group} " + ", ".join(f"{found[k]} {k}" for k in VERDICTS if found[k]))
+    parts += [f"{inconclusive} inconclusive"] * bool(inconclusive) + [f"{na} N/A"] * bool(na)
+    return "; ".join(parts) or "none"
 
 
 def problem(check: dict) -> str | None:
@@ -202,7 +293,8 @@ def _ratio(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     ratios = pairs[metric] / pairs[published]
     worst = (ratios - 1).abs().max()
     detail = "ours/published = " + ", ".join(f"{r:.2f}" for r in ratios)
-    return Verdict(name, PASS if worst <= tolerance else FAIL, detail)
+    side = "" if worst <= tolerance else "low" if (ratios < 1 - tolerance).any() else "high"
+    return Verdict(name, PASS if worst <= tolerance else FAIL, detail, side=side)
 
 
 def _bound(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
@@ -213,7 +305,9 @@ def _bound(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     if values.empty:
         return Verdict(name, NA, f"no finished cell at {_where_text(where)}")
     inside = values.between(low, high)
-    return Verdict(name, PASS if inside.all() else FAIL, "measured " + ", ".join(f"{v:.3g}" for v in values))
+    side = "low" if (values < low).any() else "high"
+    return Verdict(name, PASS if inside.all() else FAIL, "measured " + ", ".join(f"{v:.3g}" for v in values),
+                   side="" if inside.all() else side)
 
 
 def _compare(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
@@ -242,7 +336,8 @@ def _compare(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
         label = " ".join(f"{k}={pairs.at[i, k]}" for k in on)
         figure = f"{a[i]:.3g} vs {b[i]:.3g} (ratio {ratio[i]:.2f}, difference {diff[i]:.3g})"
         shown.append(f"{label}: {figure}" if label else figure)
-    return Verdict(name, PASS if holds.all() else FAIL, "; ".join(shown))
+    side = "" if holds.all() else "low" if (ratio < low).any() or ((diff > within) & (a < b)).any() else "high"
+    return Verdict(name, PASS if holds.all() else FAIL, "; ".join(shown), side=side)
 
 
 def _best(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
@@ -274,6 +369,126 @@ def _flat(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     spread = (largest - smallest) / abs(smallest) if smallest else float("inf") if largest else 0.0
     return Verdict(name, PASS if spread <= tolerance else FAIL,
                    f"spread {spread:.0%} over {len(values)} rows ({smallest:.3g} to {largest:.3g})")
+
+
+def _rounds_of(table: pd.DataFrame, metric: str, where: dict | None) -> dict[int, float]:
+    """The cells' values of `metric` at the one grid point `where` picks, by round (repeat)."""
+    rounds = table.attrs["rounds"].cells if "rounds" in table.attrs else None
+    if rounds is None or metric not in rounds:
+        return {}
+    picked = _rows(rounds, where)
+    return dict(zip(picked["repeat"], picked[metric])) if len(picked) else {}
+
+
+def _fewest_runs(check: dict, table: pd.DataFrame) -> int:
+    """The fewest repeats among the rows the check reads (0 when it reads none)."""
+    if "repeats" not in table:
+        return 0
+    picked = pd.concat([_rows(table, check.get(k)) for k in ("where", "against", "row") if k in check]
+                       or [table])
+    counts = picked["repeats"].dropna()
+    return int(counts.min()) if len(counts) else 0
+
+
+def _judge_timing(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    """A timing claim judged on its interval: PASS when the whole interval passes, FAIL when the
+    whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
+    kind, metric = check["kind"], check["metric"]
+    point = _KINDS[kind](check, table, axes)
+    if point.verdict == NA:
+        return point
+    n = _fewest_runs(check, table)
+    if n < 2:
+        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; n = {n} run(s) per grid point: one timing "
+                       "cannot decide a claim (run the sweep with repeats, or --until-decided)")
+    lo_col, hi_col = intervals.bounds(metric)
+    if kind in ("bound", "ratio") and lo_col in table:
+        return _interval_verdict(check, table, point, n, lo_col, hi_col)
+    if kind == "compare" and not {"within"} & set(check):
+        return _compare_interval(check, table, axes, point, n)
+    return _resampled_verdict(check, table, axes, point, n)
+
+
+def _interval_verdict(check: dict, table: pd.DataFrame, point: Verdict, n: int, lo_col: str, hi_col: str) -> Verdict:
+    """bound and ratio: each row's interval against the allowed range."""
+    rows = _rows(table, check.get("where"))
+    metric = check["metric"]
+    if check["kind"] == "ratio":
+        published = check.get("published", f"book_{metric}")
+        rows = rows.dropna(subset=[metric, published])
+        scale = rows[published]
+        low, high = 1 - float(check["tolerance"]), 1 + float(check["tolerance"])
+        what = "ours/published"
+    else:
+        rows = rows.dropna(subset=[metric])
+        scale = pd.Series(1.0, index=rows.index)
+        low, high = check.get("min", float("-inf")), check.get("max", float("inf"))
+        what = metric
+    states, shown = [], []
+    for i in rows.index:
+        lo, hi = rows.at[i, lo_col] / scale[i], rows.at[i, hi_col] / scale[i]
+        if pd.isna(lo) or pd.isna(hi):
+            states.append("inconclusive")
+            shown.append(f"{rows.at[i, metric] / scale[i]:.3g} (no interval)")
+            continue
+        states.append("pass" if lo >= low and hi <= high else "fail" if hi < low or lo > high else "inconclusive")
+        shown.append(intervals.format_ratio(rows.at[i, metric] / scale[i], lo, hi, suffix=""))
+    detail = f"{what} " + ", ".join(shown) + f" (95% interval, n = {n})"
+    if "fail" in states:
+        side = "low" if any(rows.at[i, hi_col] / scale[i] < low for i in rows.index) else "high"
+        return Verdict(point.check, FAIL, detail, side=side)
+    return Verdict(point.check, PASS if states and all(x == "pass" for x in states) else INCONCLUSIVE, detail)
+
+
+def _compare_interval(check: dict, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
+    """compare on a timing: the ratio of the two rows' medians with its interval over the rounds."""
+    metric, where, against = check["metric"], check["where"], check["against"]
+    low, high = check.get("min_ratio", float("-inf")), check.get("max_ratio", float("inf"))
+    on = [a for a in axes if a in table and where.get(a) == against.get(a)]
+    ours = _rows(table, where).dropna(subset=[metric])
+    states, shown = [], []
+    for i in ours.index:
+        shared = {a: ours.at[i, a] for a in on}
+        here = {a: ours.at[i, a] for a in axes if a in table}
+        theirs = _rows(table, {**against, **shared}).dropna(subset=[metric])
+        for j in theirs.index:
+            there = {a: theirs.at[j, a] for a in axes if a in table}
+            ratio = intervals.ratio_of_medians(_rounds_of(table, metric, here), _rounds_of(table, metric, there))
+            if not ratio.decided:
+                states.append("inconclusive")
+            else:
+                states.append("pass" if ratio.lo >= low and ratio.hi <= high else
+                              "fail" if ratio.hi < low or ratio.lo > high else "inconclusive")
+            label = " ".join(f"{k}={v}" for k, v in shared.items())
+            shown.append((f"{label}: " if label else "") + "ratio "
+                         + intervals.format_ratio(ratio.value, ratio.lo, ratio.hi, suffix=""))
+    if not states:
+        return point
+    detail = "; ".join(shown) + f" (95% interval, n = {n})"
+    if "fail" in states:
+        return Verdict(point.check, FAIL, detail, side=point.side or "high")
+    return Verdict(point.check, PASS if all(x == "pass" for x in states) else INCONCLUSIVE, detail)
+
+
+def _resampled_verdict(check: dict, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
+    """trend, flat, best (and a timing without interval columns): the check judged again on tables
+    whose medians come from resampled rounds (tables.py's replicates); decided when it passes, or
+    fails, in at least 97.5% of them."""
+    replicates = table.attrs["rounds"].replicates.get(check["metric"]) if "rounds" in table.attrs else None
+    if replicates is None:
+        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; no resampled rounds to judge it on (n = {n})")
+    passes = 0
+    for draw in replicates:
+        copy = table.copy()
+        copy[check["metric"]] = draw
+        passes += _KINDS[check["kind"]](check, copy, axes).verdict == PASS
+    share = passes / len(replicates)
+    detail = f"{point.detail}; passes in {share:.0%} of {len(replicates)} resampled rounds (n = {n})"
+    if point.verdict == PASS and share >= RESAMPLE_PASS:
+        return Verdict(point.check, PASS, detail)
+    if point.verdict == FAIL and share <= 1 - RESAMPLE_PASS:
+        return Verdict(point.check, FAIL, detail, side=point.side)
+    return Verdict(point.check, INCONCLUSIVE, detail)
 
 
 _KINDS = {"exact": _exact, "trend": _trend, "ratio": _ratio, "bound": _bound,

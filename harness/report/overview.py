@@ -45,13 +45,25 @@ def publish(store: Store, spec: SweepSpec, experiment_id: str, reports: list[tab
     log the cells' figures and describe the experiment; returns each report's written paths."""
     written = []
     for i, report in enumerate(reports):
-        written.append(tables.write(report, store, out_dir, stem_suffix="" if i == 0 else f"-{report.fingerprint}"))
+        written.append(tables.write(report, store, out_dir, stem_suffix="" if i == 0 else _suffix(report, reports[0])))
         log_cell_figures(store, report)
         with tempfile.TemporaryDirectory(prefix="harness-overview-") as folder:
             small = tables.plot(report, Path(folder) / f"{written[-1][2].stem}-overview.png", OVERVIEW_WIDTH_PX)
             store.log_artifact(report.parent_run_id, small, "report")
     store.describe_experiment(experiment_id, description(experiment_id, reports, written))
     return written
+
+
+def _suffix(report: tables.Report, first: tables.Report) -> str:
+    """A later report's file name: its fingerprint, and a slug of its fixed settings when they differ."""
+    import hashlib
+    import re
+
+    suffix = f"-{report.fingerprint}" if report.fingerprint != first.fingerprint or not report.variant else ""
+    if report.variant:
+        slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", report.variant)[:40].strip("_")
+        suffix += f"-{slug}-{hashlib.sha1(report.variant.encode()).hexdigest()[:6]}"
+    return suffix
 
 
 def log_cell_figures(store: Store, report: tables.Report) -> int:

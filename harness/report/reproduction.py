@@ -49,10 +49,10 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
     if not built and path.exists():  # a mistyped store, say: the report it would replace is kept
         raise UserError(f"no sweep has a finished cell in the tracking store {redact(store.uri)}, so {path} is "
                         "left as it was; check --tracking-uri (or run a sweep first).")
-    verdicts = Counter(v.verdict for pairs in built.values() for r, _ in pairs for v in r.verdicts)
+    verdicts = [v for pairs in built.values() for r, _ in pairs for v in r.verdicts]
     summary = (f"{len(built)} of {len(built) + len(not_run)} tables run"
                + (f" (not run: {', '.join(not_run)})" if not_run else "")
-               + "; checks: " + (counts(verdicts) or "none"))
+               + "; checks: " + checks.count_line(verdicts))
     first = [pairs[0][0] for pairs in built.values()]
     lines = ["# Reproduction report", "",
              f"Our figures beside the published ones, read back from the tracking store {redact(store.uri)}. "
@@ -74,12 +74,6 @@ def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tupl
     return path, summary
 
 
-def counts(verdicts: Counter) -> str:
-    """`31 PASS, 4 FAIL, ...`: the known verdicts in their order, any other word after them."""
-    order = [*checks.VERDICTS, *sorted(v for v in verdicts if v not in checks.VERDICTS)]
-    return ", ".join(f"{verdicts[v]} {v}" for v in order if verdicts[v])
-
-
 _LABEL = re.compile(r"^(Table \d+(?:\.\d+)?|[TD]\d[\w./]*)( exercise(?: \d+)?)?")
 
 
@@ -94,7 +88,7 @@ def glance(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
     for r in reports:
         judged = [v for v in r.verdicts if v.verdict != checks.NA] or r.verdicts
         claim, detail = (judged[0].check, judged[0].detail) if judged else (r.spec.title, "no check")
-        verdict = counts(Counter(v.verdict for v in r.verdicts)) or "not judged"
+        verdict = checks.count_line(r.verdicts) if r.verdicts else "not judged"
         lines.append(f"| {label(r.spec)} | {_short(claim)} | {_short(detail)} | {verdict} | "
                      f"{'; '.join(table_caveats(r)) or '—'} |")
     for name in not_run:
@@ -205,9 +199,11 @@ def conventions(reports: list) -> list[str]:
         "- **Intervals**: a figure in brackets `[lo, hi]` is its interval over the cell's repeats; a time "
         "with `(IQR x)` shows the interquartile range of its repeats; a figure alone had one repeat.",
         "- **Verdicts**: checks judge exact facts, trends, ratios, comparisons between rows, the best row and the "
-        "absence of an effect. **DIFFERS: machine** marks a claim that fails where the cells ran without what "
-        "the document's machine had and the claim depends on (cores, GPUs, native bf16, a backend), with the "
-        "reason: neither a pass nor a failure of the harness. N/A: the check had no rows to judge here.",
+        "absence of an effect. A check measured without what the document's machine had and the claim depends on "
+        "(cores, GPUs, native bf16, a backend) is a **stand-in**, labelled so whether it passes or fails; its "
+        "failure is **DIFFERS: machine** only when it misses on the side the missing resource predicts, with the "
+        "reason. Timing checks are **INCONCLUSIVE** unless the whole 95% interval over the repeats passes or "
+        "fails. N/A: the check had no rows to judge here (or judged accuracies at chance).",
         "- **Tables** show a few columns; each table's CSV keeps every metric.",
     ]
     return lines

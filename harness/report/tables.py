@@ -4,14 +4,17 @@ sweep's latest parent run."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT, machine_text
-from harness.report import checks, machine
+from harness.report import checks, intervals, machine
+from harness.report.intervals import iqr
 from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.paths import inside
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, SCALE
@@ -37,6 +40,8 @@ class Report:
     parent_run_id: str
     markdown: str = ""
     fingerprint: str = ""
+    variant: str = ""             # the fixed settings that set this table apart ("": the only one)
+    drift: str | None = None      # its cells ran at different speed_index (harness/calibration.py)
     verdicts: list[checks.Verdict] = field(default_factory=list)
     runs: list[RunRecord] = field(default_factory=list)   # the finished cells the table is made of
 
@@ -49,7 +54,8 @@ def build(store: Store, spec: SweepSpec, scale: str | None = None, fingerprint: 
 
 def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
               fingerprint: str | None = None) -> list[Report]:
-    """One report per machine/software fingerprint that has finished cells, newest first."""
+    """One report per machine/software fingerprint and per set of fixed settings that has finished
+    cells, newest first: a row's repeats are cells whose configuration differs only in `repeat`."""
     experiment_id = store.find_experiment(spec.name)
     parents = store.sweep_runs(experiment_id, spec.name, parents=True) if experiment_id else []
     if not parents:
@@ -66,38 +72,52 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
     if not ok:
         raise UserError(f"sweep '{spec.name}' at scale '{scale}' has no finished cell yet"
                         + (f" ({problems[0]})." if problems else "."))
-    groups: dict[str, list] = {}
+    by_machine: dict[str, list] = {}
     for run in ok:  # search results are newest first, so the first group is the newest setup
-        groups.setdefault(run.tags.get(FINGERPRINT, "unknown"), []).append(run)
+        by_machine.setdefault(run.tags.get(FINGERPRINT, "unknown"), []).append(run)
     if fingerprint is not None:
-        if fingerprint not in groups:
+        if fingerprint not in by_machine:
             raise UserError(f"no finished cell of '{spec.name}' has fingerprint {fingerprint}; "
-                            f"known: {', '.join(groups)}.")
-        groups = {fingerprint: groups[fingerprint]}
+                            f"known: {', '.join(by_machine)}.")
+        by_machine = {fingerprint: by_machine[fingerprint]}
     reports = []
-    for key, runs in groups.items():
-        notes = list(problems)
-        others = [f"{k} ({_machine(r[0])}, {len(r)} cells)" for k, r in groups.items() if k != key]
-        if others:
-            notes.insert(0, "cells measured on other machines or software are reported separately: "
-                         + "; ".join(others))
-        report = Report(spec, scale, build_table(spec, runs), notes, _machine(runs[0]), parents[0].run_id)
-        report.fingerprint = key
-        report.runs = runs
-        finished = report.table["repeats"].fillna(0)
-        for _, row in report.table[finished < spec.repeats].astype(object).iterrows():
-            label = " ".join(f"{a}={row[a]}" for a in spec.axes())
-            if pd.isna(row["repeats"]) and _listed(report.problems, label):
-                continue   # its cell is named with its reason already: once is enough
-            report.problems.append(f"{label}: {0 if pd.isna(row['repeats']) else int(row['repeats'])} "
-                                   f"of {spec.repeats} repeats finished")
-        unfinished = [r for r in cells if r.outcome != Outcome.OK and r.tags.get(FINGERPRINT, "unknown") == key]
-        report.verdicts = checks.evaluate(spec.checks, report.table, axes=spec.axes(), scale=scale,
-                                          measured=machine.measured_on(runs, unfinished),
-                                          machine=spec.published.get("machine", checks.DOCUMENT_MACHINE))
-        report.markdown = to_markdown(report, runs[0])
-        reports.append(report)
+    for key, machine_runs in by_machine.items():
+        variants = settings_groups(spec, machine_runs)
+        for variant, runs in variants.items():
+            reports.append(_report(spec, scale, key, variant, runs, by_machine, variants, cells, problems,
+                                   parents[0].run_id))
     return reports
+
+
+def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunRecord],
+            by_machine: dict[str, list], variants: dict[str, list], cells: list[RunRecord],
+            problems: list[str], parent_run_id: str) -> Report:
+    notes = list(problems)
+    others = [f"{k} ({_machine(r[0])}, {len(r)} cells)" for k, r in by_machine.items() if k != key]
+    if others:
+        notes.insert(0, "cells measured on other machines or software are reported separately: "
+                     + "; ".join(others))
+    if len(variants) > 1:
+        notes.insert(0, "cells run with other fixed settings are reported as separate tables: "
+                     + "; ".join(f"{v or 'the sweep file as written'} ({len(r)} cells)"
+                                 for v, r in variants.items() if v != variant))
+    report = Report(spec, scale, build_table(spec, runs, scale=scale), notes, _machine(runs[0]), parent_run_id)
+    report.fingerprint, report.variant, report.runs = key, variant, runs
+    report.drift = drift_note(runs)
+    finished = report.table["repeats"].fillna(0)
+    for _, row in report.table[finished < spec.repeats_at(scale)].astype(object).iterrows():
+        label = " ".join(f"{a}={row[a]}" for a in spec.axes())
+        if pd.isna(row["repeats"]) and _listed(report.problems, label):
+            continue   # its cell is named with its reason already: once is enough
+        report.problems.append(f"{label}: {0 if pd.isna(row['repeats']) else int(row['repeats'])} "
+                               f"of {spec.repeats_at(scale)} repeats finished")
+    unfinished = [r for r in cells if r.outcome != Outcome.OK and r.tags.get(FINGERPRINT, "unknown") == key]
+    report.verdicts = checks.evaluate(spec.checks, report.table, axes=spec.axes(), scale=scale,
+                                      measured=machine.measured_on(runs, unfinished),
+                                      machine=spec.published.get("machine", checks.DOCUMENT_MACHINE),
+                                      repeats=spec.repeats_at(scale))
+    report.markdown = to_markdown(report, runs[0])
+    return report
 
 
 def _listed(problems: list[str], label: str) -> bool:
@@ -110,9 +130,65 @@ def _machine(run: RunRecord) -> str:
     return machine_text(run.tags)
 
 
-def build_table(spec: SweepSpec, runs) -> pd.DataFrame:
+def settings_of(run: RunRecord, axes: list[str]) -> dict[str, str]:
+    """What a cell fixed besides its grid point and its repeat: its params that are not the
+    config's defaults (a param an older cell did not log counts as its default)."""
+    from harness.config import RunConfig
+
+    fields = RunConfig.model_fields
+    return {k: v for k, v in sorted(run.params.items())
+            if k not in axes and k != "repeat" and not (k in fields and v == str(fields[k].default))}
+
+
+def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    """The runs split by their fixed settings, newest group first; each group is named by the
+    settings that set it apart from the others ("" when there is only one)."""
+    axes = spec.axes()
+    groups: dict[tuple, list[RunRecord]] = {}
+    for run in runs:
+        groups.setdefault(tuple(settings_of(run, axes).items()), []).append(run)
+    if len(groups) == 1:
+        return {"": runs}
+    from harness.config import RunConfig
+
+    fields = RunConfig.model_fields
+    shared = set.intersection(*(set(k) for k in groups))
+    named = {}
+    for key, members in groups.items():
+        differs = dict(kv for kv in key if kv not in shared)
+        for k in sorted({k for other in groups for k, _ in other if k not in dict(key)}):
+            differs[k] = str(fields[k].default) if k in fields else "unset"   # at its default
+        text = ", ".join(f"{k}={v}" for k, v in sorted(differs.items()))
+        named[text or "the sweep file as written"] = members
+    return named
+
+
+def drift_note(runs: list[RunRecord]) -> str | None:
+    """A sentence when the table's cells were measured on machines of different speed (their
+    `speed_index`, harness/calibration.py, apart by more than the noise floor): its ratios divide
+    one machine's time by another's."""
+    from harness.calibration import DRIFT_TOLERANCE, SPEED_INDEX
+
+    found = [r.metrics[SPEED_INDEX] for r in runs if r.metrics.get(SPEED_INDEX)]
+    if len(found) < 2:
+        return None
+    low, high = min(found), max(found)
+    if high / low - 1 <= DRIFT_TOLERANCE:
+        return None
+    return (f"the cells of this table were measured at speed_index {low:.3g} to {high:.3g} ({high / low - 1:.0%} "
+            f"apart, more than the {DRIFT_TOLERANCE:.0%} noise floor): its speed-ups divide times taken on a "
+            "machine of different speed; `harness sweep NAME --remeasure-drifted` measures them again")
+
+
+NOT_RUN = "not run"
+
+
+def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame:
     """One row per grid point of the finished `runs` (medians over repeats), the derived columns
-    (speedup, efficiency) and the published rows' figures beside them as book_* columns."""
+    (speedup, efficiency, with their 95% intervals as `_lo`/`_hi`) and the published rows' figures
+    beside them as book_* columns. With `scale`, the grid points of that scale no cell finished are
+    rows too, noted "not run". The cells' own values stay in `table.attrs["rounds"]` (the checks'
+    intervals need them)."""
     axes = spec.axes()
     metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
@@ -124,34 +200,40 @@ def build_table(spec: SweepSpec, runs) -> pd.DataFrame:
     for run in runs:
         row = {a: _number(run.params.get(a)) for a in axes}
         row.update({m: run.metrics.get(m) for m in metrics})
+        row["repeat"] = int(_number(run.params.get("repeat", "0")) or 0)
+        row["test_samples"] = run.metrics.get("test_samples")
         row[CELL_ID] = run.tags.get(CELL_ID)
         row.update(_mfu_texts(run))
         row["note"] = "; ".join([n["text"] for n in notes if _matches(run, n.get("when", {}))]
                                 + _contention(run))
         rows.append(row)
     cells = pd.DataFrame(rows)
-    for m in metrics:  # a metric no cell logged is all None (object dtype): make it NaN for the medians
+    for m in [*metrics, "test_samples"]:  # a metric no cell logged is all None (object dtype): NaN for the medians
         cells[m] = pd.to_numeric(cells[m], errors="coerce")
     # One record per cell_id (the engine's guarantee); repeats of a grid point are grouped here.
     grouped = cells.groupby(axes, sort=True)
     table = grouped[metrics].median()
     table["repeats"] = grouped.size()
-    if time in metrics and (time == "train_time_s" or spec.repeats > 1):
-        q = grouped[time].quantile([0.25, 0.75]).unstack()
-        table[_iqr_name(time)] = q[0.75] - q[0.25]
+    if time in metrics:
+        table[_iqr_name(time)] = grouped[time].agg(iqr)   # NaN (printed "-") for one repeat
     if (cells["note"] != "").any():
         table["note"] = grouped["note"].agg(lambda texts: "; ".join(dict.fromkeys(t for t in texts if t)))
     for text in MFU_TEXTS:
         if text in cells and cells[text].notna().any():
             table[text] = grouped[text].agg(lambda texts: " | ".join(dict.fromkeys(t for t in texts if isinstance(t, str))))
     table = table.reset_index()
+    if scale is not None:
+        table = _with_unrun_points(spec, scale, table, axes)
 
     baseline = spec.report.get("baseline")
     workers = spec.report.get("workers")  # the field counting workers, for parallel efficiency
     if baseline and time in metrics:
-        table["speedup"] = _speedup(table, baseline, time, axes)
+        rounds = {tuple(k if isinstance(k, tuple) else (k,)): dict(zip(g["repeat"], g[time]))
+                  for k, g in cells.groupby(axes, sort=False)}
+        _speedup_with_interval(table, baseline, time, axes, rounds)
         if workers:
-            table["efficiency"] = _efficiency(table, baseline, "speedup", workers)
+            for suffix in ("", "_lo", "_hi"):
+                table["efficiency" + suffix] = _efficiency(table, baseline, "speedup" + suffix, workers)
     published = pd.DataFrame(spec.published.get("rows", []))
     if not published.empty:
         published = published.rename(columns={c: f"book_{c}" for c in published.columns if c not in axes})
@@ -167,11 +249,122 @@ def build_table(spec: SweepSpec, runs) -> pd.DataFrame:
             table[axis] = column.astype(int)
     table = _in_grid_order(table, spec, axes)
     ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency", MFU) if c in table]
-    ours += [c for c in table.columns if c not in ours and c not in axes and not c.startswith("book_") and c != "note"]
+    bounds = [c for c in ("speedup_lo", "speedup_hi", "efficiency_lo", "efficiency_hi") if c in table]
+    ours += [c for c in table.columns if c not in ours + bounds and c not in axes and not c.startswith("book_")
+             and c != "note"]
+    ours += bounds   # the intervals' bounds last among ours: the Markdown shows them inside their column
     book = [c for c in (f"book_{time}", "book_speedup", "book_efficiency") if c in table]
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
-    return table[axes + ours + book + tail].reset_index(drop=True)
+    table = table[axes + ours + book + tail].reset_index(drop=True)
+    table.attrs["rounds"] = intervals.Rounds(cells[[*axes, "repeat", *metrics]].copy(),
+                                             _replicates(table, cells, axes, metrics, time, baseline, workers))
+    table.attrs["time"] = time
+    if cells["test_samples"].notna().any():
+        table.attrs["test_samples"] = float(cells["test_samples"].median())
+    return table
+
+
+REPLICATES = 400   # resampled tables a trend, flat or best timing check is judged on
+
+
+def _replicates(table: pd.DataFrame, cells: pd.DataFrame, axes: list[str], metrics: list[str], time: str,
+                baseline: dict | None, workers: str | None) -> dict[str, np.ndarray]:
+    """Each metric's column of the table recomputed on REPLICATES resamples of the rounds (whole
+    rounds drawn with replacement, the same ones for every row), shape (REPLICATES, rows); with the
+    speed-up and efficiency derived from each resampled time. Empty with fewer than two rounds."""
+    rounds = sorted(cells["repeat"].unique())
+    if len(rounds) < 2:
+        return {}
+    position = {r: j for j, r in enumerate(rounds)}
+    keys = [tuple(row) for row in table[axes].itertuples(index=False)]
+    row_of = {k: i for i, k in enumerate(keys)}
+    rng = np.random.default_rng(intervals.SEED)
+    pick = rng.integers(0, len(rounds), (REPLICATES, len(rounds)))
+    found = {}
+    for metric in metrics:
+        grid = np.full((len(keys), len(rounds)), np.nan)
+        for _, cell in cells.iterrows():
+            i = row_of.get(tuple(cell[a] for a in axes))
+            if i is not None:
+                grid[i, position[cell["repeat"]]] = cell[metric]
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # a row without a value in the drawn rounds
+            found[metric] = np.nanmedian(grid[:, pick], axis=2).T
+    if baseline and time in found:
+        base = _baseline_rows(table, baseline, axes)
+        if base:
+            order = [base.get(i, i) for i in range(len(keys))]
+            found["speedup"] = found[time][:, order] / found[time]
+            if workers and workers in table:
+                ratio = (table[workers] / baseline.get(workers, 1)).to_numpy(dtype=float)
+                found["efficiency"] = found["speedup"] / ratio
+    return found
+
+
+def _with_unrun_points(spec: SweepSpec, scale: str, table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """The grid points of the scale that no finished cell has, as rows noted "not run"."""
+    from harness.sweeps.spec import expand
+
+    try:
+        planned = expand(spec, scale, repeats=1)
+    except Exception:  # a grid that cannot be expanded here (a model this build lacks): the runs alone
+        return table
+    have = {tuple(_number(str(v)) for v in row) for row in table[axes].itertuples(index=False)}
+    missing = []
+    for cell in planned:
+        if cell.config is None:
+            continue
+        point = tuple(getattr(cell.config, a) for a in axes)
+        if tuple(_number(str(v)) for v in point) not in have:
+            have.add(tuple(_number(str(v)) for v in point))
+            missing.append({**dict(zip(axes, point)), "note": NOT_RUN})
+    if not missing:
+        return table
+    if "note" not in table:
+        table["note"] = ""
+    return pd.concat([table, pd.DataFrame(missing)], ignore_index=True)
+
+
+def _speedup_with_interval(table: pd.DataFrame, baseline: dict, time: str, axes: list[str],
+                           rounds: dict[tuple, dict[int, float]]) -> None:
+    """`speedup` = the baseline's median time / the row's, with `speedup_lo`/`speedup_hi`, its 95%
+    interval over the rounds (harness/report/intervals.py). The baseline row is found as _speedup does."""
+    base_rows = _baseline_rows(table, baseline, axes)
+    values = {"speedup": [], "speedup_lo": [], "speedup_hi": []}
+    for i in table.index:
+        base = base_rows.get(i)
+        point = tuple(table.at[i, a] for a in axes)
+        if base is None or point not in rounds:
+            ratio = intervals.Ratio(float("nan"), float("nan"), float("nan"), 0, False)
+        elif base == i:
+            ratio = intervals.Ratio(1.0, float("nan"), float("nan"), len(rounds[point]), True)
+        else:
+            ratio = intervals.ratio_of_medians(rounds[tuple(table.at[base, a] for a in axes)], rounds[point])
+        values["speedup"].append(ratio.value)
+        values["speedup_lo"].append(ratio.lo)
+        values["speedup_hi"].append(ratio.hi)
+    for column, found in values.items():
+        table[column] = found
+
+
+def _baseline_rows(frame: pd.DataFrame, baseline: dict, axes: list[str]) -> dict:
+    """Each row's baseline row (an index of `frame`): within its group of the axes the baseline does
+    not name when that group has one, else the first baseline row."""
+    mask = pd.Series(True, index=frame.index)
+    for key, value in baseline.items():
+        mask &= frame[key] == value
+    mask &= frame.get("repeats", pd.Series(1, index=frame.index)).notna()
+    if not mask.any():
+        return {}
+    first = frame.index[mask][0]
+    found = {i: first for i in frame.index}
+    others = [a for a in axes if a not in baseline and a in frame]
+    for _, group in (frame.groupby(others, dropna=False) if others else []):
+        base = group.index[mask[group.index]]
+        if len(base):
+            found.update({i: base[0] for i in group.index})
+    return found
 
 
 def _mfu_inputs(runs, shown: list[str]) -> list[str]:
@@ -282,16 +475,23 @@ def to_markdown(report: Report, sample_run: RunRecord, conventions: bool = True)
     from harness.report import render
 
     spec, t = report.spec, report.table
-    lines = [f"# {spec.title}", ""] + ([f"Source: {spec.source}", ""] if spec.source else [])
+    title = spec.title + (f" ({report.variant})" if report.variant else "")
+    lines = [f"# {title}", ""] + ([f"Source: {spec.source}", ""] if spec.source else [])
+    if report.scale == "smoke" and report.verdicts:
+        lines += [f"**{checks.SMOKE_REASON[:1].upper()}{checks.SMOKE_REASON[1:]}**: at scale smoke only the exact "
+                  "checks are judged; the claims about the documents' figures are N/A.", ""]
     lines += [render.scale_line(report, sample_run),
               f"- Machine: {report.machine} (fingerprint {report.fingerprint})."]
     if conventions:
         lines.append(f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.")
+    if report.drift:
+        lines.append(f"- **Machine speed differs across cells**: {report.drift}.")
     if spec.published.get("note"):
         lines.append(f"- Published figures: {spec.published['note']}.")
     if conventions and "speedup" in t:
-        lines.append("- Speed-up: our baseline's time divided by the cell's time (the book's likewise); "
-                     "absolute seconds from different hardware are shown, not compared.")
+        lines.append("- Speed-up: our baseline's median time divided by the cell's (the book's likewise), with its "
+                     "95% interval over the repeats in brackets (bootstrap, paired by round; "
+                     "harness/report/intervals.py); absolute seconds from different hardware are shown, not compared.")
     if conventions and MFU in t:
         lines.append("- MFU: training FLOPs per second (counted per step, harness/flops.py) over the measured peak "
                      "of the cores or devices the run used, in its dtype (`harness peak`); the CSV holds what it "
@@ -301,7 +501,7 @@ def to_markdown(report: Report, sample_run: RunRecord, conventions: bool = True)
     lines.append(render.table_markdown(report))
     if report.verdicts:
         lines += ["", "| check | verdict | measured |", "|---|---|---|"]
-        lines += [f"| {v.check} | **{v.verdict}** | {v.detail} |" for v in report.verdicts]
+        lines += [f"| {v.check} | **{v.label}** | {v.detail} |" for v in report.verdicts]
     if report.problems:
         lines += ["", "Cells without a result:", *render.problems_markdown(report.problems)]
     return "\n".join(lines) + "\n"

@@ -19,6 +19,8 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
+from harness import calibration
+from harness.calibration import SPEED_INDEX, drifted
 from harness.cells import Cell, CellResult, preflight, run_cell
 from harness.config import make_config
 from harness.distributed.placement import worker_gpu_env
@@ -36,6 +38,7 @@ from harness.store.uris import resolve_db_url, store_environment
 from harness.sweeps.spec import SweepSpec, expand
 
 Log = Callable[[str], None]
+PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
 WAIT_POLL_S = 2.0  # how often a worker with nothing left to take looks at the cells others run
 
 
@@ -47,6 +50,12 @@ class SweepResult:
     results: list[CellResult]
     seconds: float
     detached: bool = False   # the workers run on as jobs of a launcher that returned at once
+    speed_index: float | None = None   # this invocation's calibration (harness/calibration.py)
+
+    def drifted(self) -> list[CellResult]:
+        """Reused cells measured at a speed_index further from today's than the noise floor."""
+        return [r for r in self.results if r.outcome == Outcome.REUSED
+                and drifted(r.metrics.get(SPEED_INDEX), self.speed_index)]
 
     def count(self, outcome: Outcome | str) -> int:
         return sum(r.outcome == outcome for r in self.results)
@@ -58,9 +67,13 @@ class SweepResult:
 
 def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: dict[str, Any] | None = None,
               db_url: str | None = None, workers: int = 1, launcher: Launcher | None = None,
-              role: WorkerRole | None = None, show_progress: bool = True, log: Log | None = None) -> SweepResult:
+              role: WorkerRole | None = None, show_progress: bool = True, log: Log | None = None,
+              remeasure_drifted: bool = False, repeats: int | None = None,
+              select: Callable[[Cell], bool] | None = None) -> SweepResult:
     """One invocation of a sweep. With `role`, this process is one worker of a launcher's
-    invocation and runs its share of the cells under the launcher's parent run."""
+    invocation and runs its share of the cells under the launcher's parent run.
+    `remeasure_drifted`: reused cells measured at another speed_index are run again; `repeats` and
+    `select` (harness/sweeps/decide.py): that many rounds, of the cells `select` keeps only."""
     overrides = dict(overrides or {})
     launched = launcher is not None or workers > 1
     if launched and role is None and _fixed_threads(spec, scale, overrides) == 0:
@@ -68,7 +81,9 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
         # unless the sweep fixes threads (a different thread count is a different measurement, so
         # it is in the cell id).
         overrides["threads"] = (launcher or LocalLauncher()).cores_per_worker(workers)
-    cells = expand(spec, scale, overrides)
+    cells = expand(spec, scale, overrides, repeats=repeats)
+    if select is not None:
+        cells = [c for c in cells if select(c)]
     db_url = db_url or resolve_db_url(None, store.uri)
     check_url(db_url)
     experiment_id = store.experiment_id(spec.name)
@@ -76,10 +91,11 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     started = time.perf_counter()
     if role is not None:
         claims = Claims(db_url, token=role.token)
+        speed = _parent_speed(store, experiment_id, spec, role.parent_run_id)
         try:
             with sigterm_as_interrupt():  # a scheduler's stop closes the running cell as interrupted
                 results = _work(store, experiment_id, spec, scale, cells, claims, role.parent_run_id,
-                                show_progress=show_progress, log=log)
+                                show_progress=show_progress, log=log, speed=speed)
         finally:
             claims.close()
         if role.closes_parent:  # every cell is settled (the workers wait for each other): close it
@@ -90,6 +106,9 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
         return SweepResult(spec.name, scale, role.parent_run_id, results, time.perf_counter() - started)
 
     records = store.cell_records(experiment_id, spec.name)
+    speed = measure_speed()
+    if remeasure_drifted:
+        _drop_drifted(store, cells, records, speed, log)
     preflight([c.config for c in cells if c.config is not None and not _finished(records.get(c.cell_id, []))])
     tags = {SWEEP: spec.name, SCALE: scale, KIND: "sweep", "harness.cells": str(len(cells))}
     parent = store.start_run(experiment_id, f"{spec.name} ({scale})", tags)
@@ -101,10 +120,12 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
             store.log_params(parent, {"sweep": spec.name, "scale": scale, "overrides": overrides,
                                       "cells": len(cells), "sweep_file": spec.path, "workers": workers})
             store.describe_run(parent, what)
+            # a tag on the parent (a metric there would crowd the chart view of the cells' metrics)
+            store.set_tags(parent, {PARENT_SPEED_TAG: f"{speed:.6g}"})
             claims = Claims(db_url)  # also creates the claims table before any worker races to
             if not launched:
                 _work(store, experiment_id, spec, scale, cells, claims, parent,
-                      records=records, results=results, show_progress=show_progress, log=log)
+                      records=records, results=results, show_progress=show_progress, log=log, speed=speed)
             else:
                 finished = {c.cell_id for c in cells if _finished(records.get(c.cell_id, []))}
                 progress = (lambda: _progress(claims, spec, cells, finished)) if show_progress else None
@@ -117,6 +138,9 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
                 _store_still_there(store)
                 store.reap_stale_runs(experiment_id)  # a worker killed mid-cell left its run open
                 results = _outcomes(store, experiment_id, spec, cells, since_ms=_now_ms(started))
+                for r in results:
+                    if r.outcome == Outcome.REUSED:
+                        _note_speed(store, r, speed)
                 for r in results:
                     if r.outcome == Outcome.NOT_RUN and any(codes):  # say why, e.g. jobs that could not start
                         r.reason = (f"no worker ran it; {sum(c != 0 for c in codes)} of {len(codes)} worker(s) "
@@ -140,7 +164,7 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
         finally:
             if claims is not None:
                 claims.close()
-    result = SweepResult(spec.name, scale, parent, results, time.perf_counter() - started)
+    result = SweepResult(spec.name, scale, parent, results, time.perf_counter() - started, speed_index=speed)
     store.describe_run(parent, what + "\n\nCells: " + ", ".join(f"{n} {o}" for o, n in result.counts().items())
                        + f", in {result.seconds:.0f} s.")
     return result
@@ -148,7 +172,8 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
 
 def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: list[Cell], claims: Claims,
           parent: str, *, records: dict[str, list[RunRecord]] | None = None,
-          results: list[CellResult] | None = None, show_progress: bool, log: Log | None) -> list[CellResult]:
+          results: list[CellResult] | None = None, show_progress: bool, log: Log | None,
+          speed: float | None = None) -> list[CellResult]:
     """Take every cell not finished and not claimed by a live process, in grid order; each result
     is appended to `results` as it comes (the caller's list still holds them if this raises)."""
     if records is None:
@@ -162,13 +187,14 @@ def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: 
             _store_still_there(store)
             result = _take(store, experiment_id, spec, cell, records.get(cell.cell_id, []), claims, tags,
                            parent, show_progress)
+            _note_speed(store, result, speed)
             results.append(result)
             if log is not None and result.outcome not in (Outcome.REUSED, Outcome.ELSEWHERE):
                 log(f"  {cell.label}: {result.outcome} {result.reason or ''}".rstrip())
             bar.update(1)
     finally:
         bar.close()
-    _take_over_from_dead_workers(store, experiment_id, spec, cells, claims, tags, parent, results, log)
+    _take_over_from_dead_workers(store, experiment_id, spec, cells, claims, tags, parent, results, log, speed)
     _store_still_there(store)  # the last cell went into the store the sweep opened
     return results
 
@@ -181,7 +207,7 @@ def _store_still_there(store: Store) -> None:
 
 def _take_over_from_dead_workers(store: Store, experiment_id: str, spec: SweepSpec, cells: list[Cell],
                                  claims: Claims, tags: dict[str, str], parent: str, results: list[CellResult],
-                                 log: Log | None) -> None:
+                                 log: Log | None, speed: float | None = None) -> None:
     """Wait while other workers of this invocation run their cells; a cell whose worker died (a
     killed job, its claim dropped or its process gone) is taken over and run here."""
     namespace = f"sweep:{spec.name}"
@@ -196,11 +222,54 @@ def _take_over_from_dead_workers(store: Store, experiment_id: str, spec: SweepSp
             if holder is not None and holder.state != RUNNING:
                 continue  # settled (done or failed) by its worker
             results[i] = _take(store, experiment_id, spec, cells[i], [], claims, tags, parent, False)
+            _note_speed(store, results[i], speed)
             if results[i].outcome == Outcome.ELSEWHERE:  # another worker was quicker to take it over
                 waiting.append(i)
             elif log is not None:
                 log(f"  {cells[i].label}: {results[i].outcome} (taken over from a dead worker) "
                     f"{results[i].reason or ''}".rstrip())
+
+
+def measure_speed() -> float:
+    """This invocation's calibration (about a second; harness/calibration.py)."""
+    return calibration.measure()
+
+
+def _parent_speed(store: Store, experiment_id: str, spec: SweepSpec, parent_id: str) -> float | None:
+    """A worker's speed_index: the one its launcher measured and logged on the parent run."""
+    for run in store.runs(experiment_id, tags={SWEEP: spec.name, KIND: "sweep"}):
+        if run.run_id == parent_id and run.tags.get(PARENT_SPEED_TAG):
+            return float(run.tags[PARENT_SPEED_TAG])
+    return None
+
+
+def _note_speed(store: Store, result: CellResult, speed: float | None) -> None:
+    """A cell this invocation ran carries today's speed_index; a reused one measured at another
+    speed says so in its reason (the sweep's summary names it)."""
+    if speed is None:
+        return
+    if result.outcome == Outcome.REUSED:
+        then = result.metrics.get(SPEED_INDEX)
+        if drifted(then, speed):
+            result.reason = (f"reused from a machine at speed_index {then:.3g}, today {speed:.3g} "
+                             f"({calibration.drift(then, speed):.0%} apart)")
+    elif result.run_id is not None and result.outcome not in (Outcome.ELSEWHERE, Outcome.BUSY):
+        store.log_metrics(result.run_id, {SPEED_INDEX: speed})
+        result.metrics[SPEED_INDEX] = speed
+
+
+def _drop_drifted(store: Store, cells: list[Cell], records: dict[str, list[RunRecord]], speed: float,
+                  log: Log | None) -> None:
+    """--remeasure-drifted: the finished records measured at another speed_index are deleted, so
+    their cells run again in this invocation."""
+    for cell in cells:
+        done = _finished(records.get(cell.cell_id, []))
+        if done is not None and drifted(done.metrics.get(SPEED_INDEX), speed):
+            store.delete_run(done.run_id)
+            records[cell.cell_id] = [r for r in records[cell.cell_id] if r.run_id != done.run_id]
+            if log is not None:
+                log(f"  {cell.label}: measured at speed_index {done.metrics[SPEED_INDEX]:.3g}, today {speed:.3g}; "
+                    "measured again")
 
 
 def _progress(claims: Claims, spec: SweepSpec, cells: list[Cell], finished: set[str]) -> tuple[int, int]:

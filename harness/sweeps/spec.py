@@ -34,12 +34,17 @@ def _well_formed_check(check: dict[str, Any]) -> dict[str, Any]:
 class SweepSpec(SpecFile):
     kind: ClassVar[str] = "sweep"
     grid: dict[str, list] = {}
+    # Repeats of every grid point, run in rounds (A B C, A B C). A scale may set its own
+    # (`[scales.smoke] repeats = 1`), which wins over this. The shipped training sweeps say 3, and 1 at
+    # smoke: one timing on a shared machine moves 10-25% between fresh processes, and smoke checks the
+    # machinery, not the figures.
     repeats: int = Field(1, ge=1)
     report: dict[str, Any] = {}
     published: dict[str, Any] = {}
     checks: list[Annotated[dict[str, Any], AfterValidator(_well_formed_check)]] = []
     # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
     scale_grids: dict[str, dict[str, list]] = {}
+    scale_repeats: dict[str, int] = {}
 
     @field_validator("grid")
     @classmethod
@@ -58,7 +63,17 @@ class SweepSpec(SpecFile):
             if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
                 raise ValueError(f"[scales.{name}.grid] must map each axis to a non-empty list")
             self.scale_grids[name] = grid
+        for name, scale in self.scales.items():
+            if "repeats" in scale:   # not a config field: kept apart, so the cells never see it
+                count = scale.pop("repeats")
+                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                    raise ValueError(f"[scales.{name}] repeats must be a whole number of at least 1")
+                self.scale_repeats[name] = count
         return self
+
+    def repeats_at(self, scale: str) -> int:
+        """How many times each grid point runs at a scale: the scale's own `repeats`, else the file's."""
+        return self.scale_repeats.get(scale, self.repeats)
 
     def axes(self) -> list[str]:
         """The config fields the grid varies, compound axes flattened, over every scale."""
@@ -94,14 +109,72 @@ def load(name_or_path: str) -> SweepSpec:
     for grid in (spec.grid, *spec.scale_grids.values()):
         keys = [k for axis, values in grid.items() for k in (_compound_keys(values) or [axis])]
         spec.check_read(keys)  # an unknown key too, named with the file
+    _check_name_is_its_own(spec)
+    _check_rows_exist(spec)
     return spec
 
 
-def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None) -> list[Cell]:
-    """Every cell of the grid at a scale. A scale's value for a grid axis, and then an override of
+def _check_name_is_its_own(spec: SweepSpec) -> None:
+    """Two files claiming one sweep name would write their cells into one MLflow experiment, and
+    the report would take one file's cells for the other's rows: refused."""
+    import tomllib
+
+    folders = dict.fromkeys(p.resolve() for p in (SWEEPS_DIR, spec.path.parent))
+    for folder in folders:
+        for other in sorted(folder.glob("*.toml")):
+            if other.stem.startswith("study_") or other.resolve() == spec.path.resolve():
+                continue
+            try:
+                name = tomllib.loads(other.read_text(encoding="utf-8")).get("name")
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                continue   # that file's own mistakes are told when it is loaded
+            if name == spec.name:
+                raise UserError(f"sweep name '{spec.name}' is claimed by both {spec.path} and {other}; "
+                                "give one of them another name (each sweep is one MLflow experiment).")
+
+
+def _check_rows_exist(spec: SweepSpec) -> None:
+    """Every check's `where`, `against` and `row` names an axis and values some grid point (at some
+    scale) or published row has: one that matches nothing would be N/A for ever."""
+    known: dict[str, set] = {}
+    for grid in (spec.grid, *spec.scale_grids.values(),
+                 *({k: v if isinstance(v, list) else [v] for k, v in spec.scale_values(s).items()
+                    if k in spec.grid} for s in spec.scales)):
+        for axis, values in grid.items():
+            for value in values:
+                for key, item in (value.items() if isinstance(value, dict) else [(axis, value)]):
+                    known.setdefault(key, set()).add(_comparable(item))
+    for row in spec.published.get("rows", []):
+        for key, value in row.items():
+            if key in known:
+                known[key].add(_comparable(value))
+    for check in spec.checks:
+        for part in ("where", "against", "row"):
+            for key, wanted in (check.get(part) or {}).items():
+                values = wanted if isinstance(wanted, list) else [wanted]
+                missing = [v for v in values if key not in known or _comparable(v) not in known[key]]
+                if missing:
+                    what = check.get("text") or f"{check.get('kind')} check of {check.get('metric')}"
+                    raise UserError(f"sweep file {spec.path}: the check '{what}' has {part} {key} = {missing[0]!r}, "
+                                    f"which no grid point or published row has"
+                                    + (f" (its values: {', '.join(map(str, sorted(known[key], key=str)))})."
+                                       if key in known else f" ({key} is no axis of the sweep)."))
+
+
+def _comparable(value):
+    """A value as rows compare it: 1 and 1.0 alike."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None,
+           repeats: int | None = None) -> list[Cell]:
+    """Every cell of the grid at a scale, in rounds: every grid point once (repeat 0), then every
+    point again (repeat 1), ..., so that a machine drifting during the sweep moves every point alike
+    and a resumed sweep resumes by round. A scale's value for a grid axis, and then an override of
     it, replaces that axis (a list becomes the axis, a single value pins it); any other override
-    applies to every cell."""
+    applies to every cell. `repeats` replaces the scale's count (--until-decided adds rounds)."""
     overrides = dict(overrides or {})
+    rounds = repeats or spec.repeats_at(scale)
     check_keys(overrides)
     spec.check_read(overrides)
     scale_values = spec.scale_values(scale)
@@ -130,15 +203,17 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
 
     cells = []
     axes = list(grid)
-    for combo in itertools.product(*(grid[a] for a in axes)):
-        for repeat in range(spec.repeats):
+    # Repeat 0 leaves `repeat` at its default, so its cell id is the one-repeat sweep's: raising
+    # the repeats reuses the cells already measured and only adds rounds.
+    for repeat in range(rounds):
+        for combo in itertools.product(*(grid[a] for a in axes)):
             values = dict(fixed)
             for axis, value in zip(axes, combo):
                 values.update(value if axis in compound.values() else {axis: value})
-            if spec.repeats > 1:
+            if repeat:
                 values["repeat"] = repeat
             label = " ".join(_label(a, v) for a, v in zip(axes, combo)) or spec.name
-            if spec.repeats > 1:
+            if rounds > 1:
                 label += f" r{repeat}"
             cells.append(Cell.build(values, label))
     if not cells:  # an empty axis from a scale or a file: nothing would run, yet a parent run would say done

@@ -1,0 +1,143 @@
+"""make bench-noise: this machine's noise floor for timing verdicts, measured by an A/A run.
+
+The same short cell (the book's CNN on scikit-learn's digits, real training through the pruning
+experiment's `run(cfg)`) is run 2 x N times, each in a fresh process, interleaved as two arms
+(round k: A then B), exactly as a sweep's rounds run. Both arms do identical work, so every
+difference between them is noise. Printed:
+
+- the coefficient of variation of train_time_s (all runs, and of the per-round B/A ratio);
+- the minimum detectable effect at n = 3 and n = 5 rounds: the smallest true speed-up that the
+  verdict procedure of a timing check (harness/report/intervals.py: ratio of medians, paired
+  bootstrap interval; "faster" only when the whole interval is above 1) calls faster in at least 80%
+  of random draws of n of the measured rounds, arm B's times divided by 1 + effect;
+- the false "faster" rate: how often that procedure calls either arm faster over random A/A splits
+  of n rounds (in each drawn round, which run is A is a coin toss).
+
+Goal on an idle 2-core machine: minimum detectable effect at most 5% at n = 5 and at most 5% false
+"faster" verdicts. About 5-10 minutes at the default N on 2 idle cores; the settings and the
+machine's load before and after are printed with the figures (a loaded machine's figures are its own).
+
+    make bench-noise                      # default N
+    make bench-noise ARGS="--rounds 3 --epochs 1"     # a quick try that the benchmark runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.machine_load import LoadWatch  # noqa: E402
+from harness.report import intervals  # noqa: E402
+
+CELL = {"experiment": "pruning", "model": "cnn", "dataset": "digits", "sparsity": 0.0, "warmup_epochs": 1,
+        "pretrain_epochs": 0, "batch_size": 64, "optimizer": "adam", "lr": 1e-3, "device": "cpu", "threads": 0}
+RUN_ONE = ("import json, sys\n"
+           "import experiments\n"
+           "from harness.config import make_config\n"
+           "cfg = make_config(json.loads(sys.argv[1]))\n"
+           "metrics = experiments.get(cfg.experiment).run(cfg, None)\n"
+           "print('RESULT ' + json.dumps({'train_time_s': metrics['train_time_s']}))\n")
+DRAWS = 400          # random draws of n rounds per figure
+POWER = 0.80         # a detectable effect is called faster this often
+EFFECTS = [e / 1000 for e in range(5, 501, 5)]   # 0.5% to 50%
+SEED = 4
+
+
+def run_cell(config: dict) -> float:
+    out = subprocess.run([sys.executable, "-c", RUN_ONE, json.dumps(config)], cwd=ROOT, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return float(json.loads(line[7:])["train_time_s"])
+    raise RuntimeError(f"the cell failed: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
+
+
+def called_faster(a: list[float], b: list[float]) -> int:
+    """+1 when the procedure calls B faster than A (A's median over B's, whole interval above 1),
+    -1 when A faster, 0 when inconclusive."""
+    ratio = intervals.ratio_of_medians(dict(enumerate(a)), dict(enumerate(b)))
+    if not ratio.decided:
+        return 0
+    return 1 if ratio.lo > 1 else -1 if ratio.hi < 1 else 0
+
+
+def false_faster_rate(a: np.ndarray, b: np.ndarray, n: int, rng: np.random.Generator) -> float:
+    calls = 0
+    for _ in range(DRAWS):
+        rounds = rng.choice(len(a), n, replace=False)
+        swap = rng.random(n) < 0.5
+        first = np.where(swap, b[rounds], a[rounds])
+        second = np.where(swap, a[rounds], b[rounds])
+        calls += called_faster(list(first), list(second)) != 0
+    return calls / DRAWS
+
+
+def detectable_effect(a: np.ndarray, b: np.ndarray, n: int, rng: np.random.Generator) -> float | None:
+    """The smallest effect called faster in at least POWER of the draws (None: not within 50%)."""
+    draws = [(rng.choice(len(a), n, replace=False), rng.random(n) < 0.5) for _ in range(DRAWS)]
+    for effect in EFFECTS:
+        hits = 0
+        for rounds, swap in draws:
+            first = np.where(swap, b[rounds], a[rounds])
+            second = np.where(swap, a[rounds], b[rounds]) / (1 + effect)
+            hits += called_faster(list(first), list(second)) == 1
+        if hits / DRAWS >= POWER:
+            return effect
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=15, help="N: rounds of A then B (default 15: 30 runs)")
+    parser.add_argument("--epochs", type=int, default=2, help="timed epochs of each run (default 2)")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    if args.rounds < 5:
+        print(f"note: --rounds {args.rounds} is below 5: the n = 5 figures need 5 rounds and are left out")
+    config = {**CELL, "epochs": args.epochs}
+    print(f"bench-noise: {args.rounds} rounds x 2 arms, each run a fresh process: "
+          + ", ".join(f"{k}={v}" for k, v in config.items()))
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} before")
+    watch, started = LoadWatch(), time.perf_counter()
+    a, b = [], []
+    for k in range(args.rounds):
+        a.append(run_cell(config))
+        b.append(run_cell(config))
+        print(f"  round {k}: A {a[-1]:.3f} s, B {b[-1]:.3f} s", flush=True)
+    load = watch.finish()
+    a_, b_ = np.array(a), np.array(b)
+    times = np.concatenate([a_, b_])
+    cv = float(np.std(times, ddof=1) / np.mean(times))
+    ratio_cv = float(np.std(np.log(b_ / a_), ddof=1)) if len(a) > 1 else float("nan")
+    rng = np.random.default_rng(SEED)
+    figures = {"rounds": args.rounds, "epochs": args.epochs, "seconds": time.perf_counter() - started,
+               "train_time_cv": cv, "paired_ratio_cv": ratio_cv, "load": load}
+    print(f"load during the runs: {', '.join(f'{k} {v:.2f}' for k, v in load.items()) or 'not measured'}")
+    print(f"train_time_s: median {np.median(times):.3f} s, CV {cv:.1%} over {len(times)} runs; "
+          f"per-round B/A ratio: CV {ratio_cv:.1%}")
+    for n in (3, 5):
+        if n > args.rounds:
+            continue
+        mde = detectable_effect(a_, b_, n, rng)
+        false = false_faster_rate(a_, b_, n, rng)
+        figures[f"mde_n{n}"], figures[f"false_faster_n{n}"] = mde, false
+        print(f"n = {n}: minimum detectable effect "
+              + (f"{mde:.1%}" if mde is not None else "above 50%")
+              + f" (called faster in >= {POWER:.0%} of {DRAWS} draws); false 'faster' on A/A splits {false:.1%}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""`harness sweep NAME --until-decided [--max-repeats K]`: after the sweep's rounds, add one round at a
+time, only for the grid points of the timing checks still INCONCLUSIVE (and their baseline rows, so the
+rounds stay paired), until every check is decided or the points have K repeats.
+
+The extra rounds run in this process: each is a `run_sweep` of the same file and settings with one
+more repeat, restricted to those points, so the rounds already measured are reused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pandas as pd
+
+from harness.cells import Cell
+from harness.report import checks, tables
+from harness.store import Outcome, Store
+from harness.sweeps.engine import SweepResult, run_sweep
+from harness.sweeps.spec import SweepSpec
+
+DEFAULT_MAX_REPEATS = 10
+
+
+def undecided_points(report: tables.Report) -> list[dict[str, Any]]:
+    """The grid points (axis -> value) the report's INCONCLUSIVE checks read."""
+    spec, table = report.spec, report.table
+    axes = [a for a in spec.axes() if a in table]
+    found: list[dict[str, Any]] = []
+    for check, verdict in zip(spec.checks, report.verdicts):
+        if verdict.verdict != checks.INCONCLUSIVE:
+            continue
+        parts = [check.get(k) for k in ("where", "against", "row") if check.get(k)] or [None]
+        if check["metric"] in ("speedup", "efficiency") and spec.report.get("baseline"):
+            parts.append(spec.report["baseline"])
+        for part in parts:
+            rows = checks._rows(table, part)
+            for _, row in rows[rows["repeats"].notna()].iterrows():
+                point = {a: row[a] for a in axes}
+                if point not in found:
+                    found.append(point)
+    return found
+
+
+def selecting(points: list[dict[str, Any]]) -> Callable[[Cell], bool]:
+    def keep(cell: Cell) -> bool:
+        return cell.config is not None and any(
+            all(_same(getattr(cell.config, a, None), v) for a, v in point.items()) for point in points)
+    return keep
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def run_until_decided(spec: SweepSpec, store: Store, *, scale: str, overrides: dict[str, Any] | None = None,
+                      max_repeats: int = DEFAULT_MAX_REPEATS, db_url: str | None = None,
+                      show_progress: bool = True, log: Callable[[str], None] = print) -> list[SweepResult]:
+    """Rounds added until the timing checks are decided or K repeats; returns each round's result."""
+    results = []
+    while True:
+        report = tables.build_all(store, spec, scale)[0]
+        points = undecided_points(report)
+        if not points:
+            log(f"until-decided: every timing check of {spec.name} ({scale}) is decided")
+            return results
+        rows = pd.DataFrame(points).merge(report.table, on=list(points[0]), how="left")
+        have = int(rows["repeats"].max())
+        if have >= max_repeats:
+            log(f"until-decided: {len(points)} grid point(s) still inconclusive after {have} repeats "
+                f"(--max-repeats {max_repeats}): " + "; ".join(_label(p) for p in points))
+            return results
+        log(f"until-decided: round {have + 1} for {len(points)} grid point(s): " + "; ".join(_label(p) for p in points))
+        result = run_sweep(spec, store, scale=scale, overrides=overrides, db_url=db_url, repeats=have + 1,
+                           select=selecting(points), show_progress=show_progress, log=log)
+        results.append(result)
+        if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) or not result.count(Outcome.OK):
+            log("until-decided: stopped, a round ran no new cell or some failed (the summary says which)")
+            return results
+
+
+def _label(point: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.items())

@@ -1,0 +1,118 @@
+"""A machine that is recognised: the fingerprint tells apart two CPUs that share a model name, and a
+resumed sweep on a machine of another speed (its speed_index) names the cells it reuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import calibration, fingerprint
+from harness.cli.summary import sweep_summary
+from harness.sweeps import engine
+from harness.sweeps import spec as sweepspec
+from harness.sweeps.engine import run_sweep
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: {family}
+model\t\t: {model}
+model name\t: AMD EPYC
+stepping\t: {stepping}
+flags\t\t: fpu sse2 avx2 {extra}
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+cpu family\t: {family}
+model\t\t: {model}
+model name\t: AMD EPYC
+stepping\t: {stepping}
+flags\t\t: fpu sse2 avx2 {extra}
+"""
+
+
+def _tags(**chip) -> dict[str, str]:
+    text = CPUINFO.format(**{"family": 25, "model": 1, "stepping": 1, "extra": "", **chip})
+    return {"torch.version": "2", "torch.cuda": "none", "cpu.model": fingerprint.cpu_fields(text)["model name"],
+            "cpu.cores": "2", "gpu.names": "none", "gpu.capability": "none", "gpu.driver": "none",
+            **fingerprint.cpu_identity(text)}
+
+
+def test_two_cpus_sharing_a_model_name_have_different_fingerprints():
+    milan = _tags()
+    genoa, stepping, avx512 = _tags(family=25, model=17), _tags(stepping=2), _tags(extra="avx512f avx512_bf16")
+    assert milan["cpu.model"] == genoa["cpu.model"] == "AMD EPYC"
+    assert (milan["cpu.family"], milan["cpu.model_id"], milan["cpu.stepping"]) == ("25", "1", "1")
+    ids = {fingerprint.fingerprint_of(t) for t in (milan, genoa, stepping, avx512)}
+    assert len(ids) == 4
+    assert fingerprint.fingerprint_of(_tags()) == fingerprint.fingerprint_of(milan)   # the same chip: the same id
+    # flag order is no difference
+    assert _tags(extra="b a")["cpu.flags_hash"] == _tags(extra="a b")["cpu.flags_hash"]
+
+
+def test_this_machines_fingerprint_carries_the_chip_and_the_gpu_fields():
+    tags = fingerprint.fingerprint()
+    for key in ("cpu.family", "cpu.model_id", "cpu.stepping", "cpu.flags_hash", "gpu.capability", "gpu.driver"):
+        assert key in tags
+
+
+def test_the_speed_index_is_a_positive_rate_and_drift_is_symmetric():
+    assert calibration.measure(rounds=2) > 0
+    assert calibration.drift(1.0, 1.2) == calibration.drift(1.2, 1.0)
+    assert calibration.drifted(1.0, 1.2) and not calibration.drifted(1.0, 1.05)
+    assert not calibration.drifted(None, 1.0)
+
+
+def test_a_resumed_sweep_on_a_machine_of_another_speed_names_its_reused_cells(store, sweep_file, monkeypatch):
+    spec = sweepspec.load(str(sweep_file("drift", {"sparsity": [0.0, 0.5]})))
+    monkeypatch.setattr(engine, "measure_speed", lambda: 10.0)
+    first = run_sweep(spec, store, scale="smoke", show_progress=False)
+    assert [r.metrics["speed_index"] for r in first.results] == [10.0, 10.0]
+    monkeypatch.setattr(engine, "measure_speed", lambda: 10.5)   # within the noise floor: nothing to say
+    assert run_sweep(spec, store, scale="smoke", show_progress=False).drifted() == []
+    monkeypatch.setattr(engine, "measure_speed", lambda: 6.0)    # a slower day
+    resumed = run_sweep(spec, store, scale="smoke", show_progress=False)
+    assert [r.outcome for r in resumed.results] == ["reused", "reused"] and len(resumed.drifted()) == 2
+    summary = sweep_summary(resumed)
+    assert "2 reused cell(s) were measured at a speed_index more than 10% from today's 6" in summary
+    assert "sparsity=0.0" in summary and "--remeasure-drifted" in summary
+    again = run_sweep(spec, store, scale="smoke", show_progress=False, remeasure_drifted=True)
+    assert [r.outcome for r in again.results] == ["ok", "ok"]
+    assert [r.metrics["speed_index"] for r in again.results] == [6.0, 6.0]
+
+
+def test_a_table_whose_cells_ran_at_different_speeds_says_so():
+    from harness.report import tables
+    from harness.store import RunRecord
+
+    def run(index):
+        return RunRecord("r", "r", "FINISHED", {}, {"speed_index": index}, {}, 0)
+
+    assert tables.drift_note([run(10.0), run(10.5)]) is None
+    note = tables.drift_note([run(10.0), run(6.0)])
+    assert "speed_index 6 to 10 (67% apart" in note and "--remeasure-drifted" in note
+
+
+def test_the_report_says_when_its_ratios_mix_machine_speeds(store, sweep_file, monkeypatch):
+    from harness.report import tables
+
+    spec = sweepspec.load(str(sweep_file("mixed_speed", {"sparsity": [0.0, 0.5]})))
+    monkeypatch.setattr(engine, "measure_speed", lambda: 10.0)
+    run_sweep(spec, store, scale="smoke", show_progress=False, select=lambda c: c.config.sparsity == 0.0)
+    monkeypatch.setattr(engine, "measure_speed", lambda: 5.0)
+    run_sweep(spec, store, scale="smoke", show_progress=False)
+    built = tables.build(store, spec, "smoke")
+    assert "**Machine speed differs across cells**" in built.markdown and "100% apart" in built.markdown
+
+
+@pytest.mark.multiprocess
+def test_workers_log_the_speed_index_their_launcher_measured(sweep_file, tmp_path):
+    """Two worker processes run the cells: each cell carries the parent's speed_index (its tag)."""
+    from harness.store import Store
+    from harness.sweeps.engine import PARENT_SPEED_TAG
+
+    store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    spec = sweepspec.load(str(sweep_file("worker_speed", {"sparsity": [0.0, 0.5]})))
+    result = run_sweep(spec, store, scale="smoke", workers=2, show_progress=False)
+    assert [r.outcome for r in result.results] == ["ok", "ok"]
+    parent = next(r for r in store.sweep_runs(store.find_experiment("worker_speed"), "worker_speed", parents=True))
+    cells = store.sweep_runs(store.find_experiment("worker_speed"), "worker_speed")
+    assert {r.metrics["speed_index"] for r in cells} == {float(parent.tags[PARENT_SPEED_TAG])}

@@ -1,0 +1,275 @@
+"""Timing figures as evidence: medians and spreads over repeats, the ratio of medians with its paired
+interval, three outcomes for timing checks (decided on fabricated runs whose intervals are known),
+repeats grouped only when the configuration is the same, grid points never run listed, rounds added
+by --until-decided, and the load-time refusals (a sweep name claimed twice, a check row that matches
+nothing)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from harness.errors import UserError
+from harness.report import checks, intervals, tables
+from harness.store import RunRecord
+from harness.store.tracking import CELL_ID, OUTCOME
+from harness.sweeps import spec as sweepspec
+from harness.sweeps.engine import run_sweep
+
+
+def _runs(times: dict[float, list[float]], accuracy: float = 0.5) -> list[RunRecord]:
+    """Fabricated finished cells: for each sparsity, one cell per round with the given time."""
+    runs = []
+    for sparsity, values in times.items():
+        for repeat, value in enumerate(values):
+            runs.append(RunRecord(f"r{sparsity}-{repeat}", f"s={sparsity} r{repeat}", "FINISHED",
+                                  {"sparsity": str(sparsity), "repeat": str(repeat)},
+                                  {"train_time_s": value, "test_accuracy": accuracy, "test_samples": 2000},
+                                  {OUTCOME: "ok", CELL_ID: f"c{sparsity}-{repeat}"}, 0))
+    return runs
+
+
+@pytest.fixture
+def spec(sweep_file):
+    return sweepspec.load(str(sweep_file("evidence", {"sparsity": [0.0, 0.5]}, repeats=3)))
+
+
+def test_medians_and_iqr_over_repeats_are_the_hand_computed_ones(spec):
+    table = tables.build_table(spec, _runs({0.0: [10.0, 12.0, 11.0], 0.5: [6.0, 5.0, 9.0]})).set_index("sparsity")
+    assert table.loc[0.0, "train_time_s"] == 11.0 and table.loc[0.5, "train_time_s"] == 6.0
+    # numpy's linear quartiles of (10, 11, 12): 10.5 and 11.5; of (5, 6, 9): 5.5 and 7.5
+    assert table.loc[0.0, "train_time_iqr_s"] == pytest.approx(1.0)
+    assert table.loc[0.5, "train_time_iqr_s"] == pytest.approx(2.0)
+    assert table.loc[0.5, "speedup"] == pytest.approx(11 / 6)
+    assert table.loc[0.5, "speedup_lo"] < 11 / 6 < table.loc[0.5, "speedup_hi"]
+
+
+def test_one_repeat_prints_no_spread_and_no_interval(sweep_file):
+    one = sweepspec.load(str(sweep_file("single", {"sparsity": [0.0, 0.5]})))
+    table = tables.build_table(one, _runs({0.0: [10.0], 0.5: [5.0]}))
+    assert table["train_time_iqr_s"].isna().all() and table["speedup_hi"].isna().all()
+    markdown = tables._markdown_table(table)
+    assert "| 0.5 | 5 | - | 2.00x |" in markdown and "speedup_lo" not in markdown
+
+
+def test_the_interval_is_paired_by_round_and_the_same_every_time():
+    """A machine that drifts 30% between rounds moves both rows alike: paired, the ratio is 2.00x in
+    every round and the interval has no width; unpaired, the drift widens it."""
+    base = {0: 10.0, 1: 13.0, 2: 16.9}
+    half = {k: v / 2 for k, v in base.items()}
+    paired = intervals.ratio_of_medians(base, half)
+    assert paired.paired and paired.n == 3 and (paired.lo, paired.value, paired.hi) == pytest.approx((2, 2, 2))
+    unpaired = intervals.ratio_of_medians(base, {10 + k: v for k, v in half.items()})
+    assert not unpaired.paired and unpaired.lo < 1.8 and unpaired.hi > 2.2
+    noisy = {0: 5.2, 1: 6.1, 2: 8.0}
+    assert intervals.ratio_of_medians(base, noisy) == intervals.ratio_of_medians(base, noisy)   # seeded
+
+
+def test_a_known_interval_by_hand():
+    """Two rounds: resampled, the ratio of medians is r0 = 2, r1 = 1 or (their medians) 1.5 / 1 = 1.5,
+    1.5 / 1.5 = 1 ... The interval is the point times exp(+-t(1) * sd of the log draws)."""
+    ratio = intervals.ratio_of_medians({0: 2.0, 1: 1.0}, {0: 1.0, 1: 1.0})
+    assert ratio.value == 1.5 and ratio.n == 2
+    import numpy as np
+    from scipy import stats
+
+    rng = np.random.default_rng(intervals.SEED)
+    pick = rng.integers(0, 2, (intervals.RESAMPLES, 2))
+    draws = np.median(np.array([2.0, 1.0])[pick], axis=1) / 1.0
+    spread = np.std(np.log(draws), ddof=1) * stats.t.ppf(0.975, 1)
+    assert (ratio.lo, ratio.hi) == pytest.approx((1.5 * math.exp(-spread), 1.5 * math.exp(spread)))
+
+
+def test_ratios_are_printed_with_their_interval():
+    assert intervals.format_ratio(1.8312, 1.7601, 1.9049) == "1.83x [1.76, 1.90]"
+    assert intervals.format_ratio(1.8312) == "1.83x"
+    assert intervals.format_ratio(float("nan")) == "—"
+    assert intervals.format_percent(0.91, 0.854, 0.97) == "91% [85, 97]"
+
+
+def _timing_verdict(spec, times: dict[float, list[float]], check: dict) -> checks.Verdict:
+    table = tables.build_table(spec, _runs(times))
+    return checks.evaluate([check], table, axes=spec.axes(), scale="quick", repeats=3)[0]
+
+
+FLOOR = {"kind": "bound", "metric": "speedup", "where": {"sparsity": 0.5}, "min": 1.5}
+
+
+def test_a_timing_check_passes_only_when_its_whole_interval_passes(spec):
+    tight = _timing_verdict(spec, {0.0: [10.0, 10.1, 9.9], 0.5: [5.0, 5.05, 4.95]}, FLOOR)   # 2.0x, tight
+    assert tight.verdict == checks.PASS and "n = 3" in tight.detail and "[" in tight.detail
+    fails = _timing_verdict(spec, {0.0: [10.0, 10.1, 9.9], 0.5: [9.0, 9.1, 8.9]}, FLOOR)     # 1.11x, tight
+    assert fails.verdict == checks.FAIL and fails.side == "low"
+    # 2.0x at the median, but one round says 1.1x: the interval straddles the floor
+    wide = _timing_verdict(spec, {0.0: [10.0, 10.0, 10.0], 0.5: [5.0, 4.5, 9.0]}, FLOOR)
+    assert wide.verdict == checks.INCONCLUSIVE and "n = 3" in wide.detail
+
+
+def test_one_run_decides_no_timing_check_but_an_exact_one(spec):
+    table = tables.build_table(spec, _runs({0.0: [10.0], 0.5: [5.0]}))
+    exact = {"kind": "exact", "metric": "test_accuracy", "where": {"sparsity": 0.5}, "expected": 0.5}
+    found = checks.evaluate([FLOOR, exact], table, axes=spec.axes(), scale="quick", repeats=3)
+    assert [v.verdict for v in found] == [checks.INCONCLUSIVE, checks.PASS]
+    assert "n = 1" in found[0].detail
+
+
+def test_compare_and_trend_on_times_have_three_outcomes(spec):
+    faster = {"kind": "compare", "metric": "train_time_s", "where": {"sparsity": 0.5},
+              "against": {"sparsity": 0.0}, "max_ratio": 0.97}
+    falls = {"kind": "trend", "metric": "train_time_s", "x": "sparsity", "min_correlation": 0.8}
+    decided = {0.0: [10.0, 12.0, 14.0], 0.5: [5.0, 6.0, 7.0]}       # paired: exactly 0.5 each round
+    mixed = {0.0: [10.0, 10.0, 10.0], 0.5: [9.5, 10.5, 9.9]}         # about the same
+    assert _timing_verdict(spec, decided, faster).verdict == checks.PASS
+    assert _timing_verdict(spec, mixed, faster).verdict == checks.INCONCLUSIVE
+    assert _timing_verdict(spec, {0.0: [5.0, 6.0, 7.0], 0.5: [10.0, 12.0, 14.0]}, faster).verdict == checks.FAIL
+    falling = {**decided, 0.8: [3.0, 3.6, 4.2]}
+    assert _timing_verdict(spec, falling, falls).verdict == checks.PASS
+    # the medians fall, but one round in three runs the other way at 0.5 and 0.8
+    wobbly = {0.0: [10.0, 10.0, 10.0], 0.5: [9.0, 9.0, 11.0], 0.8: [8.0, 8.0, 12.0]}
+    assert _timing_verdict(spec, wobbly, falls).verdict == checks.INCONCLUSIVE
+    rising = {0.0: [3.0, 3.6, 4.2], 0.5: [5.0, 6.0, 7.0], 0.8: [10.0, 12.0, 14.0]}
+    assert _timing_verdict(spec, rising, falls).verdict == checks.FAIL
+
+
+def test_accuracy_at_chance_is_not_judged_and_smoke_judges_only_exact_checks(spec):
+    runs = _runs({0.0: [10.0, 10.0, 10.0], 0.5: [5.0, 5.0, 5.0]}, accuracy=0.11)   # 2,000 test images
+    table = tables.build_table(spec, runs)
+    same = {"kind": "compare", "metric": "test_accuracy", "where": {"sparsity": 0.5},
+            "against": {"sparsity": 0.0}, "within": 0.02}
+    verdict = checks.evaluate([same], table, axes=spec.axes(), scale="quick", repeats=3)[0]
+    assert verdict.verdict == checks.NA and "within chance" in verdict.detail and "12.0%" in verdict.detail
+    exact = {"kind": "exact", "metric": "test_accuracy", "where": {"sparsity": 0.5}, "expected": 0.11}
+    smoke = checks.evaluate([FLOOR, exact], table, axes=spec.axes(), scale="smoke", repeats=1)
+    assert [v.verdict for v in smoke] == [checks.NA, checks.PASS] and smoke[0].detail == checks.SMOKE_REASON
+
+
+def test_the_summary_counts_kinds_of_evidence_apart():
+    verdicts = [checks.Verdict("a", checks.PASS, "", "exact"), checks.Verdict("b", checks.PASS, "", "bound"),
+                checks.Verdict("c", checks.FAIL, "", "bound", stand_in=True),
+                checks.Verdict("d", checks.INCONCLUSIVE, "", "bound"), checks.Verdict("e", checks.NA, "", "trend")]
+    assert checks.count_line(verdicts) == ("exact facts 1 PASS; measured claims 1 PASS; stand-ins 1 FAIL; "
+                                           "1 inconclusive; 1 N/A")
+
+
+@pytest.mark.parametrize("name", sweepspec.available())
+def test_shipped_training_sweeps_repeat_three_times_off_smoke(name):
+    import experiments
+
+    spec = sweepspec.load(name)
+    trains = experiments.get(spec.experiment).needs_dataset   # the others time repeats inside one cell
+    assert [spec.repeats_at(s) for s in spec.scales] == [1 if s == "smoke" or not trains else 3 for s in spec.scales]
+
+
+def test_a_quick_sweep_runs_every_point_three_times():
+    sparsity = sweepspec.load("sparsity")
+    assert len(sweepspec.expand(sparsity, "quick")) == 27
+
+
+def test_a_scale_may_set_its_own_repeats(sweep_file):
+    path = sweep_file("scaled", {"sparsity": [0.0]})
+    path.write_text(path.read_text().replace("[scales.smoke]\n", "[scales.smoke]\nrepeats = 2\n"))
+    spec = sweepspec.load(str(path))
+    assert spec.repeats_at("smoke") == 2 and [c.config.repeat for c in sweepspec.expand(spec, "smoke")] == [0, 1]
+
+
+def test_repeats_are_the_same_configuration_and_unrun_points_are_listed(store, sweep_file, tmp_path):
+    """The issue's example, shrunk: the same sweep plain and with --set model=cnn is two tables, each
+    with its own parameter count, never one row of 'repeats 2' mixing them."""
+    spec = sweepspec.load(str(sweep_file("variants", {"sparsity": [0.0, 0.5, 0.8]})))
+    run_sweep(spec, store, scale="smoke", show_progress=False, select=lambda c: c.config.sparsity < 0.8)
+    run_sweep(spec, store, scale="smoke", overrides={"model": "cnn", "sparsity": [0.5]}, show_progress=False)
+    reports = tables.build_all(store, spec, "smoke")
+    assert sorted(r.variant for r in reports) == ["model=cnn", "model=tiny_cnn"]
+    by = {r.variant: r.table.set_index("sparsity") for r in reports}
+    assert by["model=cnn"].loc[0.5, "param_count"] == 1059306 and by["model=cnn"].loc[0.5, "repeats"] == 1
+    assert by["model=tiny_cnn"].loc[0.5, "param_count"] < 10_000 and by["model=tiny_cnn"].loc[0.5, "repeats"] == 1
+    # the 0.8 point ran in neither: listed as not run
+    assert by["model=tiny_cnn"].loc[0.8, "note"] == "not run" and pd.isna(by["model=tiny_cnn"].loc[0.8, "repeats"])
+    plain = next(r for r in reports if r.variant == "model=tiny_cnn")
+    assert "(model=tiny_cnn)" in plain.markdown.splitlines()[0] and "not run" in plain.markdown
+    assert all(r.runs[0].metrics.get("speed_index", 0) > 0 for r in reports)   # every cell logged it
+    from harness.report import overview
+
+    written = overview.publish(store, spec, store.find_experiment(spec.name), reports, tmp_path)
+    names = [paths[0].name for paths in written]
+    assert names[0] == "variants.md" and names[1].startswith("variants-model") and len(set(names)) == 2
+
+
+def test_until_decided_adds_rounds_only_for_undecided_points(store, sweep_file, monkeypatch):
+    """One round of a sweep whose quick scale wants 3 leaves its timing check INCONCLUSIVE (n = 1):
+    a round is added for the points the check reads (0.5 and its baseline 0.0), none for 0.8, and
+    the check, decided at n = 2, stops the rounds before K."""
+    from harness.sweeps import decide
+
+    published = """[[checks]]
+kind = "bound"
+metric = "speedup"
+where = { sparsity = 0.5 }
+min = 0.0
+max = 1e9
+text = "any speed-up at all"
+"""
+    path = sweep_file("decide", {"sparsity": [0.0, 0.5, 0.8]}, published=published)
+    path.write_text(path.read_text().replace("repeats = 1\n", "repeats = 3\n"))
+    spec = sweepspec.load(str(path))
+    run_sweep(spec, store, scale="quick", show_progress=False, repeats=1)
+    report = tables.build(store, spec, "quick")
+    assert report.verdicts[0].verdict == checks.INCONCLUSIVE   # n = 1
+    assert decide.undecided_points(report) == [{"sparsity": 0.5}, {"sparsity": 0.0}]
+    lines = []
+    rounds = decide.run_until_decided(spec, store, scale="quick", max_repeats=3, show_progress=False,
+                                      log=lines.append)
+    after = tables.build(store, spec, "quick").table.set_index("sparsity")
+    assert list(after["repeats"]) == [2, 2, 1] and len(rounds) == 1
+    assert any("every timing check" in line for line in lines)
+
+
+def test_a_sweep_name_claimed_by_two_files_is_refused(sweep_file, tmp_path):
+    first = sweep_file("twice", {"sparsity": [0.0]})
+    (tmp_path / "copy.toml").write_text(first.read_text())
+    with pytest.raises(UserError, match="sweep name 'twice' is claimed by both"):
+        sweepspec.load(str(first))
+
+
+def test_a_check_row_that_matches_no_grid_point_is_refused_at_load(sweep_file):
+    wrong = """[[checks]]
+kind = "bound"
+metric = "speedup"
+where = { sparsity = 0.55 }
+min = 1.0
+text = "a row nobody runs"
+"""
+    path = sweep_file("norow", {"sparsity": [0.0, 0.5]}, published=wrong)
+    with pytest.raises(UserError, match="where sparsity = 0.55, which no grid point or published row has"):
+        sweepspec.load(str(path))
+
+
+def test_max_repeats_needs_until_decided_and_two_runs(sweep_file, capsys):
+    from conftest import assert_one_sentence_exit_2
+
+    path = str(sweep_file("flags", {"sparsity": [0.0]}))
+    assert_one_sentence_exit_2(["sweep", path, "--max-repeats", "4"], ["--max-repeats needs --until-decided"], capsys)
+    assert_one_sentence_exit_2(["sweep", path, "--until-decided", "--max-repeats", "1"], ["at least 2"], capsys)
+
+
+def test_until_decided_from_the_command_line(sweep_file, tmp_path, capsys):
+    from harness.cli import main
+
+    published = """[[checks]]
+kind = "bound"
+metric = "speedup"
+where = { sparsity = 0.5 }
+min = 1e6
+text = "a speed-up no machine reaches"
+"""
+    path = sweep_file("cli_decide", {"sparsity": [0.0, 0.5]}, published=published)
+    path.write_text(path.read_text().replace("repeats = 1\n", "repeats = 2\n"))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["sweep", str(path), "--scale", "quick", "--until-decided", "--max-repeats", "3",
+                 "--tracking-uri", uri, "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    # after 2 rounds the whole interval is far below a million-fold floor: FAIL, decided, no third round
+    assert "until-decided: every timing check of cli_decide (quick) is decided" in out
+    assert "round 3" not in out
