@@ -7,12 +7,13 @@ nothing)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from harness.errors import UserError
-from harness.report import checks, intervals, tables
+from harness.report import checks, intervals, render, tables
 from harness.store import RunRecord
 from harness.store.tracking import CELL_ID, OUTCOME
 from harness.sweeps import spec as sweepspec
@@ -50,8 +51,8 @@ def test_one_repeat_prints_no_spread_and_no_interval(sweep_file):
     one = sweepspec.load(str(sweep_file("single", {"sparsity": [0.0, 0.5]})))
     table = tables.build_table(one, _runs({0.0: [10.0], 0.5: [5.0]}))
     assert table["train_time_iqr_s"].isna().all() and table["speedup_hi"].isna().all()
-    markdown = tables._markdown_table(table)
-    assert "| 0.5 | 5 | - | 2.00x |" in markdown and "speedup_lo" not in markdown
+    markdown = render.table_markdown(SimpleNamespace(table=table, spec=one))
+    assert "| 0.5 | 5 | 2.00x |" in markdown and "IQR" not in markdown and "[" not in markdown
 
 
 def test_the_interval_is_paired_by_round_and_the_same_every_time():
