@@ -59,13 +59,12 @@ def test_running_again_reuses_finished_cells_and_records_nothing_twice(store, sw
     assert len(_cells(store, "again")) == 3
 
 
-def test_a_bad_cell_is_recorded_with_its_reason_and_the_sweep_goes_on(store, sweep_file):
+def test_a_bad_value_in_the_grid_stops_the_sweep_before_any_run(store, sweep_file):
+    # A cell recorded as failed for a value no run could take would sit in every later report.
     spec = sweepspec.load(str(sweep_file("badcell", {"sparsity": [0.0, 1.5, 0.5]})))
-    result = run_sweep(spec, store, show_progress=False)
-    assert [r.outcome for r in result.results] == ["ok", "failed", "ok"]
-    failed = [r for r in _cells(store, "badcell") if r.tags[OUTCOME] == "failed"]
-    assert len(failed) == 1 and "[0, 1)" in failed[0].tags[REASON]
-    assert failed[0].status == "FAILED"
+    with pytest.raises(UserError, match=r"cell 'sparsity=1\.5'.*\[0, 1\)"):
+        run_sweep(spec, store, show_progress=False)
+    assert store.find_experiment("badcell") is None  # nothing created: no parent, no cell
 
 
 def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep_file, monkeypatch):
