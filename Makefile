@@ -126,8 +126,8 @@ report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two
 bench-ddp: ## N ranks x t threads against 1 rank x N*t threads on the same cores (ratios)
 	$(BIN)/python benchmarks/ddp_vs_threads.py $(ARGS)
 
-ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
-	$(HARNESS) ui $(STORE)
+ui: ## MLflow UI on http://127.0.0.1:5000 (PORT= to change) over the same store; prints each runs table
+	$(HARNESS) ui $(if $(PORT),--port $(PORT)) $(STORE)
 
 dashboard: ## optuna-dashboard on http://127.0.0.1:8080 over the study storage (STORAGE=, PORT= to change)
 	$(HARNESS) dashboard $(if $(STORAGE),--storage $(STORAGE)) $(if $(PORT),--port $(PORT)) $(STORE)

@@ -53,6 +53,9 @@ def test_running_again_reuses_finished_cells_and_records_nothing_twice(store, sw
     assert [r.outcome for r in second.results] == ["reused", "reused"]
     assert [r.run_id for r in second.results] == [r.run_id for r in first.results]
     assert len(_cells(store, "again")) == 2
+    # Nothing ran, so no new parent run: the result names the one that holds the cells.
+    parents = store.sweep_runs(store.find_experiment("again"), "again", parents=True)
+    assert [p.run_id for p in parents] == [first.parent_run_id] == [second.parent_run_id]
     # An extra axis value runs only the new cell.
     third = run_sweep(spec, store, overrides={"sparsity": [0.0, 0.3, 0.6]}, show_progress=False)
     assert [r.outcome for r in third.results] == ["reused", "reused", "ok"]

@@ -109,7 +109,7 @@ def cmd_sweep(args) -> int:
               "summary once they are done (every cell reused)")
         return 0
     if role is None:
-        print(sweep_summary(result, spec.report.get("metrics")))
+        print(sweep_summary(result, spec.report.get("metrics"), spec.report.get("notes", [])))
         try:  # the experiment's description and the cells' speed-ups; the sweep itself is done
             overview.refresh(store, spec, args.scale)
         except StoreFault:
@@ -195,12 +195,9 @@ def cmd_list(args) -> int:
 
 
 def cmd_ui(args) -> int:
-    store = _store(args)  # validates the URI and creates the SQLite file if needed
-    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
-               "--host", "127.0.0.1", "--port", str(args.port)]
-    print(f"MLflow UI on http://127.0.0.1:{args.port} over {store.uri} (Ctrl-C stops it)", flush=True)
-    os.execv(sys.executable, command)
-    return 0
+    from harness.cli.ui_server import serve
+
+    return serve(_store(args), args.port)  # the store is validated (and a new SQLite file made) first
 
 
 def cmd_peak(args) -> int:

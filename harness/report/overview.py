@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from harness import ui_links
 from harness.errors import UserError
 from harness.report import tables
 from harness.store import Store
@@ -73,7 +74,7 @@ def description(experiment_id: str, reports: list[tables.Report], written: list[
     parts = []
     for report, paths in zip(reports, written):
         plot = f"report/{paths[2].name}"
-        page = f"#/experiments/{experiment_id}/runs/{report.parent_run_id}/artifacts/{plot}"
+        page = ui_links.run_artifact(experiment_id, report.parent_run_id, plot)
         image = f"get-artifact?path=report/{paths[2].stem}-overview.png&run_uuid={report.parent_run_id}"
         parts.append(report.markdown.rstrip() + "\n\n"
                      f"Plot: [{plot}]({page}) (an artifact of the sweep's latest parent run, with the table "

@@ -13,7 +13,7 @@ from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT, machine_text
 from harness.report import checks, machine
 from harness.store import Outcome, RunRecord, Store
-from harness.store.tracking import CELL_ID, SCALE
+from harness.store.tracking import CELL_ID, PARENT, SCALE
 from harness.sweeps.spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
@@ -76,7 +76,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         if others:
             notes.insert(0, "cells measured on other machines or software are reported separately: "
                          + "; ".join(others))
-        report = Report(spec, scale, build_table(spec, runs), notes, _machine(runs[0]), parents[0].run_id)
+        report = Report(spec, scale, build_table(spec, runs), notes, _machine(runs[0]), _holding_parent(runs, parents))
         report.fingerprint = key
         report.runs = runs
         finished = report.table["repeats"].fillna(0)
@@ -91,6 +91,13 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         report.markdown = to_markdown(report, runs[0])
         reports.append(report)
     return reports
+
+
+def _holding_parent(runs: list[RunRecord], parents: list[RunRecord]) -> str:
+    """The parent run that holds the newest of the report's cells: the report's files go there and
+    the UI's links point there, never at a later invocation that ran nothing."""
+    ids = {p.run_id for p in parents}
+    return next((r.tags[PARENT] for r in runs if r.tags.get(PARENT) in ids), parents[0].run_id)
 
 
 def _machine(run: RunRecord) -> str:
@@ -111,8 +118,7 @@ def build_table(spec: SweepSpec, runs) -> pd.DataFrame:
         row = {a: _number(run.params.get(a)) for a in axes}
         row.update({m: run.metrics.get(m) for m in metrics})
         row[CELL_ID] = run.tags.get(CELL_ID)
-        row["note"] = "; ".join([n["text"] for n in notes if _matches(run, n.get("when", {}))]
-                                + _contention(run))
+        row["note"] = cell_note(notes, run)
         rows.append(row)
     cells = pd.DataFrame(rows)
     for m in metrics:  # a metric no cell logged is all None (object dtype): make it NaN for the medians
@@ -176,6 +182,11 @@ def cell_figures(report: Report) -> dict[str, dict[str, float]]:
 
 def _iqr_name(time: str) -> str:
     return "train_time_iqr_s" if time == "train_time_s" else f"{time.removesuffix('_s')}_iqr_s"
+
+
+def cell_note(notes: list[dict], run: RunRecord) -> str:
+    """The report's note for one cell: the sweep file's [report] notes that apply, then contention."""
+    return "; ".join([n["text"] for n in notes if _matches(run, n.get("when", {}))] + _contention(run))
 
 
 def _contention(run: RunRecord) -> list[str]:
@@ -293,25 +304,30 @@ def _setting(run: RunRecord, name: str) -> str:
     return "?" if value is None else f"{value:g}"
 
 
+def format_value(column: str, value) -> str:
+    """A figure as the report prints it: accuracies and MFU as percents, speed-ups as 1.23x, counts
+    with thousands separators, other numbers to 3 significant digits (one decimal from 10 up)."""
+    if pd.isna(value):
+        return "—"
+    if "accuracy" in column:
+        return f"{100 * value:.2f}%"
+    if column == MFU:
+        return f"{100 * value:.1f}%" if value >= 0.001 else f"{100 * value:.2g}%"
+    if "param_count" in column or column == "repeats":
+        return f"{int(value):,}"
+    if "speedup" in column:
+        return f"{value:.2f}x"
+    if "efficiency" in column:
+        return f"{100 * value:.0f}%"
+    if isinstance(value, float) and column.startswith("book_") and abs(value) < 10:
+        return f"{value:.5g}"  # a published figure as printed (1.0981, 0.0011)
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
+    return str(value)
+
+
 def _markdown_table(table: pd.DataFrame) -> str:
-    def fmt(column: str, value) -> str:
-        if pd.isna(value):
-            return "—"
-        if "accuracy" in column:
-            return f"{100 * value:.2f}%"
-        if column == MFU:
-            return f"{100 * value:.1f}%" if value >= 0.001 else f"{100 * value:.2g}%"
-        if "param_count" in column or column == "repeats":
-            return f"{int(value):,}"
-        if "speedup" in column:
-            return f"{value:.2f}x"
-        if "efficiency" in column:
-            return f"{100 * value:.0f}%"
-        if isinstance(value, float) and column.startswith("book_") and abs(value) < 10:
-            return f"{value:.5g}"  # a published figure as printed (1.0981, 0.0011)
-        if isinstance(value, float):
-            return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
-        return str(value)
+    fmt = format_value
 
     header = "| " + " | ".join(table.columns) + " |"
     rule = "|" + "|".join("---" for _ in table.columns) + "|"

@@ -231,6 +231,11 @@ class Store:
     def experiment_description(self, experiment_id: str) -> str:
         return self._client.get_experiment(experiment_id).tags.get(DESCRIPTION, "")
 
+    def experiments(self) -> list[tuple[str, str]]:
+        """(id, name) of every live experiment but MLflow's empty "Default", last updated first."""
+        found = self._client.search_experiments(order_by=["last_update_time DESC"], max_results=1000)
+        return [(e.experiment_id, e.name) for e in found if not (e.name == "Default" and e.experiment_id == "0")]
+
     def _check_artifact_location(self, location: str | None) -> None:
         if location and location.startswith("file:"):
             folder = Path(unquote(urlsplit(location).path))

@@ -31,7 +31,7 @@ from harness.store.claims import DONE, FAILED, RUNNING
 from harness.store.process import this_process
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.shared_db import check_url
-from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE, SWEEP
+from harness.store.tracking import DETACHED_HOST, HOST, KIND, PARENT, SCALE, SWEEP
 from harness.store.uris import resolve_db_url
 from harness.sweeps.spec import SweepSpec, expand
 
@@ -90,6 +90,9 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
         return SweepResult(spec.name, scale, role.parent_run_id, results, time.perf_counter() - started)
 
     records = store.cell_records(experiment_id, spec.name)
+    reused = _all_reused(spec, scale, cells, records, started)
+    if reused is not None:
+        return reused
     preflight([c.config for c in cells if c.config is not None and not _finished(records.get(c.cell_id, []))])
     tags = {SWEEP: spec.name, SCALE: scale, KIND: "sweep", "harness.cells": str(len(cells))}
     parent = store.start_run(experiment_id, f"{spec.name} ({scale})", tags)
@@ -142,6 +145,19 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     return result
 
 
+def _all_reused(spec: SweepSpec, scale: str, cells: list[Cell], records: dict[str, list[RunRecord]],
+                started: float) -> SweepResult | None:
+    """An invocation whose every cell is already finished makes no parent run (an empty parent of
+    the same name would sit above the real one in the UI); its result names the parent run that
+    holds the newest of those cells. None when some cell has work left."""
+    done = [_finished(records.get(c.cell_id, [])) for c in cells]
+    if not all(done):
+        return None
+    newest = max(done, key=lambda r: r.start_time)
+    results = [CellResult(c, Outcome.REUSED, d.metrics, run_id=d.run_id) for c, d in zip(cells, done)]
+    return SweepResult(spec.name, scale, newest.tags.get(PARENT, ""), results, time.perf_counter() - started)
+
+
 def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: list[Cell], claims: Claims,
           parent: str, *, records: dict[str, list[RunRecord]] | None = None,
           results: list[CellResult] | None = None, show_progress: bool, log: Log | None) -> list[CellResult]:
@@ -151,7 +167,9 @@ def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: 
         records = store.cell_records(experiment_id, spec.name)
     tags = {SWEEP: spec.name, SCALE: scale}
     results = [] if results is None else results
-    bar = tqdm(total=len(cells), desc=f"{spec.name} ({scale})", unit="cell", disable=not show_progress)
+    # No rate: reused cells pass in microseconds, so a cells-per-second figure would mean nothing.
+    bar = tqdm(total=len(cells), desc=f"{spec.name} ({scale})", unit="cell", disable=not show_progress,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
     try:
         for cell in cells:
             bar.set_postfix_str(cell.label)
