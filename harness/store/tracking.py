@@ -253,10 +253,15 @@ class Store:
         return self._client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
 
     def reopen_run(self, run_id: str) -> None:
-        """Mark a closed run RUNNING again, owned by this process (a study's parent, resumed)."""
+        """Mark a closed run RUNNING again, owned by this process (a study's parent, resumed). The
+        outcome and reason of its last close go: "killed or crashed" must not stay beside the next ok."""
         me = this_process()
         self._client.update_run(run_id, status="RUNNING")
         self.set_tags(run_id, {PID: me.pid, PID_START: f"{me.started:.2f}", HOST: me.host})
+        tags = self._client.get_run(run_id).data.tags
+        for key in (OUTCOME, REASON):
+            if key in tags:
+                self._client.delete_tag(run_id, key)
 
     def log_params(self, run_id: str, params: dict) -> None:
         from mlflow.entities import Param
