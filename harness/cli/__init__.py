@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
     p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument("--system-metrics", action=argparse.BooleanOptionalAction, default=None,
+                   help="MLflow's system metrics (CPU, memory, GPU use, sampled every 2 s) in every cell "
+                        "(default: the sweep file's system_metrics, else on where a CUDA GPU is present)")
     _add_worker_args(p)
 
     p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")

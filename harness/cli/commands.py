@@ -99,6 +99,8 @@ def cmd_sweep(args) -> int:
     from harness.sweeps.engine import run_sweep
 
     spec = sweepspec.load(args.sweep)
+    if args.system_metrics is not None:
+        spec.system_metrics = args.system_metrics
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
     store = _store(args)
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),

@@ -292,6 +292,40 @@ class Store:
     def log_artifact(self, run_id: str, local_path: Path | str, folder: str | None = None) -> None:
         self._client.log_artifact(run_id, str(local_path), folder)
 
+    def log_dataset(self, run_id: str, record) -> None:
+        """The data a run trained on as an MLflow dataset input (the UI's Dataset column): name,
+        digest, source and split sizes (`record`: harness.dataset_record.DatasetRecord)."""
+        import json
+
+        from mlflow.data.sources import CodeDatasetSource, LocalArtifactDatasetSource
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        # The entity itself (what mlflow.log_input builds from an mlflow.data dataset): our digest,
+        # not one MLflow would compute from the metadata, and the split sizes as its profile.
+        source = LocalArtifactDatasetSource(record.source) if record.source_is_path else \
+            CodeDatasetSource({"loader": record.source})
+        entity = Dataset(record.name, record.digest, source._get_source_type(), source.to_json(),
+                         profile=json.dumps(record.profile()))
+        self._client.log_inputs(run_id, [DatasetInput(entity, [InputTag(MLFLOW_DATASET_CONTEXT, "training")])])
+
+    @contextlib.contextmanager
+    def system_metrics(self, run_id: str, on: bool, interval_s: float):
+        """MLflow's own sampler of CPU, memory, disk, network and (with NVIDIA's NVML) GPU use, as
+        `system/...` metrics of the run while the block runs. MLflow's environment variable
+        MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL overrides the interval."""
+        if not on:
+            yield
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, tracking_uri=self.uri)
+        monitor.start()
+        try:
+            yield
+        finally:
+            monitor.finish()  # flushes the samples taken, before the run is closed
+
     def end_run(self, run_id: str, outcome: Outcome, reason: str | None = None, *,
                 metrics: dict[str, float] | None = None, tags: dict[str, object] | None = None) -> None:
         """Record the outcome (with the run's last metrics and tags, in one write) and close the run."""
@@ -368,7 +402,7 @@ def _record(run) -> RunRecord:
 
 def _quiet_mlflow_logs() -> None:
     # A new SQLite store runs ~40 schema migrations, each logged at INFO by alembic.
-    for name in ("alembic", "mlflow.tracking"):
+    for name in ("alembic", "mlflow.tracking", "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # MLflow logs each database error with its traceback (and each retry) before raising it; the
     # harness says what failed in one sentence (StoreFault, UserError) instead.

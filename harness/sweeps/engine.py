@@ -243,7 +243,8 @@ def _take(store: Store, experiment_id: str, spec: SweepSpec, cell: Cell, records
             if old.status == "RUNNING":  # we hold the claim, so its process is dead (on any host)
                 store.end_run(old.run_id, Outcome.INTERRUPTED, "its process stopped without closing this run")
             store.delete_run(old.run_id)
-        result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress)
+        result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress,
+                          system_metrics=spec.system_metrics_on())
     except BaseException:
         with contextlib.suppress(StoreFault):  # else its holder's death frees it for the next invocation
             claims.drop(namespace, cell.cell_id)  # free for the next invocation at once
@@ -260,6 +261,8 @@ def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scal
     args = ["sweep", str(spec.path), "--scale", scale, "--storage", db_url, "--tracking-uri", store.uri]
     for key, value in overrides.items():
         args += ["--set", f"{key}={json.dumps(value) if isinstance(value, list) else value}"]
+    if spec.system_metrics is not None:  # the command line's choice, which the file the workers read lacks
+        args.append("--system-metrics" if spec.system_metrics else "--no-system-metrics")
     threads = overrides.get("threads") or 1
     roles = [WorkerRole(i, token, parent, closes_parent=launcher.detach) for i in range(workers)]
     if launcher.detach:  # this process leaves: no host's process owns the parent run any more

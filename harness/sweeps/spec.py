@@ -40,6 +40,14 @@ class SweepSpec(SpecFile):
     checks: list[Annotated[dict[str, Any], AfterValidator(_well_formed_check)]] = []
     # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
     scale_grids: dict[str, dict[str, list]] = {}
+    # MLflow's system metrics (CPU, memory, GPU use) sampled in every cell; unset: on where a CUDA
+    # GPU is present. `harness sweep --system-metrics / --no-system-metrics` overrides it.
+    system_metrics: bool | None = None
+
+    def system_metrics_on(self) -> bool:
+        from harness.cells import system_metrics_default
+
+        return system_metrics_default() if self.system_metrics is None else self.system_metrics
 
     @field_validator("grid")
     @classmethod
