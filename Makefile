@@ -141,7 +141,7 @@ list: ## experiments, sweeps, models, datasets and config fields
 gpu-check: ## first run on a GPU machine: GPU tests + every GPU sweep at smoke scale, one line each (< 8 min)
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
-bench-overhead: ## harness vs bare training, and harness loop vs the notebook's DataLoader loop
+bench-overhead: ## harness vs bare training, harness loop vs the notebook's DataLoader loop, system metrics on vs off
 	$(BIN)/python benchmarks/overhead.py $(ARGS)
 
 bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute and the ratio
