@@ -114,3 +114,25 @@ def test_a_bad_value_inside_a_grid_list_stops_the_sweep_before_any_run(value, wo
     store = Store(uri)
     experiment_id = store.find_experiment("sparsity")
     assert experiment_id is None or store.runs(experiment_id) == []  # no parent run, no failed cell
+
+
+def test_ui_on_a_port_in_use_is_one_sentence(uri, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        assert_one_sentence_exit_2(["ui", "--port", str(port), "--tracking-uri", uri],
+                                   [f"port {port}", "already in use", "PORT="], capsys)
+
+
+def test_ui_banner_names_each_runs_table_with_the_model_training_view(store, sweep_file):
+    from harness.cli.ui_server import _banner
+    from harness.sweeps import spec as sweepspec
+    from harness.sweeps.engine import run_sweep
+
+    run_sweep(sweepspec.load(str(sweep_file("bannered", {"sparsity": [0.0]}))), store, show_progress=False)
+    experiment_id = store.find_experiment("bannered")
+    text = _banner(store, "http://127.0.0.1:5999")
+    line = next(line for line in text.splitlines() if line.split()[:1] == ["bannered"])
+    assert line.split()[1] == f"http://127.0.0.1:5999/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
