@@ -80,8 +80,8 @@ def _imagefolder(data_dir: str, seed: int, grey28: bool = False) -> Dataset:
         from harness.suggest import shown_path
 
         raise UserError(
-            f"dataset '{name}' needs class folders train/ and test/ under data_dir {shown_path(root)} "
-            f"('{missing[0]}' is missing there); set data_dir to such a folder."
+            f"dataset '{name}' needs class folders under '{root}/train' and '{root}/test' "
+            f"('{root}/{missing[0]}' is missing); set data_dir to such a folder (data_dir: {shown_path(root)})."
         )
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     if len(classes) < 2:
