@@ -242,22 +242,30 @@ def test_the_url_harness_ui_prints_opens_the_runs_table_in_a_fresh_profile(ui):
     from selenium.webdriver.common.by import By
 
     assert ui.printed_url.endswith(f"#/experiments/{ui.experiment_id}/runs?workflowType=machine_learning")
-    fresh = _start_browser()
-    try:
-        fresh.get(ui.printed_url)
-        _wait_for_text(fresh, ui.parent.name)  # the sweep's parent run is a row of the table
-        deadline = time.time() + 30
-        while time.time() < deadline and not fresh.find_elements(By.XPATH, "//input[@name='runs-view-mode']"):
-            time.sleep(0.5)
-        assert fresh.find_elements(By.XPATH, "//input[@name='runs-view-mode' and @value='CHART']"), \
-            "no table/chart switch: the page is not the model-training runs table"
-        body = fresh.execute_script("return document.body.innerText")
-        assert "Detect Issues" not in body and "/runs" in fresh.current_url
-        # The sweep ran twice; the second invocation reused both cells and made no parent of its own.
-        parents = ui.store.sweep_runs(ui.experiment_id, SWEEP, parents=True)
-        assert [p.run_id for p in parents] == [ui.parent.run_id] or os.environ.get("HARNESS_UI_STORE")
-    finally:
-        fresh.quit()
+
+    def side_nav(url: str) -> str:  # what a fresh profile shows at url, once the page has settled
+        fresh = _start_browser()
+        try:
+            fresh.get(url)
+            body = _wait_for_text(fresh, "sparsity", "Experiments")
+            deadline = time.time() + 30
+            while time.time() < deadline and not any(w in body for w in ("Model registry", "Observability")):
+                time.sleep(0.5)
+                body = fresh.execute_script("return document.body.innerText")
+            if "Model registry" in body:
+                _wait_for_text(fresh, ui.parent.name)  # the sweep's parent run is a row of the table
+                assert fresh.find_elements(By.XPATH, "//input[@name='runs-view-mode' and @value='CHART']")
+            return body
+        finally:
+            fresh.quit()
+
+    # The control: without the parameter the same experiment opens on MLflow's GenAI view.
+    assert "Observability" in side_nav(f"{ui.base}/#/experiments/{ui.experiment_id}")
+    body = side_nav(ui.printed_url)
+    assert "Model registry" in body and "Observability" not in body and "Detect Issues" not in body
+    # The sweep ran twice; the second invocation reused both cells and made no parent of its own.
+    parents = ui.store.sweep_runs(ui.experiment_id, SWEEP, parents=True)
+    assert [p.run_id for p in parents] == [ui.parent.run_id] or os.environ.get("HARNESS_UI_STORE")
 
 
 def test_the_experiments_overview_shows_the_table_beside_the_published_figures(browser, ui):

@@ -3,6 +3,9 @@ experiment's runs table (the links open the model-training view, harness/ui_link
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,29 +19,39 @@ from harness.store import Store, redact
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 180  # MLflow's first start on a new store migrates its schema
 SHOWN_EXPERIMENTS = 10
+STOP_GRACE_S = 15
 
 
 def serve(store: Store, port: int) -> int:
     """Run the server until Ctrl-C or SIGTERM; 0 when stopped so, else the server's own exit status."""
     _check_port_free(port)
     base = f"http://{HOST}:{port}"
+    # Its own process group: MLflow's server is a tree (uvicorn workers, a job runner), stopped as one.
     server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store.uri,
-                               "--host", HOST, "--port", str(port)])
+                               "--host", HOST, "--port", str(port)], start_new_session=True)
     with sigterm_as_interrupt():
         try:
             _wait_until_answering(server, base, port)
             print(_banner(store, base), flush=True)
             return server.wait()
         except KeyboardInterrupt:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            _stop(server)
             return 0
         except BaseException:
-            server.kill()
+            _stop(server, grace_s=0)
             raise
+
+
+def _stop(server: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the server's whole tree, SIGKILL after the grace period."""
+    for signal_number, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal_number)
+        try:
+            server.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _check_port_free(port: int) -> None:
