@@ -49,3 +49,23 @@ def test_the_digest_changes_with_the_data_and_only_with_them(tmp_path):
     assert describe(cfg).digest != first.digest and describe(cfg).train_samples == 5
     synthetic = make_config({"dataset": "synthetic", "model": "tiny_cnn", "train_limit": 64, "test_limit": 32})
     assert describe(synthetic).digest != describe(make_config({**synthetic.model_dump(), "seed": 1})).digest
+
+
+def test_workers_get_the_command_lines_system_metrics_choice(store, sweep_file):
+    """The workers read the sweep file again; a --system-metrics given on the command line goes with them."""
+    class Recording:
+        detach = False
+        commands: list = []
+
+        def cores_per_worker(self, workers):
+            return 1
+
+        def run(self, commands, envs, progress=None):
+            self.commands.extend(commands)
+            return [0] * len(commands)
+
+    spec = sweepspec.load(str(sweep_file("forwarded", {"sparsity": [0.0]})))
+    spec.system_metrics = True
+    launcher = Recording()
+    run_sweep(spec, store, workers=2, launcher=launcher, show_progress=False)
+    assert launcher.commands and all("--system-metrics" in c for c in launcher.commands)
