@@ -115,8 +115,8 @@ report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two
 bench-ddp: ## N ranks x t threads against 1 rank x N*t threads on the same cores (ratios)
 	$(BIN)/python benchmarks/ddp_vs_threads.py $(ARGS)
 
-ui: ## MLflow UI on http://127.0.0.1:5000 over the same store
-	$(HARNESS) ui $(STORE)
+ui: ## MLflow UI on http://127.0.0.1:5000 (PORT= to change) over the same store; prints each runs table
+	$(HARNESS) ui $(if $(PORT),--port $(PORT)) $(STORE)
 
 dashboard: ## optuna-dashboard on http://127.0.0.1:8080 over the study storage (STORAGE=, PORT= to change)
 	$(HARNESS) dashboard $(if $(STORAGE),--storage $(STORAGE)) $(if $(PORT),--port $(PORT)) $(STORE)
@@ -130,7 +130,7 @@ list: ## experiments, sweeps, models, datasets and config fields
 gpu-check: ## first run on a GPU machine: GPU tests + every GPU sweep at smoke scale, one line each (< 8 min)
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
-bench-overhead: ## harness vs bare training, and harness loop vs the notebook's DataLoader loop
+bench-overhead: ## harness vs bare training, harness loop vs the notebook's DataLoader loop, system metrics on vs off
 	$(BIN)/python benchmarks/overhead.py $(ARGS)
 
 bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute and the ratio

@@ -9,6 +9,10 @@
    image into a tensor with ToTensor(), as torchvision's CIFAR10 does) against the harness's
    in-memory loop, same model, threads and batch, one epoch each, alternated.
    Goal: notebook / harness >= 1.0.
+3. System metrics: the same one-cell sweep with MLflow's system-metrics sampler on and off
+   (`harness sweep --system-metrics`), alternated: the cell's own train_time_s (inside the clock:
+   does the sampling thread slow training?) and the invocation's wall seconds.
+   Goal: on / off <= 1.02 for train_time_s.
 
     make bench-overhead [ARGS="--rounds 5 --train 4096 --epochs 2"]
 """
@@ -25,6 +29,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from harness.cells import SYSTEM_METRICS_INTERVAL_S
 from harness.config import make_config
 from harness.data import batches, load_splits
 from harness.models import build_model
@@ -61,10 +66,31 @@ def bare_run(cfg, data) -> float:
 def harness_run(spec: SweepSpec, store: Store, repeat: int) -> float:
     """A new cell each round through its repeat index: same seed, so the same (cached) data and
     initial weights as the bare run; a new seed would also regenerate the synthetic data."""
+    return timed_cell(spec, store, repeat)[0]
+
+
+def timed_cell(spec: SweepSpec, store: Store, repeat: int) -> tuple[float, float]:
+    """(wall seconds of the invocation, the cell's own train_time_s)."""
     start = time.perf_counter()
     result = run_sweep(spec, store, overrides={"repeat": repeat}, show_progress=False)
     assert result.results[0].outcome == "ok", result.results[0].reason
-    return time.perf_counter() - start
+    return time.perf_counter() - start, result.results[0].metrics["train_time_s"]
+
+
+def system_metrics_arm(spec: SweepSpec, store: Store, rounds: int) -> None:
+    """The cell with MLflow's system metrics sampled and without, alternated (distinct repeat
+    indices: the sampler is not part of a cell's identity, so the same cell would be reused)."""
+    on_spec, off_spec = spec.model_copy(update={"system_metrics": True}), spec.model_copy(update={"system_metrics": False})
+    on, off = [], []
+    for r in range(rounds):
+        pair = [(off, lambda: timed_cell(off_spec, store, 20_000 + r)), (on, lambda: timed_cell(on_spec, store, 30_000 + r))]
+        for into, fn in (pair if r % 2 == 0 else pair[::-1]):
+            into.append(fn())
+    _print("cell train_time_s, system metrics off", [t for _, t in off])
+    _print("cell train_time_s, system metrics on", [t for _, t in on])
+    _print("system metrics ratio on/off (train_time_s)", [a[1] / b[1] for a, b in zip(on, off)], goal="goal <= 1.02")
+    _print("system metrics ratio on/off (wall)", [a[0] / b[0] for a, b in zip(on, off)],
+           goal=f"sampled every {SYSTEM_METRICS_INTERVAL_S:g} s")
 
 
 class NotebookCIFAR(torch.utils.data.Dataset):
@@ -116,6 +142,7 @@ def main() -> None:
             pair = [("bare", lambda: bare_run(cfg, data)), ("harness", lambda: harness_run(spec, store, repeat=r))]
             for name, fn in (pair if r % 2 == 0 else pair[::-1]):
                 (bare if name == "bare" else wrapped).append(fn())
+        system_metrics_arm(spec, store, args.rounds)
     ratios = [w / b for w, b in zip(wrapped, bare)]
     _print("bare run (s)", bare)
     _print("through the harness (s)", wrapped)

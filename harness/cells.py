@@ -19,6 +19,16 @@ from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
 
 EpochHook = Callable[[int, dict[str, float]], None]
+# How often MLflow samples system metrics in a cell that asks for them (MLflow's default, 10 s,
+# would give a smoke cell no sample at all: its sampler logs only after a full interval).
+SYSTEM_METRICS_INTERVAL_S = 2.0
+
+
+def system_metrics_default() -> bool:
+    """On where a CUDA GPU is present (whether it was busy is then the question), off elsewhere."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @dataclass
@@ -57,10 +67,11 @@ class CellResult:
 
 def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, str],
              parent_id: str | None = None, show_epochs: bool = True,
-             epoch_hook: EpochHook | None = None) -> CellResult:
+             epoch_hook: EpochHook | None = None, system_metrics: bool = False) -> CellResult:
     """Run one cell in its own MLflow run; every outcome is recorded, and Ctrl-C/SIGTERM mark the
     run interrupted before propagating. `epoch_hook(epoch, metrics)` runs after each epoch is logged
-    (a study's pruner); raising CellPruned there ends the cell as pruned."""
+    (a study's pruner); raising CellPruned there ends the cell as pruned. `system_metrics`: MLflow
+    samples the machine's CPU, memory and GPU use into the run while it trains."""
     import experiments
 
     tags = {**tags, CELL_ID: cell.cell_id}
@@ -73,7 +84,7 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
             store.log_params(run_id, cell.values)
             store.end_run(run_id, Outcome.FAILED, cell.error)
             return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
-        return _run(store, run_id, cell, experiment, show_epochs, epoch_hook)
+        return _run(store, run_id, cell, experiment, show_epochs, epoch_hook, system_metrics)
     except (KeyboardInterrupt, SystemExit):
         store.close_after_fault(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running")
         raise
@@ -83,7 +94,7 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
 
 
 def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
-         epoch_hook: EpochHook | None) -> CellResult:
+         epoch_hook: EpochHook | None, system_metrics: bool = False) -> CellResult:
     import torch
     from tqdm import tqdm
 
@@ -104,9 +115,14 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
         store.log_params(run_id, params_to_log(cfg, experiment))
         store.log_dict(run_id, cfg.model_dump(), "config.json")
         _check_threads(cfg)
+        if experiment.needs_dataset:
+            from harness.dataset_record import describe
+
+            store.log_dataset(run_id, describe(cfg))
         reset_peak_rss()
         load = LoadWatch()
-        metrics = dict(experiment.run(cfg, on_epoch))
+        with store.system_metrics(run_id, system_metrics, SYSTEM_METRICS_INTERVAL_S):
+            metrics = dict(experiment.run(cfg, on_epoch))
         metrics.update(load.finish())   # other work on the machine while this cell ran (contended = 1)
         # A text value (a warning the experiment captured, a dtype) is a tag, not a metric.
         notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import UserError
+from harness.suggest import did_you_mean
 
 
 class RunConfig(BaseModel):
@@ -307,7 +308,8 @@ def describe_validation_error(err: ValidationError) -> str:
     for item in err.errors():
         field = ".".join(str(p) for p in item["loc"]) or "config"
         if item["type"] == "extra_forbidden":
-            sentences.append(f"unknown config key '{field}'; known keys: {', '.join(FIELD_NAMES)}.")
+            sentences.append(f"unknown config key '{field}'; {did_you_mean(field, FIELD_NAMES)}"
+                             f"known keys: {', '.join(FIELD_NAMES)}.")
             continue
         message = item["msg"].removeprefix("Value error, ")
         if not item["loc"]:  # a rule across fields (model_validator): its message names the fields
@@ -334,7 +336,8 @@ def make_config(values: dict[str, Any]) -> RunConfig:
 def check_keys(keys) -> None:
     unknown = [k for k in keys if k not in FIELD_NAMES]
     if unknown:
-        raise UserError(f"unknown config key '{unknown[0]}'; known keys: {', '.join(FIELD_NAMES)}.")
+        raise UserError(f"unknown config key '{unknown[0]}'; {did_you_mean(unknown[0], FIELD_NAMES)}"
+                        f"known keys: {', '.join(FIELD_NAMES)}.")
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

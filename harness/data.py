@@ -77,9 +77,11 @@ def _imagefolder(data_dir: str, seed: int, grey28: bool = False) -> Dataset:
     missing = [d for d in ("train", "test") if not (root / d).is_dir()]
     if missing:
         name = "imagefolder_grey28" if grey28 else "imagefolder"
+        from harness.suggest import shown_path
+
         raise UserError(
             f"dataset '{name}' needs class folders under '{root}/train' and '{root}/test' "
-            f"('{root}/{missing[0]}' is missing); set data_dir to such a folder."
+            f"('{root}/{missing[0]}' is missing); set data_dir to such a folder (data_dir: {shown_path(root)})."
         )
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     if len(classes) < 2:

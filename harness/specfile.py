@@ -14,6 +14,7 @@ from harness.config import is_finite
 from harness.errors import UserError
 from harness.fingerprint import REPO_ROOT
 from harness.store.paths import is_safe_name
+from harness.suggest import did_you_mean, shown_path
 
 SWEEPS_DIR = REPO_ROOT / "sweeps"
 SCALES = ("smoke", "quick", "full")   # every file has these; a file may add its own (amp's `cpu`)
@@ -131,5 +132,9 @@ def find(name_or_path: str, *, folder: Path, prefix: str, kind: str, available: 
         if candidate.is_file() and candidate.stem.startswith(prefix) and \
                 (prefix or not candidate.stem.startswith("study_")):
             return candidate
-    raise UserError(f"unknown {kind} '{name_or_path}'; choose one of {', '.join(available)} "
-                    f"or give the path of a {kind} .toml file.")
+    if path.suffix == ".toml" or len(path.parts) > 1:  # meant as a path: say where it was looked for
+        raise UserError(f"no {kind} file at {shown_path(path)}; give the path of a {kind} .toml file "
+                        f"or one of {', '.join(available)}.")
+    short = [a.removeprefix(prefix) for a in available]
+    raise UserError(f"unknown {kind} '{name_or_path}'; {did_you_mean(name_or_path.removeprefix(prefix), short)}"
+                    f"choose one of {', '.join(available)} or give the path of a {kind} .toml file.")

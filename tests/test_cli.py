@@ -38,6 +38,11 @@ def uri(tmp_path_factory):
     (["sweep", "sparsity", "--scale", "enormous"], ["unknown scale 'enormous'", "smoke"]),
     (["report", "sparsity"], ["has not been run", "make sweep-sparsity"]),
     (["frobnicate"], ["invalid choice", "--help"]),
+    (["sweep", "sparsty"], ["unknown sweep 'sparsty'", "did you mean 'sparsity'?"]),
+    (["study", "lr_bach"], ["unknown study 'lr_bach'", "did you mean 'lr_batch'?"]),
+    (["run", "pruning", "--set", "sparsty=0.5"], ["unknown config key 'sparsty'", "did you mean 'sparsity'?"]),
+    (["sweep", "../no/such.toml"], ["../no/such.toml (= /", "no/such.toml)"]),
+    (["run", "pruning", "--set", "dataset=imagefolder", "--set", "data_dir=../no/such"], ["../no/such (= /"]),
 ])
 def test_user_mistakes_end_in_one_sentence_and_exit_2(args, words, uri, capsys):
     assert_one_sentence_exit_2([*args, "--tracking-uri", uri], words, capsys)
@@ -94,3 +99,40 @@ def test_list_shows_every_experiment_with_the_title_from_its_descriptor(capsys):
     out = capsys.readouterr().out
     for name in experiments.names():
         assert f"  {name:<16} {experiments.get(name).title}\n" in out
+
+
+@pytest.mark.parametrize("value, words", [
+    ("sparsity=0.5,0.6", ["--set sparsity=0.5,0.6 is not one value", "--set sparsity=[0.5,0.6]"]),
+    ("sparsity=[0.5,1.5]", ["cell 'sparsity=1.5'", "[0, 1)"]),
+])
+def test_a_bad_value_inside_a_grid_list_stops_the_sweep_before_any_run(value, words, tmp_path, capsys):
+    from harness.store.tracking import Store
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert_one_sentence_exit_2(["sweep", "sparsity", "--scale", "smoke", "--set", value, "--tracking-uri", uri],
+                               words, capsys)
+    store = Store(uri)
+    experiment_id = store.find_experiment("sparsity")
+    assert experiment_id is None or store.runs(experiment_id) == []  # no parent run, no failed cell
+
+
+def test_ui_on_a_port_in_use_is_one_sentence(uri, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        assert_one_sentence_exit_2(["ui", "--port", str(port), "--tracking-uri", uri],
+                                   [f"port {port}", "already in use", "PORT="], capsys)
+
+
+def test_ui_banner_names_each_runs_table_with_the_model_training_view(store, sweep_file):
+    from harness.cli.ui_server import _banner
+    from harness.sweeps import spec as sweepspec
+    from harness.sweeps.engine import run_sweep
+
+    run_sweep(sweepspec.load(str(sweep_file("bannered", {"sparsity": [0.0]}))), store, show_progress=False)
+    experiment_id = store.find_experiment("bannered")
+    text = _banner(store, "http://127.0.0.1:5999")
+    line = next(line for line in text.splitlines() if line.split()[:1] == ["bannered"])
+    assert line.split()[1] == f"http://127.0.0.1:5999/#/experiments/{experiment_id}/runs?workflowType=machine_learning"

@@ -124,3 +124,22 @@ def test_cells_without_a_result_are_listed_once_grouped_by_reason():
     lines = render.problems_markdown(["a=1: skipped: needs 16 cores", "a=2: skipped: needs 16 cores",
                                       "a=3: failed: boom"])
     assert lines == ["- skipped: needs 16 cores (2 cells: a=1; a=2)", "- failed: boom (1 cell: a=3)"]
+
+
+def test_the_report_and_its_ui_links_point_at_the_parent_holding_the_cells(store, sweep_file):
+    """A store from before reused invocations made no parent run has an empty, newer parent of the
+    same name: the report's files and the description's plot link go to the one with the cells."""
+    from harness.report import overview
+    from harness.store import Outcome
+    from harness.store.tracking import KIND, SCALE, SWEEP
+
+    spec = sweepspec.load(str(sweep_file("rep_holder", {"sparsity": [0.0, 0.5]})))
+    first = run_sweep(spec, store, show_progress=False)
+    experiment_id = store.find_experiment("rep_holder")
+    empty = store.start_run(experiment_id, "rep_holder (full)", {SWEEP: "rep_holder", SCALE: "full", KIND: "sweep"})
+    store.end_run(empty, Outcome.OK)
+    assert report.build(store, spec).parent_run_id == first.parent_run_id
+    overview.refresh(store, spec)
+    text = store.experiment_description(experiment_id)
+    assert f"/runs/{first.parent_run_id}/artifacts/report/rep_holder.png?workflowType=machine_learning" in text
+    assert empty not in text

@@ -32,6 +32,10 @@ def test_trials_are_child_runs_named_like_grid_cells_and_a_rerun_continues(study
     assert [t.state for t in study.trials] == [TrialState.COMPLETE] * 3
     children, parents = _children(store, "resume", "resume-full")
     assert len(children) == 3 and len(parents) == 1
+    # optuna-dashboard names the objective and links back to MLflow
+    assert study.metric_names == ["test_accuracy"]
+    assert study.user_attrs["mlflow_parent_run_id"] == parents[0].info.run_id
+    assert study.user_attrs["mlflow_experiment_id"] == parents[0].info.experiment_id
     for run in children:
         assert run.data.tags[PARENT] == parents[0].info.run_id
         assert run.data.tags[OUTCOME] == "ok" and run.data.tags[CELL_ID]
@@ -77,6 +81,7 @@ def test_a_pruned_trial_is_recorded_as_pruned_not_failed(study_file, tmp_path):
     run = children[0]
     history = mlflow_client(store).get_metric_history(run.info.run_id, "epoch_test_accuracy")
     assert [m.step for m in history] == [0]  # stopped after one of three epochs
+    assert run.data.tags["harness.reason"].startswith("pruned after epoch 1:")  # epochs count from 1
 
 
 def test_multi_objective_study_logs_its_pareto_front(study_file, tmp_path):

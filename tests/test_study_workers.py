@@ -70,9 +70,19 @@ def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     before = {t.number: t.params for t in _trials("killed-full", url) if t.state == TrialState.COMPLETE}
+    status = subprocess.run([*command, "--status"], capture_output=True, text=True, timeout=120)
+    assert "0 running, 1 interrupted (process gone)" in status.stdout, status.stdout  # not "1 running"
+    assert f"trial {killed} (process {proc.pid} on" in status.stdout
 
     rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
+    requeued = next(t.number for t in _trials("killed-full", url) if t.user_attrs.get(RETRY_OF) == killed)
+    assert f"trial {killed} was interrupted (its process {proc.pid} on" in rerun.stdout, rerun.stdout
+    assert f"requeued as trial {requeued}" in rerun.stdout
+    parent = next(r for r in MlflowClient(uri).search_runs(
+        [MlflowClient(uri).get_experiment_by_name("killed").experiment_id], f"tags.`{STUDY}` = 'killed-full'")
+        if PARENT not in r.data.tags)
+    assert parent.data.tags[OUTCOME] == "ok" and "harness.reason" not in parent.data.tags  # no "killed or crashed"
     trials = _trials("killed-full", url)
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]

@@ -104,3 +104,18 @@ def test_a_direction_changed_after_the_study_exists_is_refused(study_file, uri, 
     assert main(["study", str(path), "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err
     assert "was created to ['maximize']" in err and "['minimize']" in err
+
+
+@pytest.mark.parametrize("name", studyspec.available())
+def test_a_shipped_pruner_can_stop_a_smoke_trial_before_its_last_epoch(name):
+    """A pruner allowed to act only after the last epoch saves nothing: its "pruned" trial trained
+    fully and lost its result."""
+    from harness.config import make_config
+
+    spec = studyspec.load(name)
+    if spec.pruner.get("name", "none") in ("none", "threshold"):
+        pytest.skip(f"study {name} has no median/percentile pruner")
+    epochs = make_config(spec.fixed("smoke", {})).epochs
+    first_prunable_step = spec.pruner.get("n_warmup_steps", 1)  # steps are 0-based epochs
+    assert first_prunable_step < epochs - 1, f"{name} at smoke: {epochs} epochs, warm-up {first_prunable_step} steps"
+    assert spec.pruner.get("n_startup_trials", 3) < spec.trials_at("smoke")

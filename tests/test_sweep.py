@@ -53,19 +53,21 @@ def test_running_again_reuses_finished_cells_and_records_nothing_twice(store, sw
     assert [r.outcome for r in second.results] == ["reused", "reused"]
     assert [r.run_id for r in second.results] == [r.run_id for r in first.results]
     assert len(_cells(store, "again")) == 2
+    # Nothing ran, so no new parent run: the result names the one that holds the cells.
+    parents = store.sweep_runs(store.find_experiment("again"), "again", parents=True)
+    assert [p.run_id for p in parents] == [first.parent_run_id] == [second.parent_run_id]
     # An extra axis value runs only the new cell.
     third = run_sweep(spec, store, overrides={"sparsity": [0.0, 0.3, 0.6]}, show_progress=False)
     assert [r.outcome for r in third.results] == ["reused", "reused", "ok"]
     assert len(_cells(store, "again")) == 3
 
 
-def test_a_bad_cell_is_recorded_with_its_reason_and_the_sweep_goes_on(store, sweep_file):
+def test_a_bad_value_in_the_grid_stops_the_sweep_before_any_run(store, sweep_file):
+    # A cell recorded as failed for a value no run could take would sit in every later report.
     spec = sweepspec.load(str(sweep_file("badcell", {"sparsity": [0.0, 1.5, 0.5]})))
-    result = run_sweep(spec, store, show_progress=False)
-    assert [r.outcome for r in result.results] == ["ok", "failed", "ok"]
-    failed = [r for r in _cells(store, "badcell") if r.tags[OUTCOME] == "failed"]
-    assert len(failed) == 1 and "[0, 1)" in failed[0].tags[REASON]
-    assert failed[0].status == "FAILED"
+    with pytest.raises(UserError, match=r"cell 'sparsity=1\.5'.*\[0, 1\)"):
+        run_sweep(spec, store, show_progress=False)
+    assert store.find_experiment("badcell") is None  # nothing created: no parent, no cell
 
 
 def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep_file, monkeypatch):

@@ -21,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ class UI:
     store: Store
     parent: RunRecord         # the sweep invocation whose cells the tests look at
     cells: list[RunRecord]    # its finished cells, in grid order
+    printed_url: str = ""     # the sweep's runs-table address as `harness ui` printed it
 
 
 def _free_port() -> int:
@@ -58,6 +60,13 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def browser():
+    driver = _start_browser()
+    yield driver
+    driver.quit()
+
+
+def _start_browser():
+    """A headless Chromium with a profile of its own (chromedriver makes a fresh one per session)."""
     missing = [n for n, p in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not p]
     try:
         from selenium import webdriver
@@ -77,8 +86,7 @@ def browser():
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
+    return driver
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +97,9 @@ def ui(tmp_path_factory):
     uri = os.environ.get("HARNESS_UI_STORE")
     if not uri:
         uri = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'mlflow.db'}"
-        assert main(["sweep", SWEEP, "--scale", "smoke", "--set", "sparsity=[0.0,0.5]", "--tracking-uri", uri,
-                     "--no-progress"]) == 0
+        for _ in range(2):  # the second invocation reuses every cell, as a user rerunning it would
+            assert main(["sweep", SWEEP, "--scale", "smoke", "--set", "sparsity=[0.0,0.5]", "--tracking-uri", uri,
+                         "--no-progress"]) == 0
     store = Store(uri)
     experiment_id = store.find_experiment(SWEEP)
     ok = [r for r in store.sweep_runs(experiment_id, SWEEP) if r.finished_ok]
@@ -99,19 +108,21 @@ def ui(tmp_path_factory):
     assert len(cells) >= 2, "the UI tests need a sweep invocation with two finished cells"
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "harness", "ui", "--port", str(port), "--tracking-uri", uri],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+    printed: list[str] = []  # `harness ui` prints the runs tables once the server answers
+    threading.Thread(target=lambda: printed.extend(server.stdout), daemon=True).start()
     deadline = time.time() + 180
-    while time.time() < deadline:
-        try:
-            if requests.get(f"{base}/health", timeout=2).ok:
-                break
-        except requests.RequestException:
-            time.sleep(1)
-    else:
+    while time.time() < deadline and not any("workflowType" in line for line in printed):
+        if server.poll() is not None:
+            pytest.fail(f"harness ui exited with {server.returncode}: {printed}")
+        time.sleep(0.5)
+    url = next((line.split()[-1] for line in printed if line.split()[:1] == [SWEEP]), "")
+    if not url:
         server.kill()
-        pytest.fail("harness ui did not answer /health within 180 s")
-    yield UI(base, experiment_id, store, parent, cells)
+        pytest.fail(f"harness ui printed no runs table of {SWEEP} within 180 s: {printed}")
+    assert requests.get(f"{base}/health", timeout=5).ok  # printed only once the server answers
+    yield UI(base, experiment_id, store, parent, cells, url)
     os.killpg(server.pid, 15)
     server.wait(timeout=30)
 
@@ -163,7 +174,7 @@ def _click(driver, xpath: str) -> None:
 
 
 def _open_experiment(driver, ui: UI) -> None:
-    driver.get(f"{ui.base}/#/experiments/{ui.experiment_id}/runs")
+    driver.get(ui.printed_url)
     _wait_for_text(driver, ui.parent.name)
     _close_the_assistant(driver)
 
@@ -225,6 +236,38 @@ def _percent(fraction: float) -> str:
 
 
 # --- the walkthrough --------------------------------------------------------------------------------
+def test_the_url_harness_ui_prints_opens_the_runs_table_in_a_fresh_profile(ui):
+    """MLflow 3 opens an experiment on its GenAI traces overview in a browser that never chose the
+    model-training view; the printed link (workflowType=machine_learning) opens the runs table."""
+    from selenium.webdriver.common.by import By
+
+    assert ui.printed_url.endswith(f"#/experiments/{ui.experiment_id}/runs?workflowType=machine_learning")
+
+    def side_nav(url: str) -> str:  # what a fresh profile shows at url, once the page has settled
+        fresh = _start_browser()
+        try:
+            fresh.get(url)
+            body = _wait_for_text(fresh, "sparsity", "Experiments")
+            deadline = time.time() + 30
+            while time.time() < deadline and not any(w in body for w in ("Model registry", "Observability")):
+                time.sleep(0.5)
+                body = fresh.execute_script("return document.body.innerText")
+            if "Model registry" in body:
+                _wait_for_text(fresh, ui.parent.name)  # the sweep's parent run is a row of the table
+                assert fresh.find_elements(By.XPATH, "//input[@name='runs-view-mode' and @value='CHART']")
+            return body
+        finally:
+            fresh.quit()
+
+    # The control: without the parameter the same experiment opens on MLflow's GenAI view.
+    assert "Observability" in side_nav(f"{ui.base}/#/experiments/{ui.experiment_id}")
+    body = side_nav(ui.printed_url)
+    assert "Model registry" in body and "Observability" not in body and "Detect Issues" not in body
+    # The sweep ran twice; the second invocation reused both cells and made no parent of its own.
+    parents = ui.store.sweep_runs(ui.experiment_id, SWEEP, parents=True)
+    assert [p.run_id for p in parents] == [ui.parent.run_id] or os.environ.get("HARNESS_UI_STORE")
+
+
 def test_the_experiments_overview_shows_the_table_beside_the_published_figures(browser, ui):
     _open_experiment(browser, ui)
     _click(browser, EXPAND_DESCRIPTION)
@@ -247,7 +290,7 @@ def test_the_experiments_overview_shows_the_table_beside_the_published_figures(b
         const link = [...document.querySelectorAll('a')].find(a => a.href.includes('/artifacts/report/'));
         return [img && img.complete && img.naturalWidth, link && link.href];""")
     assert plot[0] and plot[0] > 300, "the plot in the overview did not load"
-    assert plot[1].endswith(f"/runs/{ui.parent.run_id}/artifacts/report/{SWEEP}.png")
+    assert plot[1].endswith(f"/runs/{ui.parent.run_id}/artifacts/report/{SWEEP}.png?workflowType=machine_learning")
     _screenshot(browser, "mlflow-overview.png")
     _click(browser, FOLD_DESCRIPTION)  # folded again (the UI remembers), so the runs show below it
 

@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="then add rounds, in this process, for the grid points of INCONCLUSIVE timing checks only")
     p.add_argument("--max-repeats", type=int, default=None,
                    help="with --until-decided: stop when those points have this many repeats (default 10)")
+    p.add_argument("--system-metrics", action=argparse.BooleanOptionalAction, default=None,
+                   help="MLflow's system metrics (CPU, memory, GPU use, sampled every 2 s) in every cell "
+                        "(default: the sweep file's system_metrics, else on where a CUDA GPU is present)")
     _add_worker_args(p)
 
     p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")

@@ -104,6 +104,8 @@ def cmd_sweep(args) -> int:
     from harness.sweeps.engine import run_sweep
 
     spec = sweepspec.load(args.sweep)
+    if args.system_metrics is not None:
+        spec.system_metrics = args.system_metrics
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
     if role is None:
         _size_of_job(spec, args)
@@ -118,7 +120,7 @@ def cmd_sweep(args) -> int:
               "summary once they are done (every cell reused)")
         return 0
     if role is None:
-        print(sweep_summary(result, spec.report.get("metrics")))
+        print(sweep_summary(result, spec.report.get("metrics"), spec.report.get("notes", [])))
         if args.until_decided and not result.detached:
             _until_decided(spec, store, args, max_repeats)   # the exit status stays the sweep's own
         try:  # the experiment's description and the cells' speed-ups; the sweep itself is done
@@ -275,15 +277,14 @@ def cmd_list(args) -> int:
 
 
 def cmd_ui(args) -> int:
-    from harness.store import redact
+    from harness.cli.ui_server import serve
 
-    store = _store(args)  # validates the URI and creates the SQLite file if needed
-    # The store's URI goes through the environment (MLflow's server reads MLFLOW_BACKEND_STORE_URI),
-    # not the command line, which every user of the machine sees in `ps`.
-    command = [sys.executable, "-m", "mlflow", "ui", "--host", "127.0.0.1", "--port", str(args.port)]
-    print(f"MLflow UI on http://127.0.0.1:{args.port} over {redact(store.uri)} (Ctrl-C stops it)", flush=True)
-    os.execve(sys.executable, command, {**os.environ, "MLFLOW_BACKEND_STORE_URI": store.uri})
-    return 0
+    code = serve(_store(args), args.port)  # the store is validated (and a new SQLite file made) first
+    # Leave at once: the interpreter's own teardown of MLflow's imports took tens of seconds on a
+    # loaded machine after the server had stopped (the old exec of `mlflow ui` had none).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cmd_peak(args) -> int:

@@ -1,31 +1,31 @@
-"""What a sweep prints when it ends: one line per cell with its first metrics, then the counts."""
+"""What a sweep prints when it ends: one line per cell with its first metrics, rounded as the report
+rounds them and with the report's notes (a contended cell, a row the sweep file annotates), then
+the counts."""
 
 from __future__ import annotations
 
+from harness.report.tables import cell_note, format_value
+from harness.store import RunRecord
 from harness.sweeps.engine import SweepResult
 
 
-def sweep_summary(result: SweepResult, metrics: list[str] | None = None) -> str:
+def sweep_summary(result: SweepResult, metrics: list[str] | None = None, notes: list[dict] | None = None) -> str:
     """One line per cell with the first three metrics of the sweep's report (default: time,
-    accuracy, parameters), then the counts."""
+    accuracy, parameters), then the counts. `notes`: the sweep file's [report] notes."""
     metrics = (metrics or ["train_time_s", "test_accuracy", "param_count"])[:3]
     widths = [max(len(m), 10) for m in metrics]
     lines = [f"{'cell':<24} {'outcome':<9} " + " ".join(f"{m:>{w}}" for m, w in zip(metrics, widths)) + "  note"]
     for r in result.results:
-        values = " ".join(_cell_value(r.metrics.get(m, float("nan")), w) for m, w in zip(metrics, widths))
-        lines.append(f"{r.cell.label:<24} {r.outcome:<9} {values}  {r.reason or ''}")
+        values = " ".join(f"{format_value(m, r.metrics.get(m, float('nan'))):>{w}}" for m, w in zip(metrics, widths))
+        lines.append(f"{r.cell.label:<24} {r.outcome:<9} {values}  {_note(r, notes or [])}".rstrip())
     lines += drift_lines(result)
     counts = ", ".join(f"{n} {o}" for o, n in result.counts().items())
+    parent = f"parent run {result.parent_run_id}" if result.parent_run_id else "no parent run"
+    ran = "nothing to run: every cell was finished before" if result.results and \
+        result.count("reused") == len(result.results) else f"in {result.seconds:.0f} s"
     lines.append(f"sweep {result.name} ({result.scale}): {len(result.results)} cells: {counts}, "
-                 f"in {result.seconds:.0f} s; parent run {result.parent_run_id}; "
-                 f"report: harness report {result.name}")
+                 f"{ran}; {parent}; report: harness report {result.name}")
     return "\n".join(lines)
-
-
-def _cell_value(value: float, width: int) -> str:
-    if value == value and float(value).is_integer() and abs(value) >= 1e5:  # counts: every digit
-        return f"{value:>{width}.0f}"
-    return f"{value:>{width}.6g}"
 
 
 def drift_lines(result: SweepResult) -> list[str]:
@@ -39,3 +39,10 @@ def drift_lines(result: SweepResult) -> list[str]:
             f"today's {result.speed_index:.3g}: " + ", ".join(r.cell.label for r in drifted)
             + f"; their ratios with today's cells mix two machines' speeds (`harness sweep {result.name} "
             "--remeasure-drifted` measures them again)"]
+
+
+def _note(result, notes: list[dict]) -> str:
+    """The failure or skip reason, then what the report would note beside the cell."""
+    params = {k: str(v) for k, v in (result.cell.values or {}).items()}
+    as_run = RunRecord(result.run_id or "", result.cell.label, "FINISHED", params, dict(result.metrics), {}, 0)
+    return "; ".join(p for p in (result.reason or "", cell_note(notes, as_run)) if p)

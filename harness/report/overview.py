@@ -3,7 +3,7 @@ the published figures, the verdicts, the plot), and each finished cell carries t
 derives for it (`speedup`, `efficiency`) as metrics, so the UI can chart and sort cells by them.
 
 Refreshed after each sweep invocation (`harness sweep`) and by `harness report`; the report's files
-are artifacts of the sweep's latest parent run, which the description links to.
+are artifacts of the sweep's parent run holding the newest cells, which the description links to.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from harness import ui_links
 from harness.errors import UserError
 from harness.report import tables
 from harness.store import Store
@@ -85,10 +86,10 @@ def description(experiment_id: str, reports: list[tables.Report], written: list[
     parts = []
     for report, paths in zip(reports, written):
         plot = f"report/{paths[2].name}"
-        page = f"#/experiments/{experiment_id}/runs/{report.parent_run_id}/artifacts/{plot}"
+        page = ui_links.run_artifact(experiment_id, report.parent_run_id, plot)
         image = f"get-artifact?path=report/{paths[2].stem}-overview.png&run_uuid={report.parent_run_id}"
         parts.append(report.markdown.rstrip() + "\n\n"
-                     f"Plot: [{plot}]({page}) (an artifact of the sweep's latest parent run, with the table "
+                     f"Plot: [{plot}]({page}) (an artifact of the sweep's parent run that holds these cells, with the table "
                      f"as .md and .csv)\n\n![{report.spec.title}]({image})\n")
     derived = [c for c in ("speedup", "efficiency") if any(c in r.table for r in reports)]
     parts.append("*Written by `harness sweep` and `harness report` from the cells in this store"

@@ -17,7 +17,7 @@ from harness.report import checks, intervals, machine
 from harness.report.intervals import iqr
 from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.paths import inside
-from harness.store.tracking import CELL_ID, NOTE_PREFIX, SCALE
+from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, SCALE
 from harness.sweeps.spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
@@ -85,7 +85,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         variants = settings_groups(spec, machine_runs)
         for variant, runs in variants.items():
             reports.append(_report(spec, scale, key, variant, runs, by_machine, variants, cells, problems,
-                                   parents[0].run_id))
+                                   _holding_parent(runs, parents)))
     return reports
 
 
@@ -124,6 +124,13 @@ def _listed(problems: list[str], label: str) -> bool:
     """Whether a cell of the grid point `label` ("a=1 b=x") already has a line in `problems`."""
     want = set(label.split())
     return any(want <= set(p.split(": ", 1)[0].split()) for p in problems)
+
+
+def _holding_parent(runs: list[RunRecord], parents: list[RunRecord]) -> str:
+    """The parent run that holds the newest of the report's cells: the report's files go there and
+    the UI's links point there, never at a later invocation that ran nothing."""
+    ids = {p.run_id for p in parents}
+    return next((r.tags[PARENT] for r in runs if r.tags.get(PARENT) in ids), parents[0].run_id)
 
 
 def _machine(run: RunRecord) -> str:
@@ -204,8 +211,7 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
         row["test_samples"] = run.metrics.get("test_samples")
         row[CELL_ID] = run.tags.get(CELL_ID)
         row.update(_mfu_texts(run))
-        row["note"] = "; ".join([n["text"] for n in notes if _matches(run, n.get("when", {}))]
-                                + _contention(run))
+        row["note"] = cell_note(notes, run)
         rows.append(row)
     cells = pd.DataFrame(rows)
     for m in [*metrics, "test_samples"]:  # a metric no cell logged is all None (object dtype): NaN for the medians
@@ -399,6 +405,11 @@ def _iqr_name(time: str) -> str:
     return "train_time_iqr_s" if time == "train_time_s" else f"{time.removesuffix('_s')}_iqr_s"
 
 
+def cell_note(notes: list[dict], run: RunRecord) -> str:
+    """The report's note for one cell: the sweep file's [report] notes that apply, then contention."""
+    return "; ".join([n["text"] for n in notes if _matches(run, n.get("when", {}))] + _contention(run))
+
+
 def _contention(run: RunRecord) -> list[str]:
     """A cell timed while other work held the machine's cores (harness/machine_load.py) says so:
     its times are not to be trusted beside the others."""
@@ -505,6 +516,13 @@ def to_markdown(report: Report, sample_run: RunRecord, conventions: bool = True)
     if report.problems:
         lines += ["", "Cells without a result:", *render.problems_markdown(report.problems)]
     return "\n".join(lines) + "\n"
+
+
+def format_value(column: str, value) -> str:
+    """A figure as the report prints it (harness/report/render.py): the terminal summary uses it too."""
+    from harness.report.render import value_text
+
+    return "—" if pd.isna(value) else value_text(column, value)
 
 
 def plot(report: Report, path: Path, width_px: int | None = None) -> Path:

@@ -265,6 +265,11 @@ class Store:
     def experiment_description(self, experiment_id: str) -> str:
         return self._client.get_experiment(experiment_id).tags.get(DESCRIPTION, "")
 
+    def experiments(self) -> list[tuple[str, str]]:
+        """(id, name) of every live experiment but MLflow's empty "Default", last updated first."""
+        found = self._client.search_experiments(order_by=["last_update_time DESC"], max_results=1000)
+        return [(e.experiment_id, e.name) for e in found if not (e.name == "Default" and e.experiment_id == "0")]
+
     def _check_artifact_location(self, location: str | None) -> None:
         if location and location.startswith("file:"):
             folder = Path(unquote(urlsplit(location).path))
@@ -282,10 +287,15 @@ class Store:
         return self._client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
 
     def reopen_run(self, run_id: str) -> None:
-        """Mark a closed run RUNNING again, owned by this process (a study's parent, resumed)."""
+        """Mark a closed run RUNNING again, owned by this process (a study's parent, resumed). The
+        outcome and reason of its last close go: "killed or crashed" must not stay beside the next ok."""
         me = this_process()
         self._client.update_run(run_id, status="RUNNING")
         self.set_tags(run_id, {PID: me.pid, PID_START: f"{me.started:.2f}", HOST: me.host})
+        tags = self._client.get_run(run_id).data.tags
+        for key in (OUTCOME, REASON):
+            if key in tags:
+                self._client.delete_tag(run_id, key)
 
     def log_params(self, run_id: str, params: dict) -> None:
         from mlflow.entities import Param
@@ -315,6 +325,40 @@ class Store:
 
     def log_artifact(self, run_id: str, local_path: Path | str, folder: str | None = None) -> None:
         self._client.log_artifact(run_id, str(local_path), folder)
+
+    def log_dataset(self, run_id: str, record) -> None:
+        """The data a run trained on as an MLflow dataset input (the UI's Dataset column): name,
+        digest, source and split sizes (`record`: harness.dataset_record.DatasetRecord)."""
+        import json
+
+        from mlflow.data.sources import CodeDatasetSource, LocalArtifactDatasetSource
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        # The entity itself (what mlflow.log_input builds from an mlflow.data dataset): our digest,
+        # not one MLflow would compute from the metadata, and the split sizes as its profile.
+        source = LocalArtifactDatasetSource(record.source) if record.source_is_path else \
+            CodeDatasetSource({"loader": record.source})
+        entity = Dataset(record.name, record.digest, source._get_source_type(), source.to_json(),
+                         profile=json.dumps(record.profile()))
+        self._client.log_inputs(run_id, [DatasetInput(entity, [InputTag(MLFLOW_DATASET_CONTEXT, "training")])])
+
+    @contextlib.contextmanager
+    def system_metrics(self, run_id: str, on: bool, interval_s: float):
+        """MLflow's own sampler of CPU, memory, disk, network and (with NVIDIA's NVML) GPU use, as
+        `system/...` metrics of the run while the block runs. MLflow's environment variable
+        MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL overrides the interval."""
+        if not on:
+            yield
+            return
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, tracking_uri=self.uri)
+        monitor.start()
+        try:
+            yield
+        finally:
+            monitor.finish()  # flushes the samples taken, before the run is closed
 
     def end_run(self, run_id: str, outcome: Outcome, reason: str | None = None, *,
                 metrics: dict[str, float] | None = None, tags: dict[str, object] | None = None) -> None:
@@ -392,7 +436,7 @@ def _record(run) -> RunRecord:
 
 def _quiet_mlflow_logs() -> None:
     # A new SQLite store runs ~40 schema migrations, each logged at INFO by alembic.
-    for name in ("alembic", "mlflow.tracking"):
+    for name in ("alembic", "mlflow.tracking", "mlflow.system_metrics"):
         logging.getLogger(name).setLevel(logging.WARNING)
     # MLflow logs each database error with its traceback (and each retry) before raising it; the
     # harness says what failed in one sentence (StoreFault, UserError) instead.

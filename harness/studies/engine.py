@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import experiments
+from harness import ui_links
 from harness.cells import Cell, preflight, run_cell
 from harness.config import make_config
 from harness.distributed.placement import worker_gpu_env
@@ -277,6 +278,8 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
         "pruner": spec.pruner or {"name": "none"}, "overrides": overrides, "storage": redact(db_url)})
     what = _what_ran(spec, name, scale, target, overrides, workers, db_url)
     store.describe_run(parent, what)
+    with _storage_faults(db_url):
+        _label_study(spec, study, store, experiment_id, parent)
     done = counts(study)
     log(f"study {name}: target {target} finished trials, {done['complete'] + done['pruned']} already; "
         f"storage {redact(db_url)}; MLflow parent run {parent}")
@@ -345,6 +348,16 @@ def _count_workers_trials(outcome: StudyOutcome, study, before: set[int]) -> Non
             outcome.states[trial.state.name.lower()] += 1
 
 
+def _label_study(spec: StudySpec, study, store: Store, experiment_id: str, parent: str) -> None:
+    """What optuna-dashboard shows of the study: its objectives by name (not "Objective 0") and
+    where its trials are in MLflow."""
+    study.set_metric_names(list(spec.metrics))
+    study.set_user_attr("mlflow_experiment_id", experiment_id)
+    study.set_user_attr("mlflow_parent_run_id", parent)
+    study.set_user_attr("mlflow_tracking_uri", redact(store.uri))
+    study.set_user_attr("mlflow_runs_table", ui_links.runs_table(experiment_id))
+
+
 def _what_ran(spec: StudySpec, name: str, scale: str, target: int, overrides: dict[str, Any], workers: int,
               db_url: str) -> str:
     """The parent run's description: which study, at which scale, how far, on which machine."""
@@ -362,8 +375,10 @@ def _what_ran(spec: StudySpec, name: str, scale: str, target: int, overrides: di
 def status(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any]) -> str:
     from harness.studies import report as study_report
 
+    from harness.studies.liveness import running_trials, status_text
+
     study = open_study(spec, spec.study_name(scale, overrides), db_url, create=False)
-    return study_report.build(spec, study).text
+    return status_text(study_report.build(spec, study), running_trials(study, db_url))
 
 
 # --- one worker's loop ----------------------------------------------------------------------------
@@ -394,7 +409,8 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
             outcome.stop = StopReason.OTHERS_RUNNING
             break
         if grant.previous is not None:  # its holder died: close and requeue what it left behind
-            _requeue_trials_of(study, store, experiment_id, grant.previous)
+            for line in _requeue_trials_of(study, store, experiment_id, grant.previous):
+                log(line)
             if _told_before_release(study, slot):
                 claims.release(namespace, slot, DONE, note="finished by a worker that died before releasing it")
                 continue
@@ -467,7 +483,7 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
             if prune_on in metrics and not spec.multi_objective:
                 trial.report(metrics[prune_on], epoch)
                 if trial.should_prune():
-                    raise CellPruned(f"pruned after epoch {epoch}: {prune_on} {metrics[prune_on]:.4g}")
+                    raise CellPruned(f"pruned after epoch {epoch + 1}: {prune_on} {metrics[prune_on]:.4g}")
 
         result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress,
                           epoch_hook=report)
@@ -517,18 +533,29 @@ def objective(metric: str, direction: str, metrics: dict[str, float]) -> float |
     return None
 
 
-def _requeue_trials_of(study, store: Store, experiment_id: str, dead: Claim) -> None:
+def _requeue_trials_of(study, store: Store, experiment_id: str, dead: Claim) -> list[str]:
     """The slot we took over belonged to a dead worker: fail the trials it left RUNNING, queue their
-    parameters again, and close their MLflow runs (its own process can no longer)."""
+    parameters again, and close their MLflow runs (its own process can no longer). Returns one line
+    per trial saying what became of it."""
     from optuna.trial import TrialState
 
+    lines = []
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if str(frozen.user_attrs.get(OWNER_ATTR, "")).split("|")[-1] == dead.owner:
-            _fail_and_requeue(study, frozen.number, dict(frozen.params), frozen.user_attrs)
+            again = _fail_and_requeue(study, frozen.number, dict(frozen.params), frozen.user_attrs)
+            lines.append(requeue_line(frozen.number, dead, again))
             for run in store.runs(experiment_id, tags={STUDY: study.study_name, TRIAL: str(frozen.number)},
                                   status="RUNNING"):
                 store.end_run(run.run_id, Outcome.INTERRUPTED,
                               f"its worker (process {dead.pid} on {dead.host}) died; the trial is queued again")
+    return lines
+
+
+def requeue_line(number: int, dead: Claim, again: int | None) -> str:
+    """What a resumed study says of a trial a dead process left running."""
+    fate = f"requeued as trial {again}" if again is not None else \
+        f"not requeued (its parameters were retried {MAX_RETRY} times already, or it had none yet)"
+    return f"  trial {number} was interrupted (its process {dead.pid} on {dead.host} is gone): failed, {fate}"
 
 
 def _told_before_release(study, slot: str) -> bool:
@@ -540,7 +567,8 @@ def _told_before_release(study, slot: str) -> bool:
                for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
-def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
+def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> int | None:
+    """Fail the trial and queue its parameters again; returns the queued trial's number (None: not queued)."""
     from optuna.trial import TrialState
 
     study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
@@ -549,6 +577,17 @@ def _fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: di
         kept = {k: v for k, v in user_attrs.items() if k == baseline.BASELINE_ATTR}  # a cut-off baseline stays one
         study.enqueue_trial(params, user_attrs={RETRY_OF: number, RETRIES_ATTR: retries + 1, **kept},
                             skip_if_exists=False)
+        return _queued_retry_of(study, number)
+    return None
+
+
+def _queued_retry_of(study, number: int) -> int | None:
+    """The waiting trial that retries trial `number` (enqueue_trial does not return it)."""
+    from optuna.trial import TrialState
+
+    found = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+             if t.user_attrs.get(RETRY_OF) == number]
+    return max(found) if found else None
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ import math
 
 import pandas as pd
 
+from harness import ui_links
 from harness.report.tables import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
@@ -180,7 +181,7 @@ def description(spec: StudySpec, report: StudyReport, experiment_id: str, parent
         lines += ["No complete trial yet.", ""]
     if plot:
         artifact = f"study/{plot}"
-        lines += [f"Plot: [{artifact}](#/experiments/{experiment_id}/runs/{parent_run_id}/artifacts/{artifact}) "
+        lines += [f"Plot: [{artifact}]({ui_links.run_artifact(experiment_id, parent_run_id, artifact)}) "
                   "(an artifact of the study's parent run, with the table as .md and .csv)", "",
                   f"![{report.study_name}](get-artifact?path={artifact}&run_uuid={parent_run_id})", ""]
     lines.append("*Written by `harness study` after each invocation, from the study's storage.*")

@@ -33,7 +33,7 @@ from harness.store.claims import DONE, FAILED, RUNNING
 from harness.store.process import this_process
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.shared_db import check_url
-from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE, SWEEP
+from harness.store.tracking import DETACHED_HOST, HOST, KIND, PARENT, SCALE, SWEEP
 from harness.store.uris import resolve_db_url, store_environment
 from harness.sweeps.spec import SweepSpec, expand
 
@@ -109,6 +109,12 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     speed = measure_speed()
     if remeasure_drifted:
         _drop_drifted(store, cells, records, speed, log)
+    reused = _all_reused(spec, scale, cells, records, started)
+    if reused is not None:
+        reused.speed_index = speed
+        for r in reused.results:
+            _note_speed(store, r, speed)
+        return reused
     preflight([c.config for c in cells if c.config is not None and not _finished(records.get(c.cell_id, []))])
     tags = {SWEEP: spec.name, SCALE: scale, KIND: "sweep", "harness.cells": str(len(cells))}
     parent = store.start_run(experiment_id, f"{spec.name} ({scale})", tags)
@@ -170,6 +176,19 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     return result
 
 
+def _all_reused(spec: SweepSpec, scale: str, cells: list[Cell], records: dict[str, list[RunRecord]],
+                started: float) -> SweepResult | None:
+    """An invocation whose every cell is already finished makes no parent run (an empty parent of
+    the same name would sit above the real one in the UI); its result names the parent run that
+    holds the newest of those cells. None when some cell has work left."""
+    done = [_finished(records.get(c.cell_id, [])) for c in cells]
+    if not all(done):
+        return None
+    newest = max(done, key=lambda r: r.start_time)
+    results = [CellResult(c, Outcome.REUSED, d.metrics, run_id=d.run_id) for c, d in zip(cells, done)]
+    return SweepResult(spec.name, scale, newest.tags.get(PARENT, ""), results, time.perf_counter() - started)
+
+
 def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: list[Cell], claims: Claims,
           parent: str, *, records: dict[str, list[RunRecord]] | None = None,
           results: list[CellResult] | None = None, show_progress: bool, log: Log | None,
@@ -180,7 +199,9 @@ def _work(store: Store, experiment_id: str, spec: SweepSpec, scale: str, cells: 
         records = store.cell_records(experiment_id, spec.name)
     tags = {SWEEP: spec.name, SCALE: scale}
     results = [] if results is None else results
-    bar = tqdm(total=len(cells), desc=f"{spec.name} ({scale})", unit="cell", disable=not show_progress)
+    # No rate: reused cells pass in microseconds, so a cells-per-second figure would mean nothing.
+    bar = tqdm(total=len(cells), desc=f"{spec.name} ({scale})", unit="cell", disable=not show_progress,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
     try:
         for cell in cells:
             bar.set_postfix_str(cell.label)
@@ -306,7 +327,8 @@ def _take(store: Store, experiment_id: str, spec: SweepSpec, cell: Cell, records
             if old.status == "RUNNING":  # we hold the claim, so its process is dead (on any host)
                 store.end_run(old.run_id, Outcome.INTERRUPTED, "its process stopped without closing this run")
             store.delete_run(old.run_id)
-        result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress)
+        result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress,
+                          system_metrics=spec.system_metrics_on())
     except BaseException:
         with contextlib.suppress(StoreFault):  # else its holder's death frees it for the next invocation
             claims.drop(namespace, cell.cell_id)  # free for the next invocation at once
@@ -324,6 +346,8 @@ def _launch(launcher: Launcher, spec: SweepSpec, store: Store, db_url: str, scal
     args = ["sweep", str(spec.path), "--scale", scale]
     for key, value in overrides.items():
         args += ["--set", f"{key}={json.dumps(value) if isinstance(value, list) else value}"]
+    if spec.system_metrics is not None:  # the command line's choice, which the file the workers read lacks
+        args.append("--system-metrics" if spec.system_metrics else "--no-system-metrics")
     threads = overrides.get("threads") or 1
     roles = [WorkerRole(i, token, parent, closes_parent=launcher.detach) for i in range(workers)]
     if launcher.detach:  # this process leaves: no host's process owns the parent run any more

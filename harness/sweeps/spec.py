@@ -45,6 +45,14 @@ class SweepSpec(SpecFile):
     # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
     scale_grids: dict[str, dict[str, list]] = {}
     scale_repeats: dict[str, int] = {}
+    # MLflow's system metrics (CPU, memory, GPU use) sampled in every cell; unset: on where a CUDA
+    # GPU is present. `harness sweep --system-metrics / --no-system-metrics` overrides it.
+    system_metrics: bool | None = None
+
+    def system_metrics_on(self) -> bool:
+        from harness.cells import system_metrics_default
+
+        return system_metrics_default() if self.system_metrics is None else self.system_metrics
 
     @field_validator("grid")
     @classmethod
@@ -216,12 +224,27 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
             if rounds > 1:
                 label += f" r{repeat}"
             cells.append(Cell.build(values, label))
+    _check_every_cell(spec, cells, overrides)
     if not cells:  # an empty axis from a scale or a file: nothing would run, yet a parent run would say done
         raise UserError(f"sweep {spec.name} at scale {scale} has no cell to run; every grid axis needs a value.")
     experiment = experiments.get(spec.experiment)
     for model in dict.fromkeys(c.config.model for c in cells if c.config is not None):
         experiment.check_model(model, where=f"sweep {spec.name}")
     return cells
+
+
+def _check_every_cell(spec: SweepSpec, cells: list[Cell], overrides: dict[str, Any]) -> None:
+    """A bad value anywhere in the grid (a list in the file or in --set) stops the sweep before any
+    run, like a bad shared value: a cell recorded as failed would sit in every later report."""
+    bad = next((c for c in cells if c.error is not None), None)
+    if bad is None:
+        return
+    for key, value in overrides.items():  # `--set sparsity=0.5,0.6` meant a list
+        if isinstance(value, str) and "," in value and f"'{key}'" in bad.error:
+            listed = ",".join(v.strip() for v in value.split(","))
+            raise UserError(f"--set {key}={value} is not one value; write a list as --set {key}=[{listed}] "
+                            f"to sweep {key} over it.")
+    raise UserError(f"sweep {spec.name}, cell '{bad.label}': {bad.error}")
 
 
 def _label(axis: str, value) -> str:

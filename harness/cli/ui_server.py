@@ -1,0 +1,96 @@
+"""`harness ui`: MLflow's UI server over the store, and, once it answers, the address of each
+experiment's runs table (the links open the model-training view, harness/ui_links.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from harness import ui_links
+from harness.errors import UserError
+from harness.signals import sigterm_as_interrupt
+from harness.store import Store, redact
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 180  # MLflow's first start on a new store migrates its schema
+SHOWN_EXPERIMENTS = 10
+STOP_GRACE_S = 15
+
+
+def serve(store: Store, port: int) -> int:
+    """Run the server until Ctrl-C or SIGTERM; 0 when stopped so, else the server's own exit status."""
+    _check_port_free(port)
+    base = f"http://{HOST}:{port}"
+    # Its own process group: MLflow's server is a tree (uvicorn workers, a job runner), stopped as one.
+    # The store's URI goes through the environment (MLflow's server reads MLFLOW_BACKEND_STORE_URI),
+    # not the command line, which every user of the machine sees in `ps`.
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--host", HOST, "--port", str(port)],
+                              env={**os.environ, "MLFLOW_BACKEND_STORE_URI": store.uri}, start_new_session=True)
+    with sigterm_as_interrupt():
+        try:
+            _wait_until_answering(server, base, port)
+            print(_banner(store, base), flush=True)
+            return server.wait()
+        except KeyboardInterrupt:
+            _stop(server)
+            return 0
+        except BaseException:
+            _stop(server, grace_s=0)
+            raise
+
+
+def _stop(server: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the server's whole tree, SIGKILL after the grace period."""
+    for signal_number, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal_number)
+        try:
+            server.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket() as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            raise UserError(f"port {port} on {HOST} is already in use (another UI?); pass --port "
+                            f"(make ui PORT=...).") from None
+
+
+def _wait_until_answering(server: subprocess.Popen, base: str, port: int) -> None:
+    import requests
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise UserError(f"the MLflow UI server exited with status {server.returncode} before answering "
+                            f"on port {port}; its own lines above say why.")
+        try:
+            if requests.get(f"{base}/health", timeout=2).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise UserError(f"the MLflow UI server did not answer on {base} within {START_TIMEOUT_S} s.")
+
+
+def _banner(store: Store, base: str) -> str:
+    experiments = store.experiments()
+    lines = [f"MLflow UI on {base} over {redact(store.uri)} (Ctrl-C stops it)"]
+    if not experiments:
+        lines.append(f"no experiment yet (run a sweep first); the list: {ui_links.experiments_list(base)}")
+        return "\n".join(lines)
+    lines.append("runs tables, last updated first:")
+    width = max(len(name) for _, name in experiments[:SHOWN_EXPERIMENTS])
+    lines += [f"  {name:<{width}}  {ui_links.runs_table(eid, base)}" for eid, name in experiments[:SHOWN_EXPERIMENTS]]
+    if len(experiments) > SHOWN_EXPERIMENTS:
+        lines.append(f"  and {len(experiments) - SHOWN_EXPERIMENTS} more: {ui_links.experiments_list(base)}")
+    return "\n".join(lines)
