@@ -19,6 +19,19 @@ if "HARNESS_CACHE_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], ignore_errors=True)
 
 
+def under_ci() -> bool:
+    """True under CI (.ci/run exports CI=true), whose machine provides what the tests need."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def skip_unless_ci(message: str) -> None:
+    """Skip, saying what this machine lacks; under CI, which provides it, fail instead: a skip there
+    would hide a test that never ran. (GPU tests stay skips: CI's machine has no GPU.)"""
+    if under_ci():
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` are skipped, saying why, where torch sees no CUDA GPU."""
     import torch
@@ -118,11 +131,8 @@ def postgres_server():
     except Exception as err:  # no server, no role, no driver: these tests cannot run here
         from harness.store import redact
 
-        message = (f"no PostgreSQL server at {redact(POSTGRES_URL)} ({type(err).__name__}); "
-                   ".ci/run installs and starts one (or set HARNESS_TEST_POSTGRES)")
-        if os.environ.get("CI"):  # CI provides the server: its absence is a failure, not a skip
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_ci(f"no PostgreSQL server at {redact(POSTGRES_URL)} ({type(err).__name__}); "
+                       ".ci/run installs and starts one (or set HARNESS_TEST_POSTGRES)")
     return POSTGRES_URL
 
 
@@ -181,8 +191,5 @@ def slurm_cluster():
         if out.returncode != 0 or not {"idle", "mixed", "allocated"} & set(states):
             reason = f"Slurm does not answer or has no node up ({(out.stderr or out.stdout).strip()[:200]})"
     if reason:
-        message = reason + "; `.ci/slurm.sh start` starts a one-node cluster (root)"
-        if os.environ.get("CI"):  # CI provides the cluster: its absence is a failure, not a skip
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_ci(reason + "; `.ci/slurm.sh start` starts a one-node cluster (root)")
     return sorted({p.rstrip("*") for p in out.stdout.split()[0::2]})

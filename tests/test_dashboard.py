@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 
 from conftest import assert_one_sentence_exit_2
@@ -54,10 +55,16 @@ def test_the_dashboard_serves_the_studies_of_the_storage_on_localhost(tmp_path):
         status, body = _get(f"http://127.0.0.1:{port}/api/studies")
         assert status == 200
         assert [s["study_name"] for s in json.loads(body)["study_summaries"]] == ["watched"]
+        # `harness dashboard` becomes the server (exec): its own process listens, on loopback only.
+        listening = [c.laddr for c in psutil.Process(server.pid).net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN]
+        assert listening and {a.ip for a in listening} == {"127.0.0.1"}, listening
     finally:
         server.terminate()
         server.wait(timeout=30)
-    assert server.returncode is not None
+    # Stopping that one process stops the server: nothing answers on its port any more.
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        _get(f"http://127.0.0.1:{port}/dashboard")
 
 
 def test_no_study_database_yet_is_one_sentence(tmp_path, capsys):
