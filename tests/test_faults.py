@@ -509,6 +509,7 @@ def test_a_study_worker_killed_mid_trial_leaves_no_run_open_once_the_launcher_ex
     # started is killed inside it.
     path = study_file("halfdead", space='lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n',
                       n_trials=4, base={"model": "cnn", "train_limit": 256, "epochs": 8})
+    Store(uri)  # created first: MLflow's client polling a store still being created would migrate it too
     proc = subprocess.Popen([sys.executable, "-m", "harness", "study", str(path), "--workers", "2", "--tracking-uri",
                              uri, "--no-progress", "--out", str(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
