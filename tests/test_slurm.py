@@ -21,7 +21,8 @@ from test_study_workers import LR, SLOW_TRIAL, mlflow_server  # noqa: F401  (a r
 
 from harness.store.tracking import CELL_ID, OUTCOME, PARENT, PID
 
-pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+# Each test waits up to 10 minutes on its jobs (a queue, 30-epoch cells): above the global limit.
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture
