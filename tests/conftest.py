@@ -4,8 +4,11 @@ run the real engine on the tiny CNN and synthetic data in a second or two."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
+import socket
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -58,12 +61,22 @@ TINY_BASE = {
 }
 
 
+def toml_value(value) -> str:
+    """`value` written as TOML: a number, string, boolean, list or inline table."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # TOML's basic strings escape as JSON's do
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
 def write_sweep(folder: Path, name: str, grid: dict, base: dict | None = None, repeats: int = 1,
                 published: str = "") -> Path:
     """A sweep file like the shipped ones, shrunk to the tiny CNN on synthetic data."""
-    def toml(value):
-        return repr(value).replace("'", '"').replace("True", "true").replace("False", "false")
-
     base = {**TINY_BASE, **(base or {})}
     text = textwrap.dedent(f"""\
         name = "{name}"
@@ -71,8 +84,8 @@ def write_sweep(folder: Path, name: str, grid: dict, base: dict | None = None, r
         experiment = "pruning"
         repeats = {repeats}
         [base]
-        """) + "".join(f"{k} = {toml(v)}\n" for k, v in base.items())
-    text += "[grid]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in grid.items())
+        """) + "".join(f"{k} = {toml_value(v)}\n" for k, v in base.items())
+    text += "[grid]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in grid.items())
     text += "[scales.smoke]\nepochs = 1\n"
     text += '[report]\nx = "sparsity"\nbaseline = { sparsity = 0.0 }\n'
     text += 'metrics = ["train_time_s", "test_accuracy", "param_count"]\n' + published
@@ -95,17 +108,14 @@ TINY_STUDY_BASE = {**TINY_BASE, "warmup_epochs": 0, "pruning_backend": "torch-pr
 def write_study(folder: Path, name: str, *, space: str, metrics=("test_accuracy",), directions=("maximize",),
                 n_trials: int = 4, base: dict | None = None, extra: str = "") -> Path:
     """A study file like the shipped ones, shrunk to the tiny CNN on synthetic data."""
-    def toml(value):
-        return repr(value).replace("'", '"').replace("True", "true").replace("False", "false")
-
     text = textwrap.dedent(f"""\
         name = "{name}"
         experiment = "pruning"
-        metrics = {toml(list(metrics))}
-        directions = {toml(list(directions))}
+        metrics = {toml_value(list(metrics))}
+        directions = {toml_value(list(directions))}
         n_trials = {n_trials}
         """) + extra + "\n[space]\n" + textwrap.dedent(space) + "\n[base]\n"
-    text += "".join(f"{k} = {toml(v)}\n" for k, v in {**TINY_STUDY_BASE, **(base or {})}.items())
+    text += "".join(f"{k} = {toml_value(v)}\n" for k, v in {**TINY_STUDY_BASE, **(base or {})}.items())
     path = folder / f"study_{name}.toml"
     path.write_text(text)
     return path
@@ -165,6 +175,35 @@ def assert_one_sentence_exit_2(argv: list[str], words: list[str], capsys) -> Non
     assert err.startswith("harness: error:") and "\n" not in err, err
     for word in words:
         assert word in err
+
+
+def harness_command(*args: str) -> list[str]:
+    """`harness ARGS` (a sweep or study) as a command line for a real process, without progress bars."""
+    return [sys.executable, "-m", "harness", *args, "--no-progress"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a server a test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def visible_lines(stderr: str) -> list[str]:
+    """What a terminal shows of stderr: a progress bar redrawn with carriage returns and erased
+    (tqdm's leave=False) leaves only what came after its last return."""
+    return [shown for line in stderr.split("\n") if (shown := line.split("\r")[-1]).strip()]
+
+
+def experiment_runs(uri: str, experiment: str, view=None) -> list:
+    """The experiment's runs (active ones unless `view` says otherwise), read with MLflow's own
+    client; none before the experiment exists."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client.search_runs([found.experiment_id], "", view or ViewType.ACTIVE_ONLY) if found else []
 
 
 def mlflow_client(store):

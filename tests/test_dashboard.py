@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -15,15 +14,9 @@ import optuna
 import psutil
 import pytest
 
-from conftest import assert_one_sentence_exit_2
+from conftest import assert_one_sentence_exit_2, free_port
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -39,7 +32,7 @@ def test_the_dashboard_serves_the_studies_of_the_storage_on_localhost(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="watched", storage=storage, directions=["minimize", "maximize"])
     study.tell(study.ask(), [1.0, 0.5])
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([HARNESS, "dashboard", "--storage", storage, "--port", str(port),
                                "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -10,16 +10,15 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import optuna
 import psutil
 import pytest
 from mlflow.entities import ViewType
-from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from conftest import experiment_runs as runs, harness_command as harness, visible_lines
 from harness.store.tracking import CELL_ID, OUTCOME, PARENT, Store
 from harness.studies.engine import RETRY_OF, TRIAL
 
@@ -31,23 +30,12 @@ FRESH_MS = 1000   # a cell seen this soon after it started has most of its epoch
 LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
 
 
-def harness(*args: str) -> list[str]:
-    return [sys.executable, "-m", "harness", *args, "--no-progress"]
-
-
 def new_store(folder) -> str:
     """A SQLite store created before any process starts: MLflow's client polling a store that a
     harness process is still creating would run the schema migrations beside it."""
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     Store(uri)
     return uri
-
-
-def runs(uri: str, experiment: str, view=ViewType.ACTIVE_ONLY) -> list:
-    """The experiment's runs, read with MLflow's own client (none before it exists)."""
-    client = MlflowClient(uri)
-    found = client.get_experiment_by_name(experiment)
-    return client.search_runs([found.experiment_id], "", view) if found else []
 
 
 def cells(found: list) -> list:
@@ -68,11 +56,6 @@ def running_cells(uri: str, experiment: str, proc: subprocess.Popen, at_once: in
             return sorted(running, key=lambda r: -r.info.start_time)
         time.sleep(0.1)
     pytest.fail(f"never saw {at_once} cell(s) running, one just started")
-
-
-def visible_lines(stderr: str) -> list[str]:
-    """What a terminal shows of stderr (a progress bar redrawn with carriage returns leaves its last state)."""
-    return [shown for line in stderr.split("\n") if (shown := line.split("\r")[-1]).strip()]
 
 
 def signalled(proc: subprocess.Popen, signum: int, whom: str) -> tuple[str, str]:

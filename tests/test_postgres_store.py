@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from conftest import experiment_runs
 from harness.cli import main
 from harness.store.tracking import CELL_ID, OUTCOME, PARENT
 
@@ -25,8 +26,7 @@ def tracking_uri(request, tmp_path):
 
 
 def _cells_and_parents(uri: str, experiment: str) -> tuple[list, list]:
-    client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], "")
+    runs = experiment_runs(uri, experiment)
     return [r for r in runs if PARENT in r.data.tags], [r for r in runs if PARENT not in r.data.tags]
 
 

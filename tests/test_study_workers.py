@@ -3,7 +3,6 @@ real processes, real SQLite and PostgreSQL databases, a real `mlflow server`."""
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from conftest import free_port, harness_command as harness
 from harness.studies.engine import RETRY_OF, STUDY
 from harness.store.tracking import OUTCOME, PARENT
 
@@ -31,10 +31,6 @@ def _fresh(trial) -> bool:
     stamps datetime_start with the local clock, datetime.now().)"""
     return trial.state == TrialState.RUNNING and trial.datetime_start is not None \
         and (datetime.now() - trial.datetime_start).total_seconds() < FRESH_S
-
-
-def harness(*args, **kwargs):
-    return [sys.executable, "-m", "harness", *args, "--no-progress"]
 
 
 def _trials(name, url):
@@ -189,12 +185,6 @@ def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_f
     assert len({r.data.tags["harness.pid"] for r in runs}) == 2  # both workers took cells
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path, request):
     """A real `mlflow server` on 127.0.0.1 with a database backend: PostgreSQL when there is one,
@@ -203,7 +193,7 @@ def mlflow_server(tmp_path, request):
         backend = request.getfixturevalue("postgres_db")
     except pytest.skip.Exception:
         backend = f"sqlite:///{tmp_path / 'server.db'}"
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
                              "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
                              "--port", str(port), "--workers", "1"],

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ import pytest
 import requests
 
 import experiments
-from conftest import skip_unless_ci
+from conftest import free_port, skip_unless_ci
 from harness.cli import main
 from harness.store.tracking import PARENT, RunRecord, Store
 
@@ -49,12 +48,6 @@ class UI:
     store: Store
     parent: RunRecord         # the sweep invocation whose cells the tests look at
     cells: list[RunRecord]    # its finished cells, in grid order
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +88,7 @@ def ui(tmp_path_factory):
     parent = next(r for r in store.sweep_runs(experiment_id, SWEEP, parents=True) if r.run_id == ok[0].tags[PARENT])
     cells = sorted((r for r in ok if r.tags[PARENT] == parent.run_id), key=lambda r: float(r.params["sparsity"]))
     assert len(cells) >= 2, "the UI tests need a sweep invocation with two finished cells"
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "harness", "ui", "--port", str(port), "--tracking-uri", uri],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
