@@ -3,7 +3,8 @@
     make gpu-check                                   # or: .venv/bin/python benchmarks/gpu_check.py
     .venv/bin/python benchmarks/gpu_check.py --out DIR --budget 480
 
-1. The GPU-marked tests (`pytest -m gpu`), their outcomes read from pytest's JUnit XML.
+1. The GPU-marked tests (`pytest -m gpu`), their outcomes read from pytest's JUnit XML; then the
+   timings those tests check without a clock (benchmarks/gpu_timings.py), printed as ratios.
 2. Every GPU sweep at smoke scale on CUDA, each a `harness sweep` subprocess writing to a fresh
    SQLite store in DIR: T7 (fp32 / bf16 / fp16), T10.2 (1, 2, 4, 8 GPUs: those not here are skips),
    D12.1 (torch.compile with CUDA graphs), D12.2, D12.3, D12.5, D12.6, airbench94's ladder.
@@ -39,6 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 OFFLINE_DATASETS = {"digits", "synthetic"}
 STOP_GRACE_S = 60  # after SIGTERM a sweep closes its run and kills its ranks; then SIGKILL
 TESTS = "gpu-tests"
+TIMINGS = "gpu-timings"
 
 
 @dataclass
@@ -103,7 +105,8 @@ def check(args) -> int:
 
     xml = out / "gpu-tests.xml"
     jobs = {} if args.skip_tests else {  # name: (command, the most of the budget it may take)
-        TESTS: ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", f"--junitxml={xml}"], 0.4)}
+        TESTS: ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", f"--junitxml={xml}"], 0.4),
+        TIMINGS: ([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_timings.py")], 0.1)}
     for sweep in SWEEPS:
         jobs[sweep.name] = ([_harness(), "sweep", sweep.name, "--scale", "smoke",
                              *[a for s in sweep.sets for a in ("--set", s)], "--tracking-uri", uri, "--no-progress"], 1.0)
@@ -117,7 +120,10 @@ def check(args) -> int:
     exits = {name: status for name, (status, _) in exits.items()}
     report_exit, _ = _run("report", [_harness(), "report", "--tracking-uri", uri, "--out", str(out)], out, max(left(), 30))
 
-    failed = False if args.skip_tests else not _gpu_tests(xml, exits[TESTS], out)
+    failed = False
+    if not args.skip_tests:
+        failed = not _gpu_tests(xml, exits[TESTS], out)
+        failed |= not _timings(exits[TIMINGS], out)
     from harness.store import Store  # read only once every subprocess has ended
 
     store = Store(uri)
@@ -201,6 +207,19 @@ def _gpu_tests(xml: Path, status: int | str, out: Path) -> bool:
     print(f"GPU tests: {counts['passed']} passed, {counts['skipped']} skipped{_reasons(skipped)}, "
           f"{counts['failed']} failed{_reasons(Counter(failed))}{ended}")
     return counts["failed"] == 0 and status in (0, 5)  # 5: pytest collected no GPU test
+
+
+def _timings(status: int | str, out: Path) -> bool:
+    """Print the timing lines gpu_timings.py wrote to its log; False when it did not end well."""
+    log = out / "logs" / f"{TIMINGS}.log"
+    lines = [line for line in (log.read_text().splitlines() if log.exists() else [])
+             if line.startswith("gpu timings:")]
+    for line in lines:
+        print(line)
+    if status != 0 or not lines:
+        print(f"gpu timings: no result ({status}); see {log}")
+        return False
+    return True
 
 
 def _summarise(store, sweep: Sweep, spec, expected: set[str], exit_status: int | str, seconds: float = 0.0) -> bool:

@@ -4,8 +4,11 @@ run the real engine on the tiny CNN and synthetic data in a second or two."""
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
+import socket
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -17,6 +20,19 @@ os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 if "HARNESS_CACHE_DIR" not in os.environ:
     os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")
     atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], ignore_errors=True)
+
+
+def under_ci() -> bool:
+    """True under CI (.ci/run exports CI=true), whose machine provides what the tests need."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def skip_unless_ci(message: str) -> None:
+    """Skip, saying what this machine lacks; under CI, which provides it, fail instead: a skip there
+    would hide a test that never ran. (GPU tests stay skips: CI's machine has no GPU.)"""
+    if under_ci():
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -45,12 +61,22 @@ TINY_BASE = {
 }
 
 
+def toml_value(value) -> str:
+    """`value` written as TOML: a number, string, boolean, list or inline table."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value)  # TOML's basic strings escape as JSON's do
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    return repr(value)
+
+
 def write_sweep(folder: Path, name: str, grid: dict, base: dict | None = None, repeats: int = 1,
                 published: str = "") -> Path:
     """A sweep file like the shipped ones, shrunk to the tiny CNN on synthetic data."""
-    def toml(value):
-        return repr(value).replace("'", '"').replace("True", "true").replace("False", "false")
-
     base = {**TINY_BASE, **(base or {})}
     text = textwrap.dedent(f"""\
         name = "{name}"
@@ -58,8 +84,8 @@ def write_sweep(folder: Path, name: str, grid: dict, base: dict | None = None, r
         experiment = "pruning"
         repeats = {repeats}
         [base]
-        """) + "".join(f"{k} = {toml(v)}\n" for k, v in base.items())
-    text += "[grid]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in grid.items())
+        """) + "".join(f"{k} = {toml_value(v)}\n" for k, v in base.items())
+    text += "[grid]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in grid.items())
     text += "[scales.smoke]\nepochs = 1\n"
     text += '[report]\nx = "sparsity"\nbaseline = { sparsity = 0.0 }\n'
     text += 'metrics = ["train_time_s", "test_accuracy", "param_count"]\n' + published
@@ -82,17 +108,14 @@ TINY_STUDY_BASE = {**TINY_BASE, "warmup_epochs": 0, "pruning_backend": "torch-pr
 def write_study(folder: Path, name: str, *, space: str, metrics=("test_accuracy",), directions=("maximize",),
                 n_trials: int = 4, base: dict | None = None, extra: str = "") -> Path:
     """A study file like the shipped ones, shrunk to the tiny CNN on synthetic data."""
-    def toml(value):
-        return repr(value).replace("'", '"').replace("True", "true").replace("False", "false")
-
     text = textwrap.dedent(f"""\
         name = "{name}"
         experiment = "pruning"
-        metrics = {toml(list(metrics))}
-        directions = {toml(list(directions))}
+        metrics = {toml_value(list(metrics))}
+        directions = {toml_value(list(directions))}
         n_trials = {n_trials}
         """) + extra + "\n[space]\n" + textwrap.dedent(space) + "\n[base]\n"
-    text += "".join(f"{k} = {toml(v)}\n" for k, v in {**TINY_STUDY_BASE, **(base or {})}.items())
+    text += "".join(f"{k} = {toml_value(v)}\n" for k, v in {**TINY_STUDY_BASE, **(base or {})}.items())
     path = folder / f"study_{name}.toml"
     path.write_text(text)
     return path
@@ -118,11 +141,8 @@ def postgres_server():
     except Exception as err:  # no server, no role, no driver: these tests cannot run here
         from harness.store import redact
 
-        message = (f"no PostgreSQL server at {redact(POSTGRES_URL)} ({type(err).__name__}); "
-                   ".ci/run installs and starts one (or set HARNESS_TEST_POSTGRES)")
-        if os.environ.get("CI"):  # CI provides the server: its absence is a failure, not a skip
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_ci(f"no PostgreSQL server at {redact(POSTGRES_URL)} ({type(err).__name__}); "
+                       ".ci/run installs and starts one (or set HARNESS_TEST_POSTGRES)")
     return POSTGRES_URL
 
 
@@ -157,6 +177,35 @@ def assert_one_sentence_exit_2(argv: list[str], words: list[str], capsys) -> Non
         assert word in err
 
 
+def harness_command(*args: str) -> list[str]:
+    """`harness ARGS` (a sweep or study) as a command line for a real process, without progress bars."""
+    return [sys.executable, "-m", "harness", *args, "--no-progress"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a server a test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def visible_lines(stderr: str) -> list[str]:
+    """What a terminal shows of stderr: a progress bar redrawn with carriage returns and erased
+    (tqdm's leave=False) leaves only what came after its last return."""
+    return [shown for line in stderr.split("\n") if (shown := line.split("\r")[-1]).strip()]
+
+
+def experiment_runs(uri: str, experiment: str, view=None) -> list:
+    """The experiment's runs (active ones unless `view` says otherwise), read with MLflow's own
+    client; none before the experiment exists."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client.search_runs([found.experiment_id], "", view or ViewType.ACTIVE_ONLY) if found else []
+
+
 def mlflow_client(store):
     """MLflow's own client on the test's store: tests check what MLflow holds independently of the
     harness's Store (the harness itself reaches MLflow only through Store)."""
@@ -181,8 +230,5 @@ def slurm_cluster():
         if out.returncode != 0 or not {"idle", "mixed", "allocated"} & set(states):
             reason = f"Slurm does not answer or has no node up ({(out.stderr or out.stdout).strip()[:200]})"
     if reason:
-        message = reason + "; `.ci/slurm.sh start` starts a one-node cluster (root)"
-        if os.environ.get("CI"):  # CI provides the cluster: its absence is a failure, not a skip
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_ci(reason + "; `.ci/slurm.sh start` starts a one-node cluster (root)")
     return sorted({p.rstrip("*") for p in out.stdout.split()[0::2]})

@@ -1,6 +1,7 @@
 import pandas as pd
 import pytest
 
+from conftest import toml_value
 from harness.errors import UserError
 from harness.report import checks
 from harness.sweeps import spec as sweepspec
@@ -189,13 +190,8 @@ def test_a_check_for_the_document_scale_is_not_judged_on_a_smaller_one():
     ({"kind": "vibes"}, "unknown check kind 'vibes'"),
 ])
 def test_a_mistyped_check_stops_the_sweep_file_with_one_sentence(sweep_file, check, words):
-    def toml(value):
-        if isinstance(value, dict):
-            return "{ " + ", ".join(f"{k} = {toml(v)}" for k, v in value.items()) + " }"
-        return f'"{value}"' if isinstance(value, str) else str(value)
-
     path = sweep_file("bad_check", {"sparsity": [0.0]},
-                      published="[[checks]]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in check.items()))
+                      published="[[checks]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in check.items()))
     with pytest.raises(UserError) as err:
         sweepspec.load(str(path))
     message = str(err.value)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,17 +11,12 @@ import urllib.request
 from pathlib import Path
 
 import optuna
+import psutil
 import pytest
 
-from conftest import assert_one_sentence_exit_2
+from conftest import assert_one_sentence_exit_2, free_port
 
 HARNESS = str(Path(sys.executable).with_name("harness"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str) -> tuple[int, bytes]:
@@ -38,7 +32,7 @@ def test_the_dashboard_serves_the_studies_of_the_storage_on_localhost(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="watched", storage=storage, directions=["minimize", "maximize"])
     study.tell(study.ask(), [1.0, 0.5])
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([HARNESS, "dashboard", "--storage", storage, "--port", str(port),
                                "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -54,10 +48,16 @@ def test_the_dashboard_serves_the_studies_of_the_storage_on_localhost(tmp_path):
         status, body = _get(f"http://127.0.0.1:{port}/api/studies")
         assert status == 200
         assert [s["study_name"] for s in json.loads(body)["study_summaries"]] == ["watched"]
+        # `harness dashboard` becomes the server (exec): its own process listens, on loopback only.
+        listening = [c.laddr for c in psutil.Process(server.pid).net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN]
+        assert listening and {a.ip for a in listening} == {"127.0.0.1"}, listening
     finally:
         server.terminate()
         server.wait(timeout=30)
-    assert server.returncode is not None
+    # Stopping that one process stops the server: nothing answers on its port any more.
+    with pytest.raises((urllib.error.URLError, ConnectionError)):
+        _get(f"http://127.0.0.1:{port}/dashboard")
 
 
 def test_no_study_database_yet_is_one_sentence(tmp_path, capsys):

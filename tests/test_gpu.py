@@ -1,14 +1,18 @@
-"""What only a GPU can show (issue 14). Every test here is marked `gpu`: skipped, saying why, where
-torch sees no CUDA GPU; `make gpu-check` runs them first on a GPU machine. Each takes seconds,
-except the torch.compile one (a compilation) and the two launched cells (torchrun start-up)."""
+"""What only a GPU can show. Every test here is marked `gpu`: skipped, saying why, where torch sees
+no CUDA GPU; `make gpu-check` runs them first on a GPU machine. Each takes seconds, except the
+torch.compile one (a compilation) and the two launched cells (torchrun start-up).
+
+No test here reads a clock to decide: whether a call waited for the GPU is read from CUDA events
+(done or still queued); the times themselves are printed by benchmarks/gpu_timings.py, which
+`make gpu-check` runs after these tests."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 import torch
@@ -31,15 +35,20 @@ def needs_gpus(n: int) -> None:
         pytest.skip(f"needs {n} GPUs; this machine has {have}")
 
 
-def keep_busy(device: torch.device, seconds: float) -> None:
-    """Queue a kernel that spins for about `seconds` on `device`, and return at once."""
-    with torch.cuda.device(device):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        torch.cuda._sleep(10_000_000)
-        torch.cuda.synchronize()
-        cycles_per_s = 10_000_000 / (time.perf_counter() - start)
-        torch.cuda._sleep(int(seconds * cycles_per_s))
+_timings = importlib.util.spec_from_file_location("gpu_timings", REPO_ROOT / "benchmarks" / "gpu_timings.py")
+gpu_timings = importlib.util.module_from_spec(_timings)  # a script, not a package
+_timings.loader.exec_module(gpu_timings)
+keep_busy = gpu_timings.keep_busy
+# Long enough that the host's next few lines run while the GPU still spins, however loaded the host.
+BUSY_S = 3.0
+
+
+def busy_until_event(device: torch.device, seconds: float) -> torch.cuda.Event:
+    """Queue `seconds` of GPU work on `device` and return an event that completes with it."""
+    keep_busy(device, seconds)
+    done = torch.cuda.Event()
+    done.record(torch.cuda.current_stream(device))
+    return done
 
 
 # --- 1. pinned batches --------------------------------------------------------------------------
@@ -50,17 +59,16 @@ def test_a_pinned_copy_returns_while_the_gpu_is_busy_and_a_pageable_one_waits():
     for _ in range(2):  # both buffers allocated outside the measurement
         to_device(split, idx)
     torch.cuda.synchronize()
-    keep_busy(CUDA0, 0.5)
-    start = time.perf_counter()
-    to_device(split, idx)
-    pinned_s = time.perf_counter() - start
+    busy = busy_until_event(CUDA0, BUSY_S)
+    x, y = to_device(split, idx)
+    assert not busy.query(), "the pinned copy waited for the GPU's earlier work"
     torch.cuda.synchronize()
-    keep_busy(CUDA0, 0.5)
-    start = time.perf_counter()
-    split.x[idx].to(CUDA0, non_blocking=True)  # what the loop did before: a fresh pageable tensor
-    pageable_s = time.perf_counter() - start
+    assert torch.equal(x.cpu(), split.x[idx]) and torch.equal(y.cpu(), split.y[idx])
+    busy = busy_until_event(CUDA0, 0.5)
+    pageable = split.x[idx].to(CUDA0, non_blocking=True)  # what the loop did before: a fresh pageable tensor
+    assert busy.query(), "a pageable copy returned before the GPU's earlier work was done"
     torch.cuda.synchronize()
-    assert pinned_s < 0.1 < 0.25 < pageable_s, (pinned_s, pageable_s)
+    assert torch.equal(pageable.cpu(), split.x[idx])
     assert all(b.is_pinned() for slot in to_device._buffers for b in slot.values())
 
 
@@ -87,12 +95,13 @@ def test_a_worker_sees_only_its_slice_of_the_gpus():
 def test_the_clock_over_two_gpus_waits_for_the_second():
     needs_gpus(2)
     second = torch.device("cuda", 1)
-    with timed(CUDA0) as first_only:
-        keep_busy(second, 0.3)
+    with timed(CUDA0):
+        busy = busy_until_event(second, BUSY_S)
+    assert not busy.query(), "a clock over the first GPU alone waited for the second"
     torch.cuda.synchronize(second)
-    with timed(CUDA0, second) as both:
-        keep_busy(second, 0.3)
-    assert first_only.seconds < 0.2 < 0.25 < both.seconds, (first_only.seconds, both.seconds)
+    with timed(CUDA0, second):
+        busy = busy_until_event(second, 0.3)
+    assert busy.query(), "the clock over both GPUs stopped before the second's work was done"
 
 
 # --- 5. GPU cells of the DDP sweeps leave no CUDA context in the sweep process --------------------------
@@ -144,6 +153,9 @@ def test_a_mixed_precision_cell_trains_in_its_dtype_on_the_gpu(dtype):
     try:
         metrics = experiments.amp.run(cfg)
     except CellSkipped as skip:
+        # Every CUDA GPU runs fp16 autocast; bf16 is a skip only where the probe says this GPU lacks it.
+        if dtype == "fp16" or autocast_unsupported(CUDA0, dtype) is None:
+            raise AssertionError(f"the {dtype} cell was skipped on a GPU that runs {dtype}: {skip}") from skip
         pytest.skip(str(skip))
     assert metrics["forward_dtype"] == {"fp16": "float16", "bf16": "bfloat16"}[dtype]
     assert metrics["grad_scaler_used"] == float(dtype == "fp16")
@@ -156,8 +168,10 @@ def test_an_unsynchronized_clock_sees_mostly_queueing_on_the_gpu():
 
     metrics = experiments.asynchronous.run(make_config({"experiment": "async", "device": "cuda",
                                                         "timing_repeats": 3}))
+    # The share itself is a timing: the async sweep's check (nosync_share at most 0.5 on cuda) judges
+    # it in `make gpu-check` and the report. Here: the clock without a synchronize is read first.
     assert metrics["matrix_size_used"] >= 1000
-    assert metrics["nosync_share"] < 0.5, metrics
+    assert 0 < metrics["nosync_share"] <= 1 and metrics["torch_nosync_time_s"] <= metrics["torch_sync_time_s"]
 
 
 # --- 10. torch.compile with CUDA graphs --------------------------------------------------------------

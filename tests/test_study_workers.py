@@ -3,28 +3,34 @@ real processes, real SQLite and PostgreSQL databases, a real `mlflow server`."""
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from conftest import free_port, harness_command as harness
 from harness.studies.engine import RETRY_OF, STUDY
 from harness.store.tracking import OUTCOME, PARENT
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
-# The book's CNN on synthetic data: a few seconds a trial, long enough to be killed inside one.
-SLOW_TRIAL = {"model": "cnn", "train_limit": 384, "epochs": 4}
+# The book's CNN on synthetic data: seconds a trial even on an idle machine, so a trial seen within
+# FRESH_S of its start is killed inside it (4 epochs took under a second idle: the kill could come after).
+SLOW_TRIAL = {"model": "cnn", "train_limit": 384, "epochs": 10}
+FRESH_S = 1.0
 
 
-def harness(*args, **kwargs):
-    return [sys.executable, "-m", "harness", *args, "--no-progress"]
+def _fresh(trial) -> bool:
+    """A running trial that started under FRESH_S ago: most of its epochs are still to run. (Optuna
+    stamps datetime_start with the local clock, datetime.now().)"""
+    return trial.state == TrialState.RUNNING and trial.datetime_start is not None \
+        and (datetime.now() - trial.datetime_start).total_seconds() < FRESH_S
 
 
 def _trials(name, url):
@@ -39,6 +45,7 @@ def _children(uri, experiment, study_name):
 
 
 def _wait_for_running_after_complete(name, url, proc, seconds=150):
+    """The number of a trial that started under FRESH_S ago, once another has finished."""
     deadline = time.time() + seconds
     while time.time() < deadline:
         assert proc.poll() is None, "the study ended before it could be killed"
@@ -46,11 +53,10 @@ def _wait_for_running_after_complete(name, url, proc, seconds=150):
             trials = _trials(name, url)
         except KeyError:  # not created yet
             trials = []
-        states = [t.state for t in trials]
-        if TrialState.COMPLETE in states and trials[-1].state == TrialState.RUNNING:
+        if any(t.state == TrialState.COMPLETE for t in trials) and _fresh(trials[-1]):
             return trials[-1].number
-        time.sleep(0.2)
-    pytest.fail("never saw a finished trial and a running one")
+        time.sleep(0.1)
+    pytest.fail("never saw a trial start after one had finished")
 
 
 def _assert_unique_params(trials):
@@ -67,8 +73,9 @@ def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_
     try:
         killed = _wait_for_running_after_complete("killed-full", url, proc)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)  # at once: the trial was seen within FRESH_S of its start
         proc.wait()
+    assert _trials("killed-full", url)[killed].state == TrialState.RUNNING, "the kill came after the trial ended"
     before = {t.number: t.params for t in _trials("killed-full", url) if t.state == TrialState.COMPLETE}
     status = subprocess.run([*command, "--status"], capture_output=True, text=True, timeout=120)
     assert "0 running, 1 interrupted (process gone)" in status.stdout, status.stdout  # not "1 running"
@@ -153,14 +160,16 @@ def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_f
             except KeyError:
                 trials = []
             done = any(t.state == TrialState.COMPLETE for t in trials)
-            for t in trials:
-                if done and t.state == TrialState.RUNNING and \
-                        t.user_attrs.get("harness.owner", "").split("|")[1:2] == [str(first.pid)]:
-                    victim = t.number
-            time.sleep(0.2)
-        assert victim is not None, "the first worker never ran a trial after one had finished"
-        os.killpg(first.pid, signal.SIGKILL)
+            victim = next((t.number for t in trials if done and _fresh(t) and
+                           t.user_attrs.get("harness.owner", "").split("|")[1:2] == [str(first.pid)]), None)
+            if victim is None:
+                time.sleep(0.1)
+        assert victim is not None, "the first worker never started a trial after one had finished"
+        os.killpg(first.pid, signal.SIGKILL)  # at once, within FRESH_S of the trial's start
         first.wait()
+        # Still running (or already failed by the other worker, which saw its owner die), never complete.
+        assert _trials("pg-full", postgres_db)[victim].state in (TrialState.RUNNING, TrialState.FAIL), \
+            "the kill came after the trial ended"
         out, err = second.communicate(timeout=300)
     finally:
         for proc in (first, second):
@@ -186,12 +195,6 @@ def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_f
     assert len({r.data.tags["harness.pid"] for r in runs}) == 2  # both workers took cells
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def mlflow_server(tmp_path, request):
     """A real `mlflow server` on 127.0.0.1 with a database backend: PostgreSQL when there is one,
@@ -200,7 +203,7 @@ def mlflow_server(tmp_path, request):
         backend = request.getfixturevalue("postgres_db")
     except pytest.skip.Exception:
         backend = f"sqlite:///{tmp_path / 'server.db'}"
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
                              "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
                              "--port", str(port), "--workers", "1"],

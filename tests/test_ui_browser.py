@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ import pytest
 import requests
 
 import experiments
+from conftest import free_port, skip_unless_ci
 from harness.cli import main
 from harness.store.tracking import PARENT, RunRecord, Store
 
@@ -52,12 +52,6 @@ class UI:
     printed_url: str = ""     # the sweep's runs-table address as `harness ui` printed it
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def browser():
     driver = _start_browser()
@@ -74,10 +68,7 @@ def _start_browser():
     except ImportError:
         missing.append("selenium")
     if missing:
-        message = f"{', '.join(missing)} not installed; run `make install-system`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unless_ci(f"{', '.join(missing)} not installed; run `make install-system`")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -106,7 +97,7 @@ def ui(tmp_path_factory):
     parent = next(r for r in store.sweep_runs(experiment_id, SWEEP, parents=True) if r.run_id == ok[0].tags[PARENT])
     cells = sorted((r for r in ok if r.tags[PARENT] == parent.run_id), key=lambda r: float(r.params["sparsity"]))
     assert len(cells) >= 2, "the UI tests need a sweep invocation with two finished cells"
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "harness", "ui", "--port", str(port), "--tracking-uri", uri],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -142,6 +133,27 @@ def _scrolled_text(driver, steps: int = 12) -> str:
     driver.execute_script("for (const e of document.querySelectorAll('*')) { e.scrollTop = 0; }"
                           "window.scrollTo(0, 0);")
     return text
+
+
+def _settled(read, until=lambda value: True, *, timeout: float = 60, quiet_s: float = 1.5, what: str = "the page"):
+    """Poll `read()` until it returns the same value on reads at least `quiet_s` apart and
+    `until(value)` holds; return that value. The UI renders in steps (rows, columns, chart counts and
+    images arrive one after another), so a single read can catch it half drawn."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    deadline = time.time() + timeout
+    last, since = object(), time.time()
+    while time.time() < deadline:
+        try:
+            value = read()
+        except StaleElementReferenceException:  # re-rendered under our feet: not settled
+            value = object()
+        if value != last:
+            last, since = value, time.time()
+        elif time.time() - since >= quiet_s and until(value):
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"{what} never settled on what the test waits for; last read: {str(last)[:600]}")
 
 
 def _wait_for_text(driver, *texts: str, timeout: float = 90) -> str:
@@ -211,7 +223,7 @@ def _search(driver, placeholder: str, text: str) -> None:
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.DELETE)
     box.send_keys(text)
-    time.sleep(1)
+    _settled(lambda: box.get_attribute("value"), lambda value: value == text, what=f"the '{placeholder}' box")
 
 
 def _show_column(driver, name: str, shown: bool) -> None:
@@ -220,8 +232,13 @@ def _show_column(driver, name: str, shown: bool) -> None:
 
     _search(driver, "Search columns", name)
     node = f"//div[contains(@class,'du-bois-light-tree-treenode')][.//*[normalize-space(text())='{name}']]"
-    found = [n for n in driver.find_elements(By.XPATH, node) if n.is_displayed()]
-    assert found, f"the Columns menu offers no '{name}'"
+
+    def shown_nodes():
+        return [n for n in driver.find_elements(By.XPATH, node) if n.is_displayed()]
+
+    _settled(lambda: [n.get_attribute("class") for n in shown_nodes()], bool,
+             what=f"the Columns menu's '{name}' (the menu offers no such column)")
+    found = shown_nodes()
     if ("treenode-checkbox-checked" in found[-1].get_attribute("class")) != shown:
         found[-1].find_element(By.XPATH, f".//*[normalize-space(text())='{name}']").click()
 
@@ -229,6 +246,14 @@ def _show_column(driver, name: str, shown: bool) -> None:
 def _screenshot(driver, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     driver.save_screenshot(str(SCREENSHOTS / name))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def _percent(fraction: float) -> str:
@@ -272,10 +297,12 @@ def test_the_experiments_overview_shows_the_table_beside_the_published_figures(b
     _open_experiment(browser, ui)
     _click(browser, EXPAND_DESCRIPTION)
     _wait_for_text(browser, "book_train_time_s", "verdict")
-    table = browser.execute_script("""
+    ours = {f"{float(c.params['sparsity'])}" for c in ui.cells}
+    table = _settled(lambda: browser.execute_script("""
         const t = [...document.querySelectorAll('table')].find(t => t.innerText.includes('book_train_time_s'));
-        return t && [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()));""")
-    assert table, "the overview holds no table beside the published figures"
+        return t && [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()));"""),
+        lambda t: bool(t) and ours <= {f"{float(r[0])}" for r in t[1:] if r and _is_number(r[0])},
+        what="the overview's table beside the published figures, with a row per cell")
     header, rows = table[0], table[1:]
     for column in ("sparsity", "train_time_s", "speedup", "test_accuracy", "book_train_time_s", "book_test_accuracy"):
         assert column in header, header
@@ -285,11 +312,11 @@ def test_the_experiments_overview_shows_the_table_beside_the_published_figures(b
         row = by_sparsity[float(cell.params["sparsity"])]
         assert row["test_accuracy"] == _percent(cell.metrics["test_accuracy"])
         assert row["speedup"].endswith("x")
-    plot = browser.execute_script("""
+    plot = _settled(lambda: browser.execute_script("""
         const img = [...document.querySelectorAll('img')].find(i => i.src.includes('get-artifact'));
         const link = [...document.querySelectorAll('a')].find(a => a.href.includes('/artifacts/report/'));
-        return [img && img.complete && img.naturalWidth, link && link.href];""")
-    assert plot[0] and plot[0] > 300, "the plot in the overview did not load"
+        return [img && img.complete && img.naturalWidth, link && link.href];"""),
+        lambda p: bool(p[0]) and p[0] > 300 and bool(p[1]), what="the plot in the overview (it did not load)")
     assert plot[1].endswith(f"/runs/{ui.parent.run_id}/artifacts/report/{SWEEP}.png?workflowType=machine_learning")
     _screenshot(browser, "mlflow-overview.png")
     _click(browser, FOLD_DESCRIPTION)  # folded again (the UI remembers), so the runs show below it
@@ -306,8 +333,10 @@ def test_the_sweep_unfolds_to_its_cells_with_the_columns_a_user_picks(browser, u
                         ("train_time_s", True), ("test_accuracy", True), ("speedup", True)):
         _show_column(browser, name, shown)
     browser.find_element(By.TAG_NAME, "body").send_keys(Keys.ESCAPE)
-    headers = browser.execute_script(
-        "return [...document.querySelectorAll('.ag-header-cell')].map(e => e.innerText.trim())")
+    picked = {"sparsity", "train_time_s", "test_accuracy", "speedup"}
+    headers = _settled(lambda: browser.execute_script(
+        "return [...document.querySelectorAll('.ag-header-cell')].map(e => e.innerText.trim())"),
+        lambda h: picked <= set(h), what="the runs table's columns")
     for name in ("sparsity", "train_time_s", "test_accuracy", "speedup"):
         assert name in headers, headers
     assert "Dataset" not in headers and "Source" not in headers
@@ -322,16 +351,19 @@ def test_the_chart_view_charts_the_cells_metrics_and_no_bookkeeping(browser, ui)
     _open_experiment(browser, ui)
     _unfold_the_sweep(browser, ui)
     _click(browser, "//input[@name='runs-view-mode' and @value='CHART']")
-    def charts(body: str) -> int:  # the count MLflow shows beside the section's title
-        return int(re.search(r"Model metrics\s*\((\d+)\)", body).group(1))
+    def charts() -> int | None:  # the count MLflow shows beside the section's title
+        found = re.search(r"Model metrics\s*\((\d+)\)", browser.execute_script("return document.body.innerText"))
+        return int(found.group(1)) if found else None
 
-    shown = charts(_wait_for_text(browser, "Model metrics"))
+    _wait_for_text(browser, "Model metrics")
+    shown = _settled(charts, lambda n: n is not None, what="the chart view's count of charts")
     assert shown == len(charted), f"{shown} charts for the {len(charted)} metrics of the cells"
     _search(browser, "Search metric charts", "cells_")
     _wait_for_text(browser, "No metric charts")
     # anchored: pretrain_time_s would match train_time_s
     _search(browser, "Search metric charts", "^(train_time_s|test_accuracy|speedup)$")
-    assert charts(_wait_for_text(browser, "train_time_s", "test_accuracy", "speedup")) == 3
+    _wait_for_text(browser, "train_time_s", "test_accuracy", "speedup")
+    assert _settled(charts, lambda n: n is not None, what="the searched charts' count") == 3
     _screenshot(browser, "mlflow-charts.png")
 
 
@@ -341,10 +373,18 @@ def test_the_compare_view_of_two_pruning_cells_lists_only_what_pruning_reads(bro
     browser.get(f"{ui.base}/#/compare-runs?runs={urllib.parse.quote(runs)}"
                 f"&experiments={urllib.parse.quote(json.dumps([ui.experiment_id]))}")
     body = _wait_for_text(browser, first.name, last.name, "train_time_s", "test_accuracy", "speedup", "param_count")
-    lines = body.splitlines()
-    start = len(lines) - 1 - lines[::-1].index("Parameters")
-    params = [line.split("\t")[0] for line in lines[start + 1:lines.index("Metrics", start)]
-              if line and line != "Show diff only"]
+
+    def params() -> list[str] | None:  # the names in the Parameters table, once it is drawn
+        lines = browser.execute_script("return document.body.innerText").splitlines()
+        if "Parameters" not in lines:
+            return None
+        start = len(lines) - 1 - lines[::-1].index("Parameters")
+        if "Metrics" not in lines[start:]:
+            return None
+        return [line.split("\t")[0] for line in lines[start + 1:lines.index("Metrics", start)]
+                if line and line != "Show diff only"]
+
+    params = _settled(params, bool, what="the compare view's Parameters table")
     assert {"sparsity", "pruning_backend", "lr", "epochs"} <= set(params), params
     pruning = experiments.get("pruning")
     unread = [p for p in params if p not in pruning.reads | experiments.ALWAYS_ALLOWED]
