@@ -41,6 +41,9 @@ METRIC_SENSE = {
 # (0): such a trial is complete and told the worst value (+inf when minimized), not failed.
 NOT_REACHED = {"time_to_accuracy_s": "target_reached", "epochs_to_accuracy": "target_reached"}
 HARNESS_METRICS = ("peak_rss_mb", "threads_used")  # added to every cell by the cell runner
+# Objectives read off a clock (seconds, or rates over seconds): a study of one runs each trial in a
+# fresh process by default (studies/isolation.py), so no trial's time depends on the trials before it.
+CLOCKED = ("mfu", "achieved_tflops")
 
 
 class Param(BaseModel):
@@ -147,6 +150,9 @@ class StudySpec(SpecFile):
     pruner: dict[str, Any] = {}
     baseline: Baseline | None = None
     report: dict[str, Any] = {}                # metrics = [...]: more columns beside the objectives
+    # "process": each trial in a fresh process forked from a clean server; "none": every trial in the
+    # study's process. Unset: "process" when an objective is measured by a clock, else "none".
+    isolation: Literal["process", "none"] | None = None
 
     @model_validator(mode="after")
     def _normalize(self) -> "StudySpec":
@@ -167,6 +173,14 @@ class StudySpec(SpecFile):
                 raise ValueError(f"n_trials for scale '{scale}' must be a positive integer (got {count})")
         self.n_trials = counts
         return self
+
+    @property
+    def trial_isolation(self) -> str:
+        """Where each trial runs: "process" (a fresh one each) or "none" (the study's own)."""
+        if self.isolation is not None:
+            return self.isolation
+        clocked = any(m.endswith("_s") or m in CLOCKED for m in self.metrics)
+        return "process" if clocked else "none"
 
     @property
     def multi_objective(self) -> bool:
