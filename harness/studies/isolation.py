@@ -33,8 +33,10 @@ from harness.errors import CellPruned, CellSkipped, UserError
 from harness.launchers.forkserver import ForkServer
 
 PROCESS, NONE = "process", "none"
-# What a trial needs, imported once by the server (no torch operation runs on import).
-PRELOAD = ["torch", "experiments", "harness.studies.isolation"]
+# What a trial needs, imported once by the server (no torch operation runs on import): every
+# experiment module, and the compiler stack the FLOP counter and torch.compile import on first use
+# (seconds of imports each child would otherwise repeat).
+PRELOAD = ["torch", "torch._dynamo", "torch._inductor", "experiments", "harness.machine_load", "harness.studies.isolation"]
 CHILD = "harness.studies.isolation:trial_child"
 
 
@@ -52,7 +54,10 @@ class IsolatedTrials:
     """One fork server for a study worker; `execute` runs one trial in a child of it."""
 
     def __init__(self) -> None:
-        self.server = ForkServer(PRELOAD)   # it imports while the worker loads data and asks Optuna
+        import experiments
+
+        modules = [*PRELOAD, *sorted(set(experiments.REGISTRY.values()))]
+        self.server = ForkServer(modules)   # it imports while the worker loads data and asks Optuna
 
     def execute(self, experiment, cfg: RunConfig, on_epoch: Callable[[int, dict], None]) -> dict[str, float]:
         server = self.server
