@@ -68,6 +68,7 @@ def test_bootstrap_intervals_hold_the_median_and_a_missed_target_is_infinite():
 
 
 @pytest.mark.slow
+@pytest.mark.multiprocess
 def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_run(tmp_path, capsys):
     path = tmp_path / "study_verifyme.toml"
     path.write_text(textwrap.dedent(STUDY))

@@ -61,6 +61,7 @@ def _trials(path, folder):
     return code, sorted(runs, key=lambda r: r.info.start_time)
 
 
+@pytest.mark.multiprocess
 def test_a_compiled_trial_leaves_its_state_in_process_and_isolated_trials_all_start_the_same(tmp_path):
     shared, fresh = tmp_path / "none", tmp_path / "process"
     shared.mkdir(), fresh.mkdir()
@@ -81,6 +82,7 @@ def test_a_compiled_trial_leaves_its_state_in_process_and_isolated_trials_all_st
     assert all(r.data.metrics["train_time_s"] > 0 and r.data.tags["harness.outcome"] == "ok" for r in runs)
 
 
+@pytest.mark.multiprocess
 def test_an_isolated_trial_is_pruned_by_the_study_process(tmp_path):
     extra = '[pruner]\nname = "threshold"\nupper = 1e-9\nmetric = "epoch_time_s"\n'   # every epoch is slower
     path = _study(tmp_path, "prune_process", isolation="process", n_trials=1, extra=extra)
@@ -108,6 +110,7 @@ def test_isolation_defaults_to_process_for_a_clocked_objective_and_a_bad_value_i
     assert "isolation" in err and "\n" not in err
 
 
+@pytest.mark.multiprocess
 def test_a_trial_process_dies_with_its_fork_server(tmp_path):
     from harness.config import make_config
     from harness.launchers.forkserver import ForkServer
