@@ -31,6 +31,11 @@ def system_metrics_default() -> bool:
     return torch.cuda.is_available()
 
 
+# How a cell's experiment is run: (experiment, cfg, on_epoch) -> metrics, the machine-load metrics
+# included. By default here, in this process (`run_here`); a study runs each trial in a fresh one.
+Execute = Callable[[Any, RunConfig, Callable[[int, dict], None]], dict[str, float]]
+
+
 @dataclass
 class Cell:
     values: dict[str, Any]          # what the cell asks for, before validation
@@ -67,7 +72,8 @@ class CellResult:
 
 def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, str],
              parent_id: str | None = None, show_epochs: bool = True,
-             epoch_hook: EpochHook | None = None, system_metrics: bool = False) -> CellResult:
+             epoch_hook: EpochHook | None = None, system_metrics: bool = False,
+             execute: Execute | None = None) -> CellResult:
     """Run one cell in its own MLflow run; every outcome is recorded, and Ctrl-C/SIGTERM mark the
     run interrupted before propagating. `epoch_hook(epoch, metrics)` runs after each epoch is logged
     (a study's pruner); raising CellPruned there ends the cell as pruned. `system_metrics`: MLflow
@@ -84,7 +90,7 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
             store.log_params(run_id, cell.values)
             store.end_run(run_id, Outcome.FAILED, cell.error)
             return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
-        return _run(store, run_id, cell, experiment, show_epochs, epoch_hook, system_metrics)
+        return _run(store, run_id, cell, experiment, show_epochs, epoch_hook, system_metrics, execute or run_here)
     except (KeyboardInterrupt, SystemExit):
         store.close_after_fault(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running")
         raise
@@ -93,12 +99,21 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
         raise
 
 
+def run_here(experiment, cfg: RunConfig, on_epoch: Callable[[int, dict], None]) -> dict[str, float]:
+    """The experiment run in this process, with how busy the machine was meanwhile."""
+    from harness.machine_load import LoadWatch
+
+    load = LoadWatch()
+    metrics = dict(experiment.run(cfg, on_epoch))
+    metrics.update(load.finish())   # other work on the machine while this cell ran (contended = 1)
+    return metrics
+
+
 def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
-         epoch_hook: EpochHook | None, system_metrics: bool = False) -> CellResult:
+         epoch_hook: EpochHook | None, system_metrics: bool, execute: Execute) -> CellResult:
     import torch
     from tqdm import tqdm
 
-    from harness.machine_load import LoadWatch
     from harness.timing import peak_rss_mb, reset_peak_rss
 
     cfg = cell.config
@@ -120,13 +135,12 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
 
             store.log_dataset(run_id, describe(cfg))
         reset_peak_rss()
-        load = LoadWatch()
         with store.system_metrics(run_id, system_metrics, SYSTEM_METRICS_INTERVAL_S):
-            metrics = dict(experiment.run(cfg, on_epoch))
-        metrics.update(load.finish())   # other work on the machine while this cell ran (contended = 1)
+            metrics = dict(execute(experiment, cfg, on_epoch))
         # A text value (a warning the experiment captured, a dtype) is a tag, not a metric.
         notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
-        # A multi-process experiment reports its ranks' own figures; this process's are not them.
+        # A multi-process experiment (or a cell run in another process) reports its own figures;
+        # this process's are not them.
         metrics.setdefault("peak_rss_mb", peak_rss_mb())
         metrics.setdefault("threads_used", torch.get_num_threads())
         store.end_run(run_id, Outcome.OK, metrics=metrics,

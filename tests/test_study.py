@@ -1,6 +1,7 @@
 """Studies in one process against real SQLite stores (MLflow and Optuna), on the tiny CNN."""
 
 import optuna
+import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
@@ -97,7 +98,11 @@ def test_multi_objective_study_logs_its_pareto_front(study_file, tmp_path):
         assert (t.number in front) == (not dominated)
     _, parents = _children(store, "pareto", "pareto-full")
     logged = {a.path for a in mlflow_client(store).list_artifacts(parents[0].info.run_id, "study")}
-    assert logged == {"study/pareto-full.md", "study/pareto-full.csv", "study/pareto-full.png"}
+    assert logged == {"study/pareto-full.md", "study/pareto-full.csv", "study/pareto-full.png",
+                      "study/pareto-full-trials.csv"}
+    every = pd.read_csv(tmp_path / "reports" / "pareto-full-trials.csv")   # every trial, the front marked
+    assert sorted(every["trial"]) == [t.number for t in study.trials]
+    assert {int(n) for n in every[every["on_front"]]["trial"]} == front
     table = (tmp_path / "reports" / "pareto-full.md").read_text()
     assert "Pareto front (maximize test_accuracy, minimize train_time_s)" in table
     assert sum(line.startswith("| ") for line in table.splitlines()) == len(front) + 1

@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--n-trials", type=int, help="finished trials the study should reach (default: the file's, per scale)")
     p.add_argument("--timeout", type=float, help="start no new trial after this many seconds")
     p.add_argument("--status", action="store_true", help="show trials done, running, failed, pruned and the best so far")
+    p.add_argument("--verify", action="store_true", help="re-time the best trial and the baselines over seeds in fresh "
+                   "processes, with a tuned-lr baseline and an ablation ([verify] in the study file); resumable")
     p.add_argument("--out", help="folder for the study's .md, .csv and .png (default: reports/)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_worker_args(p)

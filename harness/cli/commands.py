@@ -200,6 +200,15 @@ def cmd_study(args) -> int:
     if args.status:
         print(engine.status(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets)))
         return 0
+    if args.verify:
+        from harness.studies import verify
+
+        if workers > 1 or role is not None:
+            raise UserError("--verify re-times runs one at a time (parallel runs would share the cores they are "
+                            "timed on); run it without --workers.")
+        verify.run_verify(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets), out_dir=out_dir,
+                          show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+        return 0
     outcome = engine.run_study(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets),
                                n_trials=args.n_trials, timeout=args.timeout, workers=workers, launcher=launcher,
                                role=role, show_progress=not args.no_progress, out_dir=out_dir,

@@ -43,7 +43,7 @@ from harness.store.process import this_process
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite, store_environment
-from harness.studies import baseline
+from harness.studies import baseline, isolation
 from harness.studies.spec import NOT_REACHED, StudySpec
 
 STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
@@ -390,8 +390,21 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
     namespace = f"study:{study.study_name}"
     deadline = time.monotonic() + timeout if timeout else None
     outcome = StudyOutcome(study.study_name, target, StopReason.TARGET_REACHED)
+    trials = isolation.runner(spec.trial_isolation)   # a fork server starts importing now, if isolated
+    try:
+        preflight([make_config(fixed)])
+        _loop(spec, study, store, experiment_id, claims, namespace, outcome, trials, scale=scale, fixed=fixed,
+              target=target, deadline=deadline, parent=parent, show_progress=show_progress, log=log)
+    finally:
+        trials.close()
+    outcome.finished = sum(c.state == DONE for c in claims.all(namespace).values())
+    return outcome
+
+
+def _loop(spec: StudySpec, study, store: Store, experiment_id: str, claims: Claims, namespace: str,
+          outcome: StudyOutcome, trials, *, scale: str, fixed: dict[str, Any], target: int,
+          deadline: float | None, parent: str, show_progress: bool, log: Log) -> None:
     fails_in_a_row = 0
-    preflight([make_config(fixed)])
     slots = [f"slot-{i:05d}" for i in range(target)]
     while True:
         if deadline and time.monotonic() > deadline:
@@ -417,7 +430,8 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
         baseline.queue(spec, study)  # a study with a baseline runs it first (again, if it failed)
         store.check_still_there()  # no trial is run into, or counted by, a deleted store
         state, reason = _one_trial(spec, study, store, experiment_id, claims, namespace, slot, scale=scale,
-                                   fixed=fixed, parent=parent, show_progress=show_progress, log=log)
+                                   fixed=fixed, parent=parent, show_progress=show_progress, log=log,
+                                   execute=trials.execute)
         outcome.ran += 1
         outcome.states[state] += 1
         if state == "fail":
@@ -428,8 +442,6 @@ def _work(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
                 break
         else:
             fails_in_a_row = 0
-    outcome.finished = sum(c.state == DONE for c in claims.all(namespace).values())
-    return outcome
 
 
 def _finished_slots(claims: Claims, namespace: str) -> int:
@@ -455,7 +467,7 @@ def _claim_slot(claims: Claims, namespace: str, slots: list[str], held: dict[str
 
 def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims: Claims, namespace: str,
                slot: str, *, scale: str, fixed: dict[str, Any], parent: str, show_progress: bool,
-               log: Log) -> tuple[str, str | None]:
+               log: Log, execute=None) -> tuple[str, str | None]:
     """Ask for a trial, run it as a cell, tell Optuna how it ended; returns its state and reason."""
     from optuna.trial import TrialState
 
@@ -486,7 +498,7 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
                     raise CellPruned(f"pruned after epoch {epoch + 1}: {prune_on} {metrics[prune_on]:.4g}")
 
         result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress,
-                          epoch_hook=report)
+                          epoch_hook=report, execute=execute)
         trial.set_user_attr(RUN_ATTR, result.run_id)
     except BaseException:  # Ctrl-C, SIGTERM, a store fault: the cut-off trial is queued to run again
         # Best effort: if the storage refuses, whoever takes the slot over next does it instead.

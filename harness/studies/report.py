@@ -31,6 +31,7 @@ class StudyReport:
     text: str = ""
     baseline: pd.DataFrame | None = None   # the baseline trial's row, when the study has one and it is complete
     target: float | None = None            # the target accuracy the baseline set for the others
+    all_trials: pd.DataFrame | None = None  # every trial whatever its state, with the state and the start state
 
 
 def build(spec: StudySpec, study) -> StudyReport:
@@ -57,8 +58,18 @@ def build(spec: StudySpec, study) -> StudyReport:
             report.front.insert(report.front.columns.get_loc(first) + 1, "speedup",
                                 report.baseline[first].iloc[0] / report.front[first])
         report.target = study.user_attrs.get(study_baseline.TARGET_ATTR)
+    report.all_trials = _all_trials(spec, trials, {int(t) for t in report.front["trial"]} if len(report.front) else set())
     report.text = to_text(spec, report)
     return report
+
+
+def _all_trials(spec: StudySpec, trials, front: set[int]) -> pd.DataFrame:
+    """Every trial: its parameters, state, objectives (empty unless complete), whether it is on the front."""
+    frame = _frame(spec, trials)
+    frame.insert(1, "state", [t.state.name.lower() for t in trials])
+    frame.insert(2, "on_front", [t.number in front for t in trials])
+    frame.insert(3, "baseline", [bool(t.user_attrs.get(study_baseline.BASELINE_ATTR)) for t in trials])
+    return frame
 
 
 def _speeds_up(spec: StudySpec) -> bool:
@@ -111,7 +122,7 @@ def _baseline_line(spec: StudySpec, report: StudyReport) -> str:
     line = f"baseline ({spec.baseline.name}, trial {row['trial']}): {shown}"
     if spec.targets_from_baseline and report.target is not None:
         line += (f"; target: test accuracy {report.target:.4g}, the baseline's after "
-                 f"{spec.baseline.target_from_epoch} epoch(s)")
+                 f"{spec.baseline.target_epoch(spec.scale_of(report.study_name))} epoch(s)")
     return line
 
 
@@ -142,13 +153,16 @@ def write(spec: StudySpec, report: StudyReport, store, parent_run_id: str,
     paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     paths[0].write_text(f"# {spec.title}\n\n{report.text}\n")
     report.front.to_csv(paths[1], index=False)
+    if report.all_trials is not None:   # every trial, not only the front: negative results are results
+        paths.append(out_dir / f"{report.study_name}-trials.csv")
+        report.all_trials.to_csv(paths[-1], index=False)
     if len(report.trials) and len(spec.metrics) >= 1:
         paths.append(_plot(spec, report, stem.with_suffix(".png")))
+    plot = next((p.name for p in paths if p.suffix == ".png"), None)
     for path in paths:
         store.log_artifact(parent_run_id, path, "study")
     experiment_id = store.find_experiment(spec.name)
     if experiment_id is not None:
-        plot = paths[2].name if len(paths) > 2 else None
         store.describe_experiment(experiment_id, description(spec, report, experiment_id, parent_run_id, plot))
     # Trial counts are bookkeeping (tags); only the study's findings are metrics, for the UI's charts.
     store.set_tags(parent_run_id, {f"harness.trials_{k}": v for k, v in report.counts.items()})

@@ -41,6 +41,9 @@ METRIC_SENSE = {
 # (0): such a trial is complete and told the worst value (+inf when minimized), not failed.
 NOT_REACHED = {"time_to_accuracy_s": "target_reached", "epochs_to_accuracy": "target_reached"}
 HARNESS_METRICS = ("peak_rss_mb", "threads_used")  # added to every cell by the cell runner
+# Objectives read off a clock (seconds, or rates over seconds): a study of one runs each trial in a
+# fresh process by default (studies/isolation.py), so no trial's time depends on the trials before it.
+CLOCKED = ("mfu", "achieved_tflops")
 
 
 class Param(BaseModel):
@@ -132,7 +135,32 @@ class Baseline(BaseModel):
 
     name: str = "baseline"                     # how the report names it ("the book's loop")
     params: dict[str, Any]                     # a value for every [space] parameter
-    target_from_epoch: int = Field(0, ge=0)    # > 0: its accuracy after this epoch is every later trial's target
+    # > 0: its accuracy after this epoch is every later trial's target; a table gives it per scale
+    # ({ cpu = 3, full = 10 }: the end of the baseline's budget at each scale)
+    target_from_epoch: int | dict[str, int] = 0
+
+    @model_validator(mode="after")
+    def _epochs(self) -> "Baseline":
+        epochs = self.target_from_epoch.values() if isinstance(self.target_from_epoch, dict) else [self.target_from_epoch]
+        if any(e < 0 for e in epochs):
+            raise ValueError("target_from_epoch must be 0 or more")
+        return self
+
+    def target_epoch(self, scale: str) -> int:
+        """The epoch whose accuracy is the target at `scale` (0: no target)."""
+        if isinstance(self.target_from_epoch, dict):
+            return self.target_from_epoch.get(scale, self.target_from_epoch.get("full", 0))
+        return self.target_from_epoch
+
+
+class Verify(BaseModel):
+    """`[verify]`: how `harness study NAME --verify` re-times the best trial (studies/verify.py)."""
+    model_config = ConfigDict(extra="forbid")
+
+    seeds: list[int] = Field([0, 1, 2], min_length=1)    # the best recipe and both baselines, once per seed
+    lr_factors: list[float] = [2.0, 4.0]                 # the tuned baseline: the study's lr times each (and x1)
+    ablation_seeds: int = Field(1, ge=1)                 # the first N seeds, for each ablation variant
+    changes: dict[str, str] = {}                         # parameter -> what it changes beyond speed (model, optimizer)
 
 
 class StudySpec(SpecFile):
@@ -146,7 +174,11 @@ class StudySpec(SpecFile):
     sampler: dict[str, Any] = {}
     pruner: dict[str, Any] = {}
     baseline: Baseline | None = None
+    verify: Verify = Verify()
     report: dict[str, Any] = {}                # metrics = [...]: more columns beside the objectives
+    # "process": each trial in a fresh process forked from a clean server; "none": every trial in the
+    # study's process. Unset: "process" when an objective is measured by a clock, else "none".
+    isolation: Literal["process", "none"] | None = None
 
     @model_validator(mode="after")
     def _normalize(self) -> "StudySpec":
@@ -169,6 +201,14 @@ class StudySpec(SpecFile):
         return self
 
     @property
+    def trial_isolation(self) -> str:
+        """Where each trial runs: "process" (a fresh one each) or "none" (the study's own)."""
+        if self.isolation is not None:
+            return self.isolation
+        clocked = any(m.endswith("_s") or m in CLOCKED for m in self.metrics)
+        return "process" if clocked else "none"
+
+    @property
     def multi_objective(self) -> bool:
         return len(self.metrics) > 1
 
@@ -189,13 +229,13 @@ class StudySpec(SpecFile):
                                 "to change its range.")
             if self.targets_from_baseline and key in ("target_accuracy", "target_from_epoch"):
                 raise UserError(f"--set {key}: the target of this study is the accuracy its baseline trial "
-                                f"reaches after {self.baseline.target_from_epoch} epoch(s); see [baseline] in {self.path}.")
+                                f"reaches after {self.baseline.target_epoch(scale)} epoch(s); see [baseline] in {self.path}.")
         fixed = super().fixed(scale, overrides)
         for key in searched:
             fixed.pop(key, None)
         if self.targets_from_baseline:
             # What the baseline trial runs with; every later trial gets target_accuracy instead.
-            fixed["target_from_epoch"] = self.baseline.target_from_epoch
+            fixed["target_from_epoch"] = self.baseline.target_epoch(scale)
         return fixed
 
     def searched_fields(self) -> list[str]:
@@ -204,7 +244,14 @@ class StudySpec(SpecFile):
 
     @property
     def targets_from_baseline(self) -> bool:
-        return self.baseline is not None and self.baseline.target_from_epoch > 0
+        if self.baseline is None:
+            return False
+        epochs = self.baseline.target_from_epoch
+        return any(e > 0 for e in (epochs.values() if isinstance(epochs, dict) else [epochs]))
+
+    def scale_of(self, study_name: str) -> str:
+        """The scale a study of this file was run at, from its name ("study_x-cpu-1a2b3c4d")."""
+        return study_name[len(self.name) + 1:].split("-")[0]
 
     def study_name(self, scale: str, overrides: dict[str, Any] | None = None) -> str:
         """The Optuna study's name. Other fixed settings (--set) make another study, not a mixed one."""
@@ -302,5 +349,15 @@ def check_baseline(spec: StudySpec) -> None:
         if not spec.space[name].admits(value):
             raise UserError(f"study file {where}: [baseline] {name} = {value!r} is not a value [space] "
                             f"allows for {name}.")
+    if isinstance(baseline.target_from_epoch, dict):
+        unknown = [k for k in baseline.target_from_epoch if k not in spec.scales]
+        if unknown:
+            raise UserError(f"study file {where}: [baseline] target_from_epoch names scale '{unknown[0]}'; "
+                            f"the scales are {', '.join(spec.scales)}.")
+    for scale in spec.scales:
+        epochs, budget = baseline.target_epoch(scale), make_config(spec.fixed(scale)).epochs
+        if epochs > budget:
+            raise UserError(f"study file {where}: at scale {scale} the target is the baseline's accuracy after "
+                            f"epoch {epochs}, but trials train at most {budget} epoch(s).")
     if spec.targets_from_baseline:
         spec.check_read(["target_accuracy", "target_from_epoch"])

@@ -1,0 +1,110 @@
+"""`harness study NAME --verify`: the best trial, the baseline and a tuned-lr baseline re-timed over
+seeds in fresh processes, to the study's one target, with an ablation; resumable (studies/verify.py)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import optuna
+import pandas as pd
+import pytest
+
+from harness.cli import main
+from harness.store.tracking import KIND, Store
+from harness.studies import baseline
+from harness.studies.verify import ROLE, bootstrap_median, bootstrap_ratio
+from conftest import assert_one_sentence_exit_2, mlflow_client
+
+STUDY = """\
+    name = "study_verifyme"
+    experiment = "recipe"
+    metrics = ["time_to_accuracy_s", "test_accuracy"]
+    directions = ["minimize", "maximize"]
+    n_trials = 3
+
+    [space]
+    channels_last = { choices = [false, true] }
+    batch_size = { choices = [32, 64] }
+
+    [baseline]
+    name = "plain loop"
+    target_from_epoch = { full = 2 }
+    [baseline.params]
+    channels_last = false
+    batch_size = 32
+
+    [sampler]
+    name = "random"
+    seed = 1
+
+    [verify]
+    seeds = [0, 1, 2]
+    lr_factors = [2]
+    [verify.changes]
+    batch_size = "the optimizer: a bigger batch"
+
+    [base]
+    model = "tiny_cnn"
+    dataset = "digits"
+    train_limit = 256
+    test_limit = 128
+    optimizer = "adam"
+    lr = 0.005
+    lr_base_batch = 32
+    epochs = 3
+    stop_at_target = true
+    evals_per_epoch = 2
+    threads = 1
+    """
+
+
+def test_bootstrap_intervals_hold_the_median_and_a_missed_target_is_infinite():
+    assert bootstrap_median([2.0, 2.0, 2.0]) == (2.0, 2.0)
+    lo, hi = bootstrap_median([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert lo <= 3.0 <= hi and lo >= 1.0 and hi <= 5.0
+    assert bootstrap_median([1.0, math.inf, math.inf])[1] == math.inf
+    assert bootstrap_ratio([4.0, 4.0], [2.0, 2.0]) == (2.0, 2.0)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_run(tmp_path, capsys):
+    path = tmp_path / "study_verifyme.toml"
+    path.write_text(textwrap.dedent(STUDY))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path / "out")]
+    assert_one_sentence_exit_2([*args, "--verify"], ["has not been run"], capsys)   # no study yet
+    assert main(args) == 0
+    study = optuna.load_study(study_name="study_verifyme-full", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    target = study.user_attrs[baseline.TARGET_ATTR]
+    trials = pd.read_csv(tmp_path / "out" / "study_verifyme-full-trials.csv")   # every trial, not only the front
+    assert sorted(trials["trial"]) == [0, 1, 2]
+
+    assert main([*args, "--verify"]) == 0
+    table = pd.read_csv(tmp_path / "out" / "study_verifyme-full-verify.csv")
+    client = mlflow_client(Store(uri))
+    exp = client.get_experiment_by_name("study_verifyme")
+    runs = client.search_runs([exp.experiment_id], f"tags.`{KIND}` = 'verify'")
+    for run in runs:   # one target for every run, and no baseline target of its own
+        assert float(run.data.params["target_accuracy"]) == target and run.data.params["target_from_epoch"] == "0"
+    roles = table.groupby("role")["seed"].apply(sorted).to_dict()
+    assert roles["best"] == roles["baseline"] == roles["tuned baseline"] == [0, 1, 2]
+    assert roles["lr x1"] == roles["lr x2"] == [0]
+    assert {r.data.tags[ROLE] for r in runs} <= set(roles)
+    methods = sorted({role.split(": ")[1] for role in roles if ": " in role})
+    assert all(roles[f"alone: {m}"] == roles[f"without: {m}"] == [0] for m in methods)
+    for row in table[table["role"].str.endswith("batch_size")].itertuples():
+        assert row.changes == "the optimizer: a bigger batch"
+    best = table[table["role"] == "best"]
+    assert len({int(s) for s in best["seed"]}) == 3
+
+    report = (tmp_path / "out" / "study_verifyme-full-verify.md").read_text()
+    assert f"Target: test accuracy **{target:.4g}**" in report and "end of epoch 2" in report
+    assert "## Seeds 0, 1, 2" in report and "95% bootstrap interval" in report and "Goal (" in report
+
+    before = len(runs)
+    capsys.readouterr()
+    assert main([*args, "--verify"]) == 0   # resumes: every run is reused, none is run again
+    assert "reused run" in capsys.readouterr().out
+    assert len(client.search_runs([exp.experiment_id], f"tags.`{KIND}` = 'verify'")) == before
