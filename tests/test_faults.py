@@ -23,7 +23,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import TINY_BASE, mlflow_client, skip_unless_ci
+from conftest import TINY_BASE, free_port, mlflow_client, skip_unless_ci
 
 from harness.cli import main
 from harness.store.tracking import CELL_ID, OUTCOME, REASON, Store
@@ -684,10 +684,24 @@ def test_a_slurm_job_array_gets_the_store_locations_from_the_submitting_environm
 
 
 def test_the_ui_and_dashboard_servers_get_the_store_through_the_environment(tmp_path, monkeypatch, capsys):
+    from harness.cli import ui_server
+    from harness.store import Store
+
     started = []
+
+    class Server:   # what serve() needs of the MLflow server it starts: it ran and stopped
+        def __init__(self, argv, env=None, **_):
+            started.append((argv, env))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(ui_server, "subprocess", SimpleNamespace(Popen=Server))
+    monkeypatch.setattr(ui_server, "_wait_until_answering", lambda *a: None)
+    monkeypatch.setattr(ui_server, "_banner", lambda store, base: "")
     monkeypatch.setattr(os, "execve", lambda path, argv, env: started.append((argv, env)))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert main(["ui", "--tracking-uri", uri, "--port", "5999"]) == 0
+    assert ui_server.serve(Store(uri), free_port()) == 0
     storage = f"postgresql://harness:{PASSWORD}@127.0.0.1:{closed_port()}/studies"
     assert main(["dashboard", "--storage", storage, "--tracking-uri", uri]) == 0
     banners = capsys.readouterr().out

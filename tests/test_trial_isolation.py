@@ -69,8 +69,8 @@ def test_a_compiled_trial_leaves_its_state_in_process_and_isolated_trials_all_st
     code, runs = _trials(_study(shared, "leak_none", isolation="none"), shared)
     assert code == 0 and len(runs) == 2
     first, second = (r.data.metrics for r in runs)
-    assert first["state_compiled_graphs"] == 0     # nothing compiled before the first trial
-    assert second["state_compiled_graphs"] > 0     # the first trial's graphs are still in the process
+    # the first trial's graphs are still in the process (this test process may have compiled before)
+    assert second["state_compiled_graphs"] > first["state_compiled_graphs"]
     if first["state_threads"] != 1:                # (a 1-core machine starts at 1 thread anyway)
         assert second["state_threads"] == 1        # the first trial's thread count, left behind
 

@@ -150,6 +150,8 @@ class SlurmLauncher:
             print(f"cancelled Slurm job {array}", flush=True)
             raise
         finally:
+            if states:   # jobs that ended before the first poll still show how they ended
+                bar.update(_summary(states))
             bar.close()
         return [_exit_code(job, states[job.job_id]) for job in jobs]
 

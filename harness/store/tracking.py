@@ -341,7 +341,17 @@ class Store:
             CodeDatasetSource({"loader": record.source})
         entity = Dataset(record.name, record.digest, source._get_source_type(), source.to_json(),
                          profile=json.dumps(record.profile()))
-        self._client.log_inputs(run_id, [DatasetInput(entity, [InputTag(MLFLOW_DATASET_CONTEXT, "training")])])
+        inputs = [DatasetInput(entity, [InputTag(MLFLOW_DATASET_CONTEXT, "training")])]
+        try:
+            self._client.log_inputs(run_id, inputs)
+        except Exception as err:
+            # Two workers logging the same new dataset at once: MLflow's store inserts it twice and
+            # one insert loses on the dataset's unique key. Once it exists, logging it again links it.
+            text = str(err).lower()
+            if "unique" not in text and "duplicate" not in text:
+                raise
+            time.sleep(0.2)
+            self._client.log_inputs(run_id, inputs)
 
     @contextlib.contextmanager
     def system_metrics(self, run_id: str, on: bool, interval_s: float):
