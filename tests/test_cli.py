@@ -136,3 +136,27 @@ def test_ui_banner_names_each_runs_table_with_the_model_training_view(store, swe
     text = _banner(store, "http://127.0.0.1:5999")
     line = next(line for line in text.splitlines() if line.split()[:1] == ["bannered"])
     assert line.split()[1] == f"http://127.0.0.1:5999/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+# A KeyboardInterrupt caught after it passed through PyRun_String (as some extensions evaluate code)
+# leaves CPython's "unhandled interrupt" flag set, and the interpreter would then end by SIGINT.
+STALE_INTERRUPT = """
+import ctypes, sys
+import harness.cli as cli
+evaluate = ctypes.pythonapi.PyRun_String
+evaluate.restype, evaluate.argtypes = ctypes.py_object, [ctypes.c_char_p, ctypes.c_int, ctypes.py_object, ctypes.py_object]
+def interrupted_main(argv=None):
+    try:
+        evaluate(b"raise KeyboardInterrupt", 257, {}, {})
+    except KeyboardInterrupt:
+        return cli.EXIT_INTERRUPTED
+cli.main = interrupted_main
+cli.entry()
+"""
+
+
+def test_an_interrupt_exits_130_even_after_it_passed_through_a_c_level_evaluation(tmp_path):
+    (tmp_path / "stale_interrupt.py").write_text(STALE_INTERRUPT)
+    done = subprocess.run([sys.executable, "-m", "stale_interrupt"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 130, done.stderr[-2000:]

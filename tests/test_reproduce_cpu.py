@@ -67,6 +67,10 @@ def test_failed_sweeps_do_not_stop_the_others_and_a_mistake_stops_them_all(monke
     assert ran == ["a", "b"] and written == []
     assert main(["reproduce", *store]) == 2
     assert capsys.readouterr().err.startswith("harness: error: harness reproduce needs --data-dir, the folder")
+    ran.clear()
+    codes["b"] = -9   # killed by a signal: it stops there, like an interrupt
+    assert main(["reproduce", "--data-dir", "D", *store]) == 130
+    assert ran == ["a", "b"] and written == []
 
 
 def test_every_sweep_of_reproduce_cpu_has_a_cpu_scale_that_validates(planned):

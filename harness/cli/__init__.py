@@ -163,7 +163,27 @@ def _fault_sentence(err: BaseException) -> str:
 def entry() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     try:
-        sys.exit(main())
+        code = main()
+        if code == EXIT_INTERRUPTED:
+            _exit_interrupted()
+        sys.exit(code)
     except BrokenPipeError:  # `harness list | head`: the reader has gone, which is no error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
+
+
+def _exit_interrupted() -> None:
+    """Exit 130 for certain after a handled Ctrl-C or SIGTERM. CPython remembers a KeyboardInterrupt
+    that passed through a C-level evaluation (PyRun_String, which some extensions call) even when
+    Python code caught it later, and then ends the process by SIGINT instead of the status it was
+    given (Modules/main.c, Py_RunMain); which way it went depended on where the signal landed.
+    The exit handlers still run and the streams are flushed; only the interpreter's teardown is skipped."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from harness.cli import EXIT_INTERRUPTED
 from harness.errors import UserError
 
 EXIT_FAILED_CELLS = 1
@@ -57,6 +58,8 @@ def reproduce(planned: list[Planned], scale: str, store, out_dir, tracking_uri: 
     for item in planned:
         print(f"== reproduce: sweep {item.sweep} at scale {scale}", flush=True)
         code = _run(sweep_command(item, scale, tracking_uri))
+        if code < 0:   # the sweep was killed by a signal: stop here as if it had been interrupted
+            return EXIT_INTERRUPTED
         if code >= 2:
             return code
         if code != 0:
