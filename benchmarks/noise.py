@@ -14,8 +14,11 @@ difference between them is noise. Printed:
   of n rounds (in each drawn round, which run is A is a coin toss).
 
 Goal on an idle 2-core machine: minimum detectable effect at most 5% at n = 5 and at most 5% false
-"faster" verdicts. About 5-10 minutes at the default N on 2 idle cores; the settings and the
-machine's load before and after are printed with the figures (a loaded machine's figures are its own).
+"faster" verdicts. A cell lasts about 20 s (40 epochs of digits), as long as the shortest
+training cells of the shipped sweeps: a one-second cell measures the scheduler's jitter, not
+the noise a sweep's verdicts face. About 10 minutes at the default N on 2 idle cores; the settings
+and the machine's load before and after are printed with the figures (a loaded machine's figures
+are its own).
 
     make bench-noise                      # default N
     make bench-noise ARGS="--rounds 3 --epochs 1"     # a quick try that the benchmark runs
@@ -98,8 +101,8 @@ def detectable_effect(a: np.ndarray, b: np.ndarray, n: int, rng: np.random.Gener
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=15, help="N: rounds of A then B (default 15: 30 runs)")
-    parser.add_argument("--epochs", type=int, default=2, help="timed epochs of each run (default 2)")
+    parser.add_argument("--rounds", type=int, default=10, help="N: rounds of A then B (default 10: 20 runs)")
+    parser.add_argument("--epochs", type=int, default=40, help="timed epochs of each run (default 40: about 20 s)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if args.rounds < 5:
