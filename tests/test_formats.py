@@ -83,11 +83,11 @@ def test_tf32_measured_on_an_ampere_gpu_has_the_book_s_bits():
 
 def test_every_figure_of_the_table_is_an_exact_check_with_its_claim():
     spec = sweepspec.load("formats")
-    exact = {(c["where"]["number_format"], c["metric"]): c["expected"] for c in spec.checks if "where" in c}
+    exact = {(c.where["number_format"], c.metric): c.expected for c in spec.checks if c.where}
     for name, row in BOOK.items():
         for metric in ("exponent_bits", "mantissa_bits", "storage_bytes"):
             assert exact[(name, metric)] == row[metric], (name, metric)
-    assert all(c["kind"] == "exact" and c["text"] for c in spec.checks)
+    assert all(c.kind == "exact" and c.text for c in spec.checks)
 
 
 def test_the_checks_pass_on_the_book_s_table_and_fail_on_a_changed_figure():
