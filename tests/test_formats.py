@@ -110,4 +110,4 @@ def test_the_sweep_records_the_bits_and_the_report_gives_exact_verdicts(store, t
     assert verdicts["tf32 has 10 mantissa bits, as fp16"] == "N/A"
     assert "FAIL" not in verdicts.values()
     assert any("TF32 exists only" in p for p in built.problems)
-    report.write(built, store, tmp_path)
+    report.write_files(built, tmp_path)
