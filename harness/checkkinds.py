@@ -135,7 +135,7 @@ def parse(entry: Check | dict[str, Any]) -> Check:
     if not isinstance(entry, dict):
         raise ValueError(f"a check must be a table with a kind, like kind = \"bound\" (got {entry!r})")
     kind = entry.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise ValueError(f"unknown check kind {kind!r}; known: {', '.join(KINDS)}")
     model = KINDS[kind]
     try:

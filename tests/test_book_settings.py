@@ -1,4 +1,4 @@
-"""The documents' settings, exactly (issue 10): EfficientNet with its 1000-class head and, for T10.2,
+"""The documents' settings, exactly: EfficientNet with its 1000-class head and, for T10.2,
 ImageNet weights (never silently random ones); T7's TF32 flag as the book's notebook; D12.2's
 unrounded figures and its time.sleep(5) variant."""
 

@@ -185,7 +185,7 @@ def _table(what: str, registry: dict[str, type[_Kind]]):
         if not isinstance(value, dict):
             raise ValueError(f"[{what}] must be a table, like [{what}] name = \"{next(iter(registry))}\"")
         name = value.get("name", next(iter(registry)))
-        if name not in registry:
+        if not isinstance(name, str) or name not in registry:
             raise ValueError(f"unknown {what} {name!r}; choose one of {', '.join(registry)}")
         model = registry[name]
         try:
