@@ -126,12 +126,20 @@ def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[
              measured: MeasuredOn | None = None, machine: str = DOCUMENT_MACHINE,
              scale: str | None = None, repeats: int | None = None) -> list[Verdict]:
     """Each check's verdict on `table` (a check given as its TOML table is read as its kind's model
-    first). `axes` are the sweep's axes (a `compare` pairs its rows on the ones it does not name);
-    `measured` what the cells ran on, `machine` what the document's is called; `scale` the table's
-    scale (None: judge every check, as on the published rows); `repeats` the runs each grid point
-    should have: above 1, timing checks have three outcomes (None: two, as on the published rows,
-    which are single figures)."""
-    return [_judge(parse(c), table, axes or [], measured, machine, scale, repeats) for c in checks]
+    first; one that is no check is N/A, saying why). `axes` are the sweep's axes (a `compare` pairs
+    its rows on the ones it does not name); `measured` what the cells ran on, `machine` what the
+    document's is called; `scale` the table's scale (None: judge every check, as on the published
+    rows); `repeats` the runs each grid point should have: above 1, timing checks have three
+    outcomes (None: two, as on the published rows, which are single figures)."""
+    verdicts = []
+    for entry in checks:
+        try:
+            check = parse(entry)
+        except ValueError as err:   # a table no kind reads (sweep files are read before this): never a PASS
+            verdicts.append(Verdict(str(entry), NA, str(err)))
+            continue
+        verdicts.append(_judge(check, table, axes or [], measured, machine, scale, repeats))
+    return verdicts
 
 
 def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
