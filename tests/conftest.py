@@ -101,7 +101,7 @@ def sweep_file(tmp_path):
     return make
 
 
-# --- studies (issue 5) ---------------------------------------------------------------------------
+# --- studies ---------------------------------------------------------------------------
 TINY_STUDY_BASE = {**TINY_BASE, "warmup_epochs": 0, "pruning_backend": "torch-pruning"}
 
 

@@ -1,4 +1,4 @@
-"""The documents' settings, exactly (issue 10): EfficientNet with its 1000-class head and, for T10.2,
+"""The documents' settings, exactly: EfficientNet with its 1000-class head and, for T10.2,
 ImageNet weights (never silently random ones); T7's TF32 flag as the book's notebook; D12.2's
 unrounded figures and its time.sleep(5) variant."""
 
@@ -133,7 +133,7 @@ def _async_table(published_rows: list[dict]) -> pd.DataFrame:
 
 def test_the_sleep_claim_passes_on_the_notes_figures_and_fails_when_the_sleep_changes_nothing():
     spec = sweepspec.load("async")
-    claim = [c for c in spec.checks if c["metric"] == "speedup"]
+    claim = [c for c in spec.checks if c.metric == "speedup"]
     rows = spec.published["rows"]
     assert [v.verdict for v in checks.evaluate(claim, _async_table(rows))] == ["PASS"]
     flat = [{**r, "torch_nosync_time_s": 0.2859} if r["device"] == "cpu" else r for r in rows]

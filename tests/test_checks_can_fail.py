@@ -1,4 +1,4 @@
-"""Every shipped sweep's checks can fail (issue 10): fed the published rows as if we had measured
+"""Every shipped sweep's checks can fail: fed the published rows as if we had measured
 them, each check those rows can judge passes; fed a copy that contradicts the documents, each one
 fails. A check the published rows cannot judge says so in its sweep file (`on = "ours"`, with a
 reason), and exactly those are exempt here; they are judged instead on tables of our own figures
@@ -22,6 +22,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from harness.checkkinds import Check, parse
 from harness.report import checks, tables
 from harness.store import RunRecord
 from harness.store.tracking import OUTCOME
@@ -31,8 +32,8 @@ SWEEPS = sweepspec.available()
 COPIES = ("reversed", "flattened", "spread")
 
 
-def _text(check: dict) -> str:
-    return check.get("text") or str(check)
+def _text(check: Check) -> str:
+    return check.name
 
 
 def _number(text: str | None):
@@ -118,7 +119,7 @@ def _verdicts(spec: sweepspec.SweepSpec, runs: list[RunRecord]) -> list[checks.V
 def test_every_shipped_sweep_states_its_claims_as_checks_in_words(name):
     spec = sweepspec.load(name)
     assert spec.checks, f"{name}: a table with no check is judged by nobody"
-    assert all(c.get("text") for c in spec.checks), f"{name}: each check says its claim in words (text)"
+    assert all(c.text for c in spec.checks), f"{name}: each check says its claim in words (text)"
 
 
 @pytest.mark.parametrize("name", SWEEPS)
@@ -126,7 +127,7 @@ def test_the_published_rows_pass_every_check_they_can_judge(name):
     spec = sweepspec.load(name)
     verdicts = _verdicts(spec, _published_runs(spec))
     for check, verdict in zip(spec.checks, verdicts):
-        expected = checks.NA if check.get("on") == "ours" else checks.PASS
+        expected = checks.NA if check.on == "ours" else checks.PASS
         assert verdict.verdict == expected, (
             f"{name}: '{_text(check)}' is {verdict.verdict} on the published rows ({verdict.detail}); "
             + ("a check marked on = \"ours\" must be one they cannot judge" if expected == checks.NA else
@@ -134,13 +135,17 @@ def test_the_published_rows_pass_every_check_they_can_judge(name):
                "it says so with on = \"ours\" and a reason"))
 
 
-def _claims_no_effect(check: dict) -> bool:
+def _claims_no_effect(check: Check) -> bool:
     """'the same accuracy', 'no different', 'flat': a claim whose opposite is an effect, which only the
     spread copy makes. Every other claim must fail on a reversed or a flattened copy."""
-    if check["kind"] == "flat":
+    if check.kind == "flat":
         return True
-    return check["kind"] == "compare" and check.get("min_ratio", 0) <= 1 <= check.get("max_ratio", float("inf")) \
-        and ("within" in check or {"min_ratio", "max_ratio"} <= set(check))
+    if check.kind != "compare":
+        return False
+    low = 0 if check.min_ratio is None else check.min_ratio
+    high = float("inf") if check.max_ratio is None else check.max_ratio
+    both_ends = check.min_ratio is not None and check.max_ratio is not None
+    return low <= 1 <= high and (check.within is not None or both_ends)
 
 
 def _never_failing(spec: sweepspec.SweepSpec) -> list[str]:
@@ -151,9 +156,9 @@ def _never_failing(spec: sweepspec.SweepSpec) -> list[str]:
     for i, check in enumerate(spec.checks):
         # An exact figure that every row shares (one sign bit in every format) is flattened to
         # itself when it is 1: the spread copy contradicts it.
-        exact_everywhere = check["kind"] == "exact" and not check.get("where")
+        exact_everywhere = check.kind == "exact" and not check.where
         contradicting = COPIES if _claims_no_effect(check) or exact_everywhere else ("reversed", "flattened")
-        if check.get("on") != "ours" and all(copies[how][i].verdict != checks.FAIL for how in contradicting):
+        if check.on != "ours" and all(copies[how][i].verdict != checks.FAIL for how in contradicting):
             never.append(f"'{_text(check)}' (" + "; ".join(f"{how}: {copies[how][i].verdict} {copies[how][i].detail}"
                                                           for how in contradicting) + ")")
     return never
@@ -170,10 +175,10 @@ def test_the_checks_this_replaced_would_be_caught():
     ratio within 25% of 1.2x, which a TorchScript 10% slower than eager met."""
     autoparallel, hybridize = sweepspec.load("autoparallel"), sweepspec.load("hybridize")
     old_floor = autoparallel.model_copy(update={"checks": [
-        {"kind": "bound", "metric": "overlap_gain", "min": 1.0, "text": "old D12.3 floor"}]})
+        parse({"kind": "bound", "metric": "overlap_gain", "min": 1.0, "text": "old D12.3 floor"})]})
     old_ratio = hybridize.model_copy(update={"checks": [
-        {"kind": "ratio", "metric": "speedup", "where": {"model": "mlp_d2l", "execution": "script"},
-         "tolerance": 0.25, "text": "old D12.1 ratio"}]})
+        parse({"kind": "ratio", "metric": "speedup", "where": {"model": "mlp_d2l", "execution": "script"},
+         "tolerance": 0.25, "text": "old D12.1 ratio"})]})
     assert [len(_never_failing(old_floor)), len(_never_failing(old_ratio))] == [1, 0]
     # the ratio does fail on a copy, but 0.90x (d2l's eager 10% faster) still passes it; the floor does not
     slower = {"kind": "ratio", "metric": "speedup", "tolerance": 0.25}, {"kind": "bound", "metric": "speedup", "min": 1.1}
@@ -212,25 +217,25 @@ def _grid_points(spec: sweepspec.SweepSpec) -> pd.DataFrame:
     return pd.DataFrame(points)
 
 
-def _fabricated(check: dict, points: pd.DataFrame, agree: bool) -> pd.DataFrame:
+def _fabricated(check: Check, points: pd.DataFrame, agree: bool) -> pd.DataFrame:
     """A table of our own figures that agrees with an on = "ours" check, or contradicts it."""
-    table, metric, kind = points.copy(), check["metric"], check["kind"]
+    table, metric, kind = points.copy(), check.metric, check.kind
     if kind == "exact":
-        table[metric] = check["expected"] if agree else check["expected"] + 1
+        table[metric] = check.expected if agree else check.expected + 1
     elif kind == "bound":
-        low, high = check.get("min"), check.get("max")
+        low, high = check.min, check.max
         inside = (low + high) / 2 if low is not None and high is not None else \
             low + abs(low) * 0.1 + 0.1 if low is not None else high - abs(high) * 0.5
         outside = low - abs(low) * 0.5 - 0.5 if low is not None else high + abs(high) + 1
         table[metric] = inside if agree else outside
     elif kind == "best":
-        stated = checks._rows(table, check["row"]).index
-        best, worst = (1.0, 3.0) if check["goal"] == "lowest" else (3.0, 1.0)
+        stated = checks._rows(table, check.row).index
+        best, worst = (1.0, 3.0) if check.goal == "lowest" else (3.0, 1.0)
         table[metric] = 2.0
         table.loc[stated, metric] = best if agree else worst
     elif kind == "trend":
-        order = table[check["x"]].rank()
-        rising = order if check.get("direction", "decreasing") == "increasing" else -order
+        order = table[check.x].rank()
+        rising = order if check.direction == "increasing" else -order
         table[metric] = rising if agree else -rising
     elif kind == "flat":
         table[metric] = 1.0 if agree else [1.0 + i for i in range(len(table))]
@@ -239,7 +244,7 @@ def _fabricated(check: dict, points: pd.DataFrame, agree: bool) -> pd.DataFrame:
     return table
 
 
-OURS = [(name, i) for name in SWEEPS for i, c in enumerate(sweepspec.load(name).checks) if c.get("on") == "ours"]
+OURS = [(name, i) for name in SWEEPS for i, c in enumerate(sweepspec.load(name).checks) if c.on == "ours"]
 
 
 @pytest.mark.parametrize("name, index", OURS)

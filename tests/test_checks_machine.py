@@ -1,4 +1,4 @@
-"""DIFFERS: machine (issue 10): a check whose claim rests on what the document's machine had (16 cores,
+"""DIFFERS: machine: a check whose claim rests on what the document's machine had (16 cores,
 8 GPUs, native bf16, the oneCCL backend) does not FAIL on cells measured without it; it says how the
 machines differ. A claim that holds anyway is a PASS, a check with nothing to judge stays N/A."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.checkkinds import Needs
 from harness.report import checks
 from harness.report.machine import MeasuredOn, measured_on
 from harness.store import RunRecord
@@ -32,7 +33,7 @@ def test_the_machine_is_read_from_what_the_cells_logged():
     assert (facts.cores, facts.gpus) == (2, 0)
     assert facts.emulated == {"bf16"} and facts.native == {"fp32"}
     assert list(facts.missing_backends) == ["ccl"]  # gloo's cell skipped for cores, not for its backend
-    reasons = facts.lacks({"cores": 16, "gpus": 8, "native": "bf16", "backend": "ccl"}, "the book's machine")
+    reasons = facts.lacks(Needs(cores=16, gpus=8, native="bf16", backend="ccl"), "the book's machine")
     assert reasons == [
         "measured on 2 cores; the book's machine had 16",
         "measured as CPU processes, on no GPU; the book's machine had 8 GPU(s)",
@@ -40,7 +41,7 @@ def test_the_machine_is_read_from_what_the_cells_logged():
         "computes it natively",
         "no ccl backend here: backend 'ccl' needs Intel's oneCCL bindings (oneccl_bindings_for_pytorch)",
     ]
-    assert facts.lacks({"cores": 2, "native": "fp32", "backend": "gloo"}) == []
+    assert facts.lacks(Needs(cores=2, native="fp32", backend="gloo")) == []
 
 
 def test_gpus_count_only_when_the_cells_ran_on_them():
@@ -48,17 +49,17 @@ def test_gpus_count_only_when_the_cells_ran_on_them():
     on_gpus = measured_on([_run({"device": "cuda"}, tags=tags)])
     as_cpu_processes = measured_on([_run({"device": "cpu"}, tags=tags)])
     assert (on_gpus.gpus, as_cpu_processes.gpus) == (2, 0)
-    assert on_gpus.lacks({"gpus": 8}) == ["measured on 2 GPU(s); the document's machine had 8 GPU(s)"]
-    assert on_gpus.lacks({"gpus": 2}) == []
+    assert on_gpus.lacks(Needs(gpus=8)) == ["measured on 2 GPU(s); the document's machine had 8 GPU(s)"]
+    assert on_gpus.lacks(Needs(gpus=2)) == []
 
 
 def test_what_the_cells_did_not_log_is_not_held_against_them():
     silent = measured_on([_run({}, tags={})])
-    assert silent.lacks({"cores": 16, "gpus": 8, "native": "bf16", "backend": "ccl"}) == []
+    assert silent.lacks(Needs(cores=16, gpus=8, native="bf16", backend="ccl")) == []
     # a CPU with native bf16 (AMX) does not emulate it, and a GPU machine's CPU flags say nothing of its GPUs
     amx = measured_on([_run({"device": "cpu"}, tags={**TWO_CORES, "cpu.native_bf16": "true"})])
     gpu = measured_on([_run({"device": "cuda"}, tags={**TWO_CORES, "gpu.names": "NVIDIA A100"})])
-    assert amx.lacks({"native": "bf16"}) == [] and gpu.lacks({"native": "bf16"}) == []
+    assert amx.lacks(Needs(native="bf16")) == [] and gpu.lacks(Needs(native="bf16")) == []
 
 
 def test_a_failing_check_on_a_lesser_machine_differs_and_a_passing_one_passes():

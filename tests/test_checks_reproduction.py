@@ -182,7 +182,7 @@ def test_a_check_for_the_document_scale_is_not_judged_on_a_smaller_one():
     ({"kind": "compare", "metric": "m", "where": {"x": 1}, "against": {"x": 2}}, "at least one of min_ratio"),
     ({"kind": "ratio", "metric": "m", "tolerence": 0.1}, "needs 'tolerance'"),
     ({"kind": "ratio", "metric": "m", "tolerance": 0.1, "tolerence": 0.1}, "unknown key 'tolerence'"),
-    ({"kind": "best", "metric": "m", "goal": "fastest", "row": {"x": 1}}, "goal must be 'lowest' or 'highest'"),
+    ({"kind": "best", "metric": "m", "goal": "fastest", "row": {"x": 1}}, "'goal' must be 'lowest' or 'highest'"),
     ({"kind": "flat", "metric": "m", "tolerance": 0.1, "needs": {"ram": 64}}, "unknown need 'ram'"),
     ({"kind": "bound", "metric": "m", "min": 1, "on": "ours"}, "needs a reason"),
     ({"kind": "bound", "metric": "m"}, "at least one of min, max"),
@@ -211,3 +211,42 @@ def test_compare_pairs_on_an_axis_both_sides_restrict_alike():
                                table, axes=["world_size", "backend"])[0]
     assert everywhere.verdict == "FAIL" and "world_size=1: 90 vs 73" in everywhere.detail
     assert ddp_only.verdict == "PASS" and ddp_only.detail.count("world_size=") == 2
+
+
+@pytest.mark.parametrize("check, words", [
+    ({"kind": "bound", "metric": "m", "min": True}, "'min' must be a number, not True"),
+    ({"kind": "trend", "metric": "m", "x": "x", "direction": "up"}, "'direction' must be 'increasing' or 'decreasing'"),
+    ({"kind": "bound", "metric": "m", "min": 1, "scales": "full"}, "'scales' must be a list of scale names"),
+    ({"kind": "bound", "metric": "m", "min": 1, "where": 3}, "'where' must be a table"),
+    ({"kind": "bound", "metric": "m", "min": 1, "on": "theirs"}, "'on' must be 'published' or 'ours'"),
+])
+def test_a_mistyped_value_in_a_check_is_named_with_what_it_should_be(check, words):
+    from harness import checkkinds
+
+    with pytest.raises(ValueError) as err:
+        checkkinds.parse(check)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_check_kinds_the_report_documents_are_the_ones_a_sweep_file_may_use():
+    """One registry: each kind is a model in harness/checkkinds.py with a judge in the report, and
+    the report's docstring shows each in TOML, in the registry's order."""
+    import textwrap
+    import tomllib
+
+    from harness import checkkinds
+
+    assert list(checks.JUDGES) == list(checkkinds.KINDS)
+    assert all(model.model_fields["kind"].default == kind for kind, model in checkkinds.KINDS.items())
+    shown = checks.__doc__.split("Every kind also takes")[0]
+    documented = tomllib.loads(textwrap.dedent(shown[shown.index("    [[checks]]"):]))["checks"]
+    assert [type(checkkinds.parse(c)) for c in documented] == list(checkkinds.KINDS.values())
+
+
+def test_a_check_keeps_its_numbers_as_written():
+    """An exact count stays an int (the report prints 1,059,306, not 1,059,306.0)."""
+    from harness import checkkinds
+
+    exact = checkkinds.parse({"kind": "exact", "metric": "param_count", "expected": 1059306})
+    assert isinstance(exact.expected, int) and exact.name == "exact check of param_count"
+    assert checkkinds.parse(exact) is exact

@@ -83,11 +83,11 @@ def test_tf32_measured_on_an_ampere_gpu_has_the_book_s_bits():
 
 def test_every_figure_of_the_table_is_an_exact_check_with_its_claim():
     spec = sweepspec.load("formats")
-    exact = {(c["where"]["number_format"], c["metric"]): c["expected"] for c in spec.checks if "where" in c}
+    exact = {(c.where["number_format"], c.metric): c.expected for c in spec.checks if c.where}
     for name, row in BOOK.items():
         for metric in ("exponent_bits", "mantissa_bits", "storage_bytes"):
             assert exact[(name, metric)] == row[metric], (name, metric)
-    assert all(c["kind"] == "exact" and c["text"] for c in spec.checks)
+    assert all(c.kind == "exact" and c.text for c in spec.checks)
 
 
 def test_the_checks_pass_on_the_book_s_table_and_fail_on_a_changed_figure():
@@ -110,4 +110,4 @@ def test_the_sweep_records_the_bits_and_the_report_gives_exact_verdicts(store, t
     assert verdicts["tf32 has 10 mantissa bits, as fp16"] == "N/A"
     assert "FAIL" not in verdicts.values()
     assert any("TF32 exists only" in p for p in built.problems)
-    report.write(built, store, tmp_path)
+    report.write_files(built, tmp_path)

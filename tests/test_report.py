@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.report import tables as report
+from harness.report import tables as report, writeback
 from harness.store.tracking import EXPERIMENT_TAG_LIMIT, RunRecord, Store
 from harness.sweeps import spec as sweepspec
 from harness.errors import UserError
@@ -30,7 +30,8 @@ def test_report_sets_ours_beside_the_published_figures(store, sweep_file, tmp_pa
     assert t.loc[0.5, "speedup"] == pytest.approx(t.loc[0.0, "train_time_s"] / t.loc[0.5, "train_time_s"])
     assert t.loc[0.5, "param_count"] < t.loc[0.0, "param_count"]
     assert "—" in built.markdown  # the unrun 0.8 row shows the book's figures only
-    paths = report.write(built, store, tmp_path)
+    paths = report.write_files(built, tmp_path)
+    writeback.attach_files(store, built, paths)
     assert sorted(p.suffix for p in paths) == [".csv", ".md", ".png"]
     assert paths[2].stat().st_size > 10_000
     logged = {a.path for a in mlflow_client(store).list_artifacts(built.parent_run_id, "report")}
@@ -143,3 +144,21 @@ def test_the_report_and_its_ui_links_point_at_the_parent_holding_the_cells(store
     text = store.experiment_description(experiment_id)
     assert f"/runs/{first.parent_run_id}/artifacts/report/rep_holder.png?workflowType=machine_learning" in text
     assert empty not in text
+
+
+def test_the_report_writes_to_the_store_only_through_writeback():
+    """The report reads and derives (tables), renders (tables, render, overview, reproduction); what
+    it puts back into MLflow goes through one module, which says why it writes."""
+    import ast
+    from pathlib import Path
+
+    import harness.report
+
+    writes = {"describe_experiment", "start_run", "reopen_run", "log_params", "log_metrics", "set_tags",
+              "describe_run", "log_dict", "log_text", "log_artifact", "log_dataset", "end_run", "delete_run",
+              "reap_stale_runs", "close_after_fault"}
+    assert writes <= set(vars(Store))   # the Store's writing methods, as named today
+    offenders = [f"{path.name}: {node.attr}" for path in Path(harness.report.__file__).parent.glob("*.py")
+                 if path.name != "writeback.py"
+                 for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Attribute) and node.attr in writes]
+    assert not offenders, offenders

@@ -54,6 +54,11 @@ def test_space_kinds_and_study_names(study_file):
       "extra": '[pruner]\nname = "median"\n'}, ["pruner", "single-objective"]),
     ({"space": LR, "extra": '[pruner]\nname = "median"\n'}, ["eval_every_epoch = true"]),
     ({"space": LR, "extra": '[sampler]\nname = "genetic"\n'}, ["unknown sampler 'genetic'"]),
+    ({"space": LR, "extra": '[pruner]\nname = "prune_all"\n'}, ["unknown pruner 'prune_all'", "median"]),
+    ({"space": LR, "extra": '[sampler]\nname = "tpe"\nn_startup = 3\n'}, ["unknown key 'n_startup' in [sampler] tpe"]),
+    ({"space": LR, "extra": '[sampler]\nname = "nsga2"\npopulation_size = 1\n'}, ["population_size", "greater than or equal to 2"]),
+    ({"space": LR, "extra": '[pruner]\nname = "threshold"\n'}, ["a threshold pruner needs lower or upper"]),
+    ({"space": LR, "extra": '[pruner]\nname = "percentile"\npercentile = 150.0\n'}, ["percentile", "less than or equal to 100"]),
     ({"space": LR, "base": {"dtype": "bf16"}}, ["study file", "experiment 'pruning' does not read 'dtype'"]),
     ({"space": LR + 'execution = { choices = ["eager", "script"] }\n'}, ["study file", "does not read 'execution'"]),
 ])
@@ -113,9 +118,37 @@ def test_a_shipped_pruner_can_stop_a_smoke_trial_before_its_last_epoch(name):
     from harness.config import make_config
 
     spec = studyspec.load(name)
-    if spec.pruner.get("name", "none") in ("none", "threshold"):
+    if spec.pruner.name not in ("median", "percentile"):
         pytest.skip(f"study {name} has no median/percentile pruner")
     epochs = make_config(spec.fixed("smoke", {})).epochs
-    first_prunable_step = spec.pruner.get("n_warmup_steps", 1)  # steps are 0-based epochs
+    first_prunable_step = spec.pruner.n_warmup_steps  # steps are 0-based epochs
     assert first_prunable_step < epochs - 1, f"{name} at smoke: {epochs} epochs, warm-up {first_prunable_step} steps"
-    assert spec.pruner.get("n_startup_trials", 3) < spec.trials_at("smoke")
+    assert spec.pruner.n_startup_trials < spec.trials_at("smoke")
+
+
+def test_sampler_and_pruner_defaults_are_one_model_each_and_logged_as_before(study_file):
+    """No [sampler] is TPE, no [pruner] is none; the parent run's params read as they always did."""
+    from harness.studies import search
+
+    plain = studyspec.load(str(study_file("plain", space=LR)))
+    assert plain.sampler == search.TPE() and plain.sampler.n_startup_trials == 5 and not plain.pruner.active
+    assert (plain.sampler.as_logged(), plain.pruner.as_logged()) == ({"name": "tpe"}, {"name": "none"})
+    shipped = studyspec.load("lr_batch")
+    assert str(shipped.sampler.as_logged()) == "{'name': 'tpe', 'seed': 0, 'n_startup_trials': 5}"
+    assert str(shipped.pruner.as_logged()) == ("{'name': 'median', 'metric': 'epoch_test_accuracy', "
+                                               "'n_startup_trials': 3, 'n_warmup_steps': 1}")
+    unnamed = studyspec.load(str(study_file("unnamed", space=LR, extra="[sampler]\nseed = 7\n")))
+    assert isinstance(unnamed.sampler, search.TPE) and unnamed.sampler.seed == 7
+
+
+def test_every_sampler_and_pruner_makes_its_optuna_object():
+    import optuna
+
+    from harness.studies import search
+
+    for name, model in search.SAMPLERS.items():
+        assert isinstance(model().to_optuna(3), optuna.samplers.BaseSampler), name
+    for name, model in search.PRUNERS.items():
+        made = (model(upper=1.0) if model is search.Threshold else model()).to_optuna()
+        assert isinstance(made, optuna.pruners.BasePruner), name
+    assert type(search.Median().to_optuna()).__name__ == "MedianPruner"

@@ -48,7 +48,7 @@ every row. `text` says the claim in words and where it comes from.
     metric = "epoch_time_mean_s"
     tolerance = 0.15
 
-Every kind also takes:
+Every kind also takes (the models and their defaults: harness/checkkinds.py):
     needs = { cores = 16 }          # what the document's machine had that the claim depends on
                                     # (harness/report/machine.py): a FAIL on cells measured without
                                     # it is "DIFFERS: machine", with the reason; a PASS stays a PASS.
@@ -79,15 +79,29 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 import pandas as pd
 
+from harness.checkkinds import Best, Bound, Check, Compare, Exact, Flat, Ratio, Trend, parse
 from harness.report import intervals
-from harness.report.machine import NEEDS, MeasuredOn
+from harness.report.machine import MeasuredOn
 
-PASS, FAIL, NA, DIFFERS, INCONCLUSIVE = "PASS", "FAIL", "N/A", "DIFFERS: machine", "INCONCLUSIVE"
-VERDICTS = (PASS, FAIL, DIFFERS, INCONCLUSIVE, NA)   # the order a summary counts them in
+
+class Judgement(StrEnum):
+    """A check's verdict, as every report prints it; the members' order is the order a summary
+    counts them in."""
+    PASS = "PASS"
+    FAIL = "FAIL"
+    DIFFERS = "DIFFERS: machine"    # a FAIL on the side this machine's missing resource predicts
+    INCONCLUSIVE = "INCONCLUSIVE"   # a timing whose interval neither passes nor fails as a whole
+    NA = "N/A"                      # the table lacks what the check needs (the detail says which)
+
+
+PASS, FAIL, DIFFERS, INCONCLUSIVE, NA = Judgement
+VERDICTS = tuple(Judgement)   # the order a summary counts them in
 DOCUMENT_MACHINE = "the document's machine"
 SMOKE_REASON = "smoke checks the machinery, not the claims"
 CHANCE = 0.10   # every dataset here has 10 classes (CIFAR-10, Fashion-MNIST, digits, synthetic)
@@ -97,7 +111,7 @@ RESAMPLE_PASS = 0.975   # a resampled check passing this often (or failing) deci
 @dataclass
 class Verdict:
     check: str       # the check in words
-    verdict: str     # PASS | FAIL | DIFFERS: machine | INCONCLUSIVE | N/A
+    verdict: Judgement
     detail: str      # what was measured (and, for DIFFERS, why this machine cannot show the claim)
     kind: str = ""   # the check's kind: "exact" facts are counted apart from measured claims
     stand_in: bool = False   # measured without what the claim needs (cores, GPUs, native dtype)
@@ -108,47 +122,52 @@ class Verdict:
         return f"{self.verdict} (stand-in)" if self.stand_in and self.verdict != DIFFERS else self.verdict
 
 
-def evaluate(checks: list[dict], table: pd.DataFrame, *, axes: list[str] | None = None,
+def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[str] | None = None,
              measured: MeasuredOn | None = None, machine: str = DOCUMENT_MACHINE,
              scale: str | None = None, repeats: int | None = None) -> list[Verdict]:
-    """Each check's verdict on `table`. `axes` are the sweep's axes (a `compare` pairs its rows on the
-    ones it does not name); `measured` what the cells ran on, `machine` what the document's is called;
-    `scale` the table's scale (None: judge every check, as on the published rows); `repeats` the runs
-    each grid point should have: above 1, timing checks have three outcomes (None: two, as on the
-    published rows, which are single figures)."""
-    return [_judge(c, table, axes or [], measured, machine, scale, repeats) for c in checks]
+    """Each check's verdict on `table` (a check given as its TOML table is read as its kind's model
+    first; one that is no check is N/A, saying why). `axes` are the sweep's axes (a `compare` pairs
+    its rows on the ones it does not name); `measured` what the cells ran on, `machine` what the
+    document's is called; `scale` the table's scale (None: judge every check, as on the published
+    rows); `repeats` the runs each grid point should have: above 1, timing checks have three
+    outcomes (None: two, as on the published rows, which are single figures)."""
+    verdicts = []
+    for entry in checks:
+        try:
+            check = parse(entry)
+        except ValueError as err:   # a table no kind reads (sweep files are read before this): never a PASS
+            verdicts.append(Verdict(str(entry), NA, str(err)))
+            continue
+        verdicts.append(_judge(check, table, axes or [], measured, machine, scale, repeats))
+    return verdicts
 
 
-def _judge(check: dict, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
+def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
            machine: str, scale: str | None, repeats: int | None = None) -> Verdict:
-    kind = check.get("kind")
-    if kind not in _KINDS:
-        return Verdict(str(check), NA, f"unknown check kind {kind!r}; known: {', '.join(_KINDS)}")
-    name = check.get("text") or f"{kind} check of {check.get('metric')}"
-    scales = check.get("scales")
-    if scale is not None and scales and scale not in scales:
-        return Verdict(name, NA, f"judged at scale {', '.join(scales)} only (the document's data and epochs); "
+    kind, name = check.kind, check.name
+    if scale is not None and check.scales and scale not in check.scales:
+        return Verdict(name, NA, f"judged at scale {', '.join(check.scales)} only (the document's data and epochs); "
                        f"this table is scale {scale}", kind)
-    if scale == "smoke" and kind != "exact" and "smoke" not in (scales or []):
+    if scale == "smoke" and kind != "exact" and "smoke" not in check.scales:
         return Verdict(name, NA, SMOKE_REASON, kind)
     at_chance = _at_chance(check, table) if scale is not None and kind != "exact" else None
     if at_chance:
         return Verdict(name, NA, at_chance, kind)
-    if repeats is not None and repeats > 1 and is_timing(check["metric"], table):
+    if repeats is not None and repeats > 1 and is_timing(check.metric, table):
         verdict = _judge_timing(check, table, axes)
     else:
-        verdict = _KINDS[kind](check, table, axes)
+        verdict = JUDGES[kind](check, table, axes)
     verdict.kind = kind
-    lacking = measured.lacks(check.get("needs") or {}, machine) if measured is not None else []
+    lacking = measured.lacks(check.needs, machine) if measured is not None else []
     if not lacking:
         return verdict
     verdict.stand_in = True
     if verdict.verdict == FAIL:
-        predicted = "high" if _is_time(check["metric"]) else "low"
+        predicted = "high" if _is_time(check.metric) else "low"
         if verdict.side == predicted:
             how = "longer" if predicted == "high" else "smaller"
             return Verdict(verdict.check, DIFFERS, f"{verdict.detail}; {'; '.join(lacking)}: that predicts a "
-                           f"{how} {check['metric']}, and ours is {how} than the claim", kind, True, verdict.side)
+                           f"{how} {check.metric}, and ours is {how} than the claim", kind, True, verdict.side)
         verdict.detail += (f" (a stand-in: {'; '.join(lacking)}; that predicts the other side, so it stays a FAIL)"
                            if verdict.side else f" (a stand-in: {'; '.join(lacking)})")
         return verdict
@@ -167,12 +186,12 @@ def is_timing(metric: str, table: pd.DataFrame | None = None) -> bool:
     return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric)
 
 
-def _at_chance(check: dict, table: pd.DataFrame) -> str | None:
+def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
     """Why an accuracy check cannot be judged: its reference rows are at chance (or None)."""
-    metric, tested = check.get("metric", ""), table.attrs.get("test_samples")
+    metric, tested = check.metric, table.attrs.get("test_samples")
     if "accuracy" not in metric or not tested or metric not in table:
         return None
-    reference = check.get("against") if check.get("kind") == "compare" else check.get("where")
+    reference = check.against if isinstance(check, Compare) else check.where
     values = _rows(table, reference)[metric].dropna()
     ceiling = CHANCE + 3 * math.sqrt(CHANCE * (1 - CHANCE) / tested)
     if values.empty or (values > ceiling).any():
@@ -201,44 +220,6 @@ def count_line(verdicts: list[Verdict]) -> str:
     return "; ".join(parts) or "none"
 
 
-def problem(check: dict) -> str | None:
-    """What is wrong with a check as written in a sweep file, in one sentence; None when nothing is."""
-    kind = check.get("kind")
-    if kind not in _FIELDS:
-        return f"unknown check kind {kind!r}; known: {', '.join(_FIELDS)}"
-    required, optional = _FIELDS[kind]
-    missing = [k for k in sorted(required) if k not in check]
-    if missing:
-        return f"a '{kind}' check needs {', '.join(repr(k) for k in missing)}"
-    unknown = [k for k in check if k not in required | optional | _COMMON]
-    if unknown:
-        return (f"unknown key {unknown[0]!r} in a '{kind}' check; it takes "
-                f"{', '.join(sorted(required | optional | _COMMON))}")
-    one_of = {"bound": ("min", "max"), "compare": ("min_ratio", "max_ratio", "within")}.get(kind, ())
-    if one_of and not any(k in check for k in one_of):
-        return f"a '{kind}' check needs at least one of {', '.join(one_of)}"
-    for key in ("expected", "min_correlation", "tolerance", "min", "max", "min_ratio", "max_ratio", "within"):
-        if key in check and (isinstance(check[key], bool) or not isinstance(check[key], (int, float))):
-            return f"'{key}' must be a number, not {check[key]!r}"
-    for key in ("where", "against", "row", "needs"):
-        if key in check and not isinstance(check[key], dict):
-            return f"'{key}' must be a table, like {key} = {{ name = value }}"
-    if check.get("direction", "decreasing") not in ("increasing", "decreasing"):
-        return f"direction must be 'increasing' or 'decreasing', not {check['direction']!r}"
-    if kind == "best" and check["goal"] not in ("lowest", "highest"):
-        return f"goal must be 'lowest' or 'highest', not {check['goal']!r}"
-    unknown_needs = [k for k in check.get("needs", {}) if k not in NEEDS]
-    if unknown_needs:
-        return f"unknown need {unknown_needs[0]!r}; a check may need {', '.join(NEEDS)}"
-    if not isinstance(check.get("scales", []), list):
-        return "'scales' must be a list of scale names, like scales = [\"full\"]"
-    if check.get("on", "published") not in ("published", "ours"):
-        return f"on must be 'ours' (the published rows cannot judge it) or 'published', not {check['on']!r}"
-    if check.get("on") == "ours" and not check.get("reason"):
-        return "a check with on = \"ours\" needs a reason: why the published rows cannot judge it"
-    return None
-
-
 def _rows(table: pd.DataFrame, where: dict | None) -> pd.DataFrame:
     rows = table
     for key, value in (where or {}).items():
@@ -253,9 +234,15 @@ def _where_text(where: dict | None) -> str:
                      for k, v in (where or {}).items()) or "every row"
 
 
-def _exact(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
-    metric, expected, where = check["metric"], check["expected"], check.get("where")
-    name = check.get("text") or f"{metric} at {_where_text(where)} is exactly {expected:,}"
+def _low_high(check: Bound | Compare) -> tuple[float, float]:
+    """The allowed range a bound (min, max) or a compare (min_ratio, max_ratio) states; open where unset."""
+    low, high = (check.min, check.max) if isinstance(check, Bound) else (check.min_ratio, check.max_ratio)
+    return (float("-inf") if low is None else low), (float("inf") if high is None else high)
+
+
+def _exact(check: Exact, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    metric, expected, where = check.metric, check.expected, check.where
+    name = check.text or f"{metric} at {_where_text(where)} is exactly {expected:,}"
     values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
     if values.empty:
         return Verdict(name, NA, f"no finished cell at {_where_text(where)}")
@@ -263,11 +250,11 @@ def _exact(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     return Verdict(name, FAIL if bad else PASS, f"measured {', '.join(f'{v:,.0f}' for v in values)}")
 
 
-def _trend(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
-    metric, x, direction = check["metric"], check["x"], check.get("direction", "decreasing")
-    need = float(check.get("min_correlation", 0.8))
-    rows = _rows(table, check.get("where"))
-    name = check.get("text") or f"{metric} is {direction} in {x} (rank correlation >= {need:g})"
+def _trend(check: Trend, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    metric, x, direction = check.metric, check.x, check.direction
+    need = float(check.min_correlation)
+    rows = _rows(table, check.where)
+    name = check.text or f"{metric} is {direction} in {x} (rank correlation >= {need:g})"
     if metric not in rows or x not in rows:
         return Verdict(name, NA, f"the table has no {metric if metric not in rows else x} column")
     points = rows[[x, metric]].dropna()
@@ -280,10 +267,10 @@ def _trend(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     return Verdict(name, PASS if signed >= need else FAIL, f"Spearman rho = {rho:+.2f} over {len(points)} points")
 
 
-def _ratio(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
-    metric, tolerance, where = check["metric"], float(check["tolerance"]), check.get("where")
-    published = check.get("published", f"book_{metric}")
-    name = check.get("text") or (f"{metric} within {tolerance:.0%} of the published one at {_where_text(where)}")
+def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    metric, tolerance, where = check.metric, float(check.tolerance), check.where
+    published = check.published_column
+    name = check.text or (f"{metric} within {tolerance:.0%} of the published one at {_where_text(where)}")
     rows = _rows(table, where)
     if metric not in rows or published not in rows:
         return Verdict(name, NA, f"the table has no {metric if metric not in rows else published} column")
@@ -297,10 +284,10 @@ def _ratio(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     return Verdict(name, PASS if worst <= tolerance else FAIL, detail, side=side)
 
 
-def _bound(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
-    metric, where = check["metric"], check.get("where")
-    low, high = check.get("min", float("-inf")), check.get("max", float("inf"))
-    name = check.get("text") or f"{metric} within [{low:g}, {high:g}] at {_where_text(where)}"
+def _bound(check: Bound, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    metric, where = check.metric, check.where
+    low, high = _low_high(check)
+    name = check.text or f"{metric} within [{low:g}, {high:g}] at {_where_text(where)}"
     values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
     if values.empty:
         return Verdict(name, NA, f"no finished cell at {_where_text(where)}")
@@ -310,13 +297,13 @@ def _bound(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
                    side="" if inside.all() else side)
 
 
-def _compare(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
+def _compare(check: Compare, table: pd.DataFrame, axes: list[str]) -> Verdict:
     """Rows at `where` against rows at `against`, paired on the axes the two do not set apart (ccl
     against gloo at each layout: both may name world_size = [2, 4, 8]); every pair must hold."""
-    metric, where, against = check["metric"], check["where"], check["against"]
-    low, high = check.get("min_ratio", float("-inf")), check.get("max_ratio", float("inf"))
-    within = check.get("within", float("inf"))
-    name = check.get("text") or f"{metric} at {_where_text(where)} against {_where_text(against)}"
+    metric, where, against = check.metric, check.where, check.against
+    low, high = _low_high(check)
+    within = float("inf") if check.within is None else check.within
+    name = check.text or f"{metric} at {_where_text(where)} against {_where_text(against)}"
     if metric not in table:
         return Verdict(name, NA, f"the table has no {metric} column")
     on = [a for a in axes if a in table and where.get(a) == against.get(a)]
@@ -340,10 +327,10 @@ def _compare(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
     return Verdict(name, PASS if holds.all() else FAIL, "; ".join(shown), side=side)
 
 
-def _best(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
-    metric, row, goal = check["metric"], check["row"], check["goal"]
-    name = check.get("text") or f"{_where_text(row)} has the {goal} {metric}"
-    rows = _rows(table, check.get("where"))
+def _best(check: Best, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    metric, row, goal = check.metric, check.row, check.goal
+    name = check.text or f"{_where_text(row)} has the {goal} {metric}"
+    rows = _rows(table, check.where)
     if metric not in rows:
         return Verdict(name, NA, f"the table has no {metric} column")
     rows = rows.dropna(subset=[metric])
@@ -359,9 +346,9 @@ def _best(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
                    f"{_where_text(row)}: {value:.3g}; the {goal} of the others {others.at[rival, metric]:.3g} ({label})")
 
 
-def _flat(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
-    metric, tolerance, where = check["metric"], float(check["tolerance"]), check.get("where")
-    name = check.get("text") or f"{metric} flat within {tolerance:.0%} at {_where_text(where)}"
+def _flat(check: Flat, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    metric, tolerance, where = check.metric, float(check.tolerance), check.where
+    name = check.text or f"{metric} flat within {tolerance:.0%} at {_where_text(where)}"
     values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
     if len(values) < 2:
         return Verdict(name, NA, f"{len(values)} finished row(s) at {_where_text(where)}; flat needs 2")
@@ -380,70 +367,74 @@ def _rounds_of(table: pd.DataFrame, metric: str, where: dict | None) -> dict[int
     return dict(zip(picked["repeat"], picked[metric])) if len(picked) else {}
 
 
-def _fewest_runs(check: dict, table: pd.DataFrame) -> int:
+def _fewest_runs(check: Check, table: pd.DataFrame) -> int:
     """The fewest repeats among the rows the check reads (0 when it reads none)."""
     if "repeats" not in table:
         return 0
-    picked = pd.concat([_rows(table, check.get(k)) for k in ("where", "against", "row") if k in check]
-                       or [table])
+    picked = pd.concat([_rows(table, rows) for rows in check.row_sets().values()] or [table])
     counts = picked["repeats"].dropna()
     return int(counts.min()) if len(counts) else 0
 
 
-def _judge_timing(check: dict, table: pd.DataFrame, axes: list[str]) -> Verdict:
+def _judge_timing(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:
     """A timing claim judged on its interval: PASS when the whole interval passes, FAIL when the
     whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
-    kind, metric = check["kind"], check["metric"]
-    point = _KINDS[kind](check, table, axes)
+    point = JUDGES[check.kind](check, table, axes)
     if point.verdict == NA:
         return point
     n = _fewest_runs(check, table)
     if n < 2:
         return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; n = {n} run(s) per grid point: one timing "
                        "cannot decide a claim (run the sweep with repeats, or --until-decided)")
-    lo_col, hi_col = intervals.bounds(metric)
-    if kind in ("bound", "ratio") and lo_col in table:
+    lo_col, hi_col = intervals.bounds(check.metric)
+    if isinstance(check, (Bound, Ratio)) and lo_col in table:
         return _interval_verdict(check, table, point, n, lo_col, hi_col)
-    if kind == "compare" and not {"within"} & set(check):
+    if isinstance(check, Compare) and check.within is None:
         return _compare_interval(check, table, axes, point, n)
     return _resampled_verdict(check, table, axes, point, n)
 
 
-def _interval_verdict(check: dict, table: pd.DataFrame, point: Verdict, n: int, lo_col: str, hi_col: str) -> Verdict:
+def _within(lo: float, hi: float, low: float, high: float) -> Judgement:
+    """An interval [lo, hi] against the allowed range [low, high]: wholly inside, wholly outside, or neither."""
+    return PASS if lo >= low and hi <= high else FAIL if hi < low or lo > high else INCONCLUSIVE
+
+
+def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict, n: int, lo_col: str,
+                      hi_col: str) -> Verdict:
     """bound and ratio: each row's interval against the allowed range."""
-    rows = _rows(table, check.get("where"))
-    metric = check["metric"]
-    if check["kind"] == "ratio":
-        published = check.get("published", f"book_{metric}")
+    rows = _rows(table, check.where)
+    metric = check.metric
+    if isinstance(check, Ratio):
+        published = check.published_column
         rows = rows.dropna(subset=[metric, published])
         scale = rows[published]
-        low, high = 1 - float(check["tolerance"]), 1 + float(check["tolerance"])
+        low, high = 1 - float(check.tolerance), 1 + float(check.tolerance)
         what = "ours/published"
     else:
         rows = rows.dropna(subset=[metric])
         scale = pd.Series(1.0, index=rows.index)
-        low, high = check.get("min", float("-inf")), check.get("max", float("inf"))
+        low, high = _low_high(check)
         what = metric
     states, shown = [], []
     for i in rows.index:
         lo, hi = rows.at[i, lo_col] / scale[i], rows.at[i, hi_col] / scale[i]
         if pd.isna(lo) or pd.isna(hi):
-            states.append("inconclusive")
+            states.append(INCONCLUSIVE)
             shown.append(f"{rows.at[i, metric] / scale[i]:.3g} (no interval)")
             continue
-        states.append("pass" if lo >= low and hi <= high else "fail" if hi < low or lo > high else "inconclusive")
+        states.append(_within(lo, hi, low, high))
         shown.append(intervals.format_ratio(rows.at[i, metric] / scale[i], lo, hi, suffix=""))
     detail = f"{what} " + ", ".join(shown) + f" (95% interval, n = {n})"
-    if "fail" in states:
+    if FAIL in states:
         side = "low" if any(rows.at[i, hi_col] / scale[i] < low for i in rows.index) else "high"
         return Verdict(point.check, FAIL, detail, side=side)
-    return Verdict(point.check, PASS if states and all(x == "pass" for x in states) else INCONCLUSIVE, detail)
+    return Verdict(point.check, PASS if states and all(x == PASS for x in states) else INCONCLUSIVE, detail)
 
 
-def _compare_interval(check: dict, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
+def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
     """compare on a timing: the ratio of the two rows' medians with its interval over the rounds."""
-    metric, where, against = check["metric"], check["where"], check["against"]
-    low, high = check.get("min_ratio", float("-inf")), check.get("max_ratio", float("inf"))
+    metric, where, against = check.metric, check.where, check.against
+    low, high = _low_high(check)
     on = [a for a in axes if a in table and where.get(a) == against.get(a)]
     ours = _rows(table, where).dropna(subset=[metric])
     states, shown = [], []
@@ -454,34 +445,30 @@ def _compare_interval(check: dict, table: pd.DataFrame, axes: list[str], point: 
         for j in theirs.index:
             there = {a: theirs.at[j, a] for a in axes if a in table}
             ratio = intervals.ratio_of_medians(_rounds_of(table, metric, here), _rounds_of(table, metric, there))
-            if not ratio.decided:
-                states.append("inconclusive")
-            else:
-                states.append("pass" if ratio.lo >= low and ratio.hi <= high else
-                              "fail" if ratio.hi < low or ratio.lo > high else "inconclusive")
+            states.append(_within(ratio.lo, ratio.hi, low, high) if ratio.decided else INCONCLUSIVE)
             label = " ".join(f"{k}={v}" for k, v in shared.items())
             shown.append((f"{label}: " if label else "") + "ratio "
                          + intervals.format_ratio(ratio.value, ratio.lo, ratio.hi, suffix=""))
     if not states:
         return point
     detail = "; ".join(shown) + f" (95% interval, n = {n})"
-    if "fail" in states:
+    if FAIL in states:
         return Verdict(point.check, FAIL, detail, side=point.side or "high")
-    return Verdict(point.check, PASS if all(x == "pass" for x in states) else INCONCLUSIVE, detail)
+    return Verdict(point.check, PASS if all(x == PASS for x in states) else INCONCLUSIVE, detail)
 
 
-def _resampled_verdict(check: dict, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
+def _resampled_verdict(check: Check, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
     """trend, flat, best (and a timing without interval columns): the check judged again on tables
     whose medians come from resampled rounds (tables.py's replicates); decided when it passes, or
     fails, in at least 97.5% of them."""
-    replicates = table.attrs["rounds"].replicates.get(check["metric"]) if "rounds" in table.attrs else None
+    replicates = table.attrs["rounds"].replicates.get(check.metric) if "rounds" in table.attrs else None
     if replicates is None:
         return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; no resampled rounds to judge it on (n = {n})")
     passes = 0
     for draw in replicates:
         copy = table.copy()
-        copy[check["metric"]] = draw
-        passes += _KINDS[check["kind"]](check, copy, axes).verdict == PASS
+        copy[check.metric] = draw
+        passes += JUDGES[check.kind](check, copy, axes).verdict == PASS
     share = passes / len(replicates)
     detail = f"{point.detail}; passes in {share:.0%} of {len(replicates)} resampled rounds (n = {n})"
     if point.verdict == PASS and share >= RESAMPLE_PASS:
@@ -491,16 +478,6 @@ def _resampled_verdict(check: dict, table: pd.DataFrame, axes: list[str], point:
     return Verdict(point.check, INCONCLUSIVE, detail)
 
 
-_KINDS = {"exact": _exact, "trend": _trend, "ratio": _ratio, "bound": _bound,
-          "compare": _compare, "best": _best, "flat": _flat}
-# Each kind's required keys and its own optional ones; _COMMON are every kind's.
-_FIELDS = {
-    "exact": ({"metric", "expected"}, set()),
-    "trend": ({"metric", "x"}, {"direction", "min_correlation"}),
-    "ratio": ({"metric", "tolerance"}, {"published"}),
-    "bound": ({"metric"}, {"min", "max"}),
-    "compare": ({"metric", "where", "against"}, {"min_ratio", "max_ratio", "within"}),
-    "best": ({"metric", "goal", "row"}, set()),
-    "flat": ({"metric", "tolerance"}, set()),
-}
-_COMMON = {"kind", "text", "where", "needs", "scales", "on", "reason"}
+# How each kind of harness/checkkinds.py is judged on one table (its point verdict).
+JUDGES: dict[str, Callable[..., Verdict]] = {"exact": _exact, "trend": _trend, "ratio": _ratio, "bound": _bound,
+                                             "compare": _compare, "best": _best, "flat": _flat}

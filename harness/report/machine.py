@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.checkkinds import Needs
 from harness.store import Outcome, RunRecord
-
-NEEDS = ("cores", "gpus", "native", "backend")
 
 
 @dataclass
@@ -31,22 +30,22 @@ class MeasuredOn:
     emulated: set[str] = field(default_factory=set)    # dtypes it converts through fp32
     missing_backends: dict[str, str] = field(default_factory=dict)   # backend -> why its cells skipped
 
-    def lacks(self, needs: dict, machine: str = "the document's machine") -> list[str]:
+    def lacks(self, needs: Needs, machine: str = "the document's machine") -> list[str]:
         """Why these cells cannot show the claim, one reason per need this machine does not meet
         (empty when it meets them all, or when the rows do not say)."""
         reasons = []
-        cores = needs.get("cores")
+        cores = needs.cores
         if cores is not None and self.cores is not None and self.cores < cores:
             reasons.append(f"measured on {self.cores} cores; {machine} had {cores}")
-        gpus = needs.get("gpus")
+        gpus = needs.gpus
         if gpus is not None and self.gpus is not None and self.gpus < gpus:
             here = "as CPU processes, on no GPU" if self.gpus == 0 else f"on {self.gpus} GPU(s)"
             reasons.append(f"measured {here}; {machine} had {gpus} GPU(s)")
-        for dtype in _as_list(needs.get("native")):
+        for dtype in _as_list(needs.native):
             if dtype in self.emulated:
                 reasons.append(f"{dtype} is emulated on the measuring device (its cells logged dtype_native 0); "
                                f"{machine} computes it natively")
-        for backend in _as_list(needs.get("backend")):
+        for backend in _as_list(needs.backend):
             if backend in self.missing_backends:
                 reasons.append(f"no {backend} backend here: {self.missing_backends[backend]}")
         return reasons

@@ -2,8 +2,10 @@
 the published figures, the verdicts, the plot), and each finished cell carries the figures the report
 derives for it (`speedup`, `efficiency`) as metrics, so the UI can chart and sort cells by them.
 
-Refreshed after each sweep invocation (`harness sweep`) and by `harness report`; the report's files
-are artifacts of the sweep's parent run holding the newest cells, which the description links to.
+Refreshed after each sweep invocation (`harness sweep`) and by `harness report`: the reports are read
+and derived (tables.build_all), rendered (tables.write_files, tables.plot, `description` here), and
+written back to the store by writeback, the report's one writer to MLflow. The report's files are
+artifacts of the sweep's parent run holding the newest cells, which the description links to.
 """
 
 from __future__ import annotations
@@ -13,11 +15,10 @@ from pathlib import Path
 
 from harness import ui_links
 from harness.errors import UserError
-from harness.report import tables
+from harness.report import tables, writeback
 from harness.store import Store
 from harness.sweeps.spec import SweepSpec
 
-FIGURE_TOLERANCE = 1e-9  # a cell's figure is logged again only when the report's value moved
 # The description's copy of the plot: MLflow crops (never scales) an image wider than the description,
 # which is about 780 px wide with the UI's assistant panel open on a 1500 px window.
 OVERVIEW_WIDTH_PX = 760
@@ -33,7 +34,7 @@ def refresh(store: Store, spec: SweepSpec, scale: str | None = None) -> list[tab
     try:
         reports = tables.build_all(store, spec, scale)
     except UserError as err:
-        store.describe_experiment(experiment_id, f"# {spec.title}\n\nNo table yet: {err}\n")
+        writeback.describe(store, experiment_id, f"# {spec.title}\n\nNo table yet: {err}\n")
         return []
     with tempfile.TemporaryDirectory(prefix="harness-report-") as folder:
         publish(store, spec, experiment_id, reports, Path(folder))
@@ -43,15 +44,18 @@ def refresh(store: Store, spec: SweepSpec, scale: str | None = None) -> list[tab
 def publish(store: Store, spec: SweepSpec, experiment_id: str, reports: list[tables.Report],
             out_dir: Path) -> list[list[Path]]:
     """Write each report (the first one under the sweep's name, the others with their fingerprint),
-    log the cells' figures and describe the experiment; returns each report's written paths."""
+    log the files and the cells' figures and describe the experiment; returns each report's written
+    paths."""
     written = []
     for i, report in enumerate(reports):
-        written.append(tables.write(report, store, out_dir, stem_suffix="" if i == 0 else _suffix(report, reports[0])))
-        log_cell_figures(store, report)
+        paths = tables.write_files(report, out_dir, stem_suffix="" if i == 0 else _suffix(report, reports[0]))
+        written.append(paths)
+        writeback.attach_files(store, report, paths)
+        writeback.log_cell_figures(store, report)
         with tempfile.TemporaryDirectory(prefix="harness-overview-") as folder:
-            small = tables.plot(report, Path(folder) / f"{written[-1][2].stem}-overview.png", OVERVIEW_WIDTH_PX)
-            store.log_artifact(report.parent_run_id, small, "report")
-    store.describe_experiment(experiment_id, description(experiment_id, reports, written))
+            small = tables.plot(report, Path(folder) / f"{paths[2].stem}-overview.png", OVERVIEW_WIDTH_PX)
+            writeback.attach_files(store, report, [small])
+    writeback.describe(store, experiment_id, description(experiment_id, reports, written))
     return written
 
 
@@ -67,27 +71,15 @@ def _suffix(report: tables.Report, first: tables.Report) -> str:
     return suffix
 
 
-def log_cell_figures(store: Store, report: tables.Report) -> int:
-    """Log `speedup` (and `efficiency`) onto each finished cell whose value is new or changed (the
-    baseline was rerun); returns how many cells were written."""
-    figures, changed = tables.cell_figures(report), 0
-    for run in report.runs:
-        new = {k: v for k, v in figures.get(run.run_id, {}).items()
-               if k not in run.metrics or abs(run.metrics[k] - v) > FIGURE_TOLERANCE}
-        if new:
-            store.log_metrics(run.run_id, new)
-            changed += 1
-    return changed
-
-
 def description(experiment_id: str, reports: list[tables.Report], written: list[list[Path]]) -> str:
     """The experiment's overview: each report's Markdown (title, scale, machine, clock, table, verdicts,
     cells without a result) with its plot shown and linked from the parent run's artifacts."""
     parts = []
     for report, paths in zip(reports, written):
-        plot = f"report/{paths[2].name}"
+        plot = f"{writeback.ARTIFACT_DIR}/{paths[2].name}"
         page = ui_links.run_artifact(experiment_id, report.parent_run_id, plot)
-        image = f"get-artifact?path=report/{paths[2].stem}-overview.png&run_uuid={report.parent_run_id}"
+        image = (f"get-artifact?path={writeback.ARTIFACT_DIR}/{paths[2].stem}-overview.png"
+                 f"&run_uuid={report.parent_run_id}")
         parts.append(report.markdown.rstrip() + "\n\n"
                      f"Plot: [{plot}]({page}) (an artifact of the sweep's parent run that holds these cells, with the table "
                      f"as .md and .csv)\n\n![{report.spec.title}]({image})\n")

@@ -1,6 +1,6 @@
 """A sweep's table read back from the tracking store (never from printed logs), set beside the
-published figures from its sweep file, written as Markdown, CSV and a PNG plot, and logged to the
-sweep's latest parent run."""
+published figures from its sweep file, with the figures it derives for each cell, and written as
+Markdown, CSV and a PNG plot (report/writeback.py puts them back into the store)."""
 
 from __future__ import annotations
 
@@ -602,14 +602,12 @@ def _twin_plot(report: Report, x: str, path: Path, width_px: int | None = None) 
     return _save(fig, path, width_px)
 
 
-def write(report: Report, store: Store, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:
-    """Write <sweep>.md, .csv and .png, and log them to the sweep's latest parent run."""
+def write_files(report: Report, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:
+    """Write <sweep>.md, .csv and .png into out_dir (report/writeback.py logs them to the parent run)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = inside(out_dir, f"{report.spec.name}{stem_suffix}")  # the name came from a file a user may share
     paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
     paths[0].write_text(report.markdown)
     report.table.to_csv(paths[1], index=False)
     paths.append(plot(report, stem.with_suffix(".png")))
-    for path in paths:
-        store.log_artifact(report.parent_run_id, path, "report")
     return paths

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from enum import StrEnum
 
 import sqlalchemy as sa
 
@@ -23,7 +24,15 @@ from harness.store import shared_db
 from harness.store.faults import refused_as_fault
 from harness.store.process import process_alive, this_process
 
-RUNNING, DONE, FAILED = "running", "done", "failed"
+
+class ClaimState(StrEnum):
+    """A claim's row, as the claims table stores it (column `state`)."""
+    RUNNING = "running"   # its holder runs it now, or died doing so (see `holder_alive`)
+    DONE = "done"         # finished: taken again only when asked (`retake_done`)
+    FAILED = "failed"     # failed: the next invocation tries it again, this one does not
+
+
+RUNNING, DONE, FAILED = ClaimState   # the names the engines compare claims with
 SHARED_DB = "the shared database (claims)"
 HEARTBEAT_S = 10.0
 STALE_S = 120.0
@@ -53,7 +62,7 @@ class Grant:
 class Claim:
     namespace: str
     key: str
-    state: str
+    state: ClaimState
     owner: str
     token: str
     host: str | None
@@ -100,7 +109,7 @@ class Claims:
     def all(self, namespace: str) -> dict[str, Claim]:
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(CLAIMS).where(CLAIMS.c.namespace == namespace)).fetchall()
-        return {r.key: Claim(**r._mapping) for r in rows}
+        return {r.key: _claim(r) for r in rows}
 
     def holder_alive(self, claim: Claim) -> bool:
         if claim.host == self.host:
@@ -121,7 +130,7 @@ class Claims:
     def claim(self, namespace: str, key: str, *, retake_done: bool = False, note: str = "") -> Grant | None:
         """A Grant when this worker now holds the key (and must run it), else None. The grant says
         who held the key before (None for a key never claimed), so a taker-over can clean up."""
-        values = dict(state=RUNNING, owner=self.owner, token=self.token, host=self.host, pid=self.pid,
+        values = dict(state=str(RUNNING), owner=self.owner, token=self.token, host=self.host, pid=self.pid,
                       pid_start=self.pid_start, heartbeat=time.time(), note=note[:255])
         try:
             with self.engine.begin() as conn:
@@ -135,7 +144,7 @@ class Claims:
                 taken = conn.execute(
                     sa.update(CLAIMS)
                     .where(CLAIMS.c.namespace == namespace, CLAIMS.c.key == key,
-                           CLAIMS.c.owner == current.owner, CLAIMS.c.state == current.state,
+                           CLAIMS.c.owner == current.owner, CLAIMS.c.state == str(current.state),
                            CLAIMS.c.heartbeat == current.heartbeat)
                     .values(**values)).rowcount
             if taken != 1:
@@ -149,10 +158,10 @@ class Claims:
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(CLAIMS).where(CLAIMS.c.namespace == namespace,
                                                        CLAIMS.c.key == key)).fetchone()
-        return Claim(**row._mapping) if row else None
+        return _claim(row) if row else None
 
     @refused_as_fault(SHARED_DB, "release a claim")
-    def release(self, namespace: str, key: str, state: str, note: str = "") -> None:
+    def release(self, namespace: str, key: str, state: ClaimState, note: str = "") -> None:
         """Mark a held key done or failed (failed keys are taken again by the next invocation)."""
         with self._lock:
             self._held.discard((namespace, key))
@@ -160,7 +169,7 @@ class Claims:
             conn.execute(sa.update(CLAIMS)
                          .where(CLAIMS.c.namespace == namespace, CLAIMS.c.key == key,
                                 CLAIMS.c.owner == self.owner)
-                         .values(state=state, heartbeat=time.time(), note=note[:255]))
+                         .values(state=str(state), heartbeat=time.time(), note=note[:255]))
 
     @refused_as_fault(SHARED_DB, "drop a claim")
     def drop(self, namespace: str, key: str) -> None:
@@ -184,6 +193,10 @@ class Claims:
                                      .values(heartbeat=time.time()))
                 except Exception:  # a missed beat is retried in HEARTBEAT_S; STALE_S allows many
                     pass
+
+
+def _claim(row) -> Claim:
+    return Claim(**{**row._mapping, "state": ClaimState(row.state)})
 
 
 def new_token() -> str:

@@ -130,42 +130,6 @@ def _quiet_optuna() -> None:
     logging.getLogger("optuna").setLevel(logging.ERROR)
 
 
-def sampler(spec: StudySpec, seed: int):
-    import optuna
-
-    name = spec.sampler.get("name", "tpe")
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=spec.sampler.get("population_size", 8))
-    if name == "qmc":
-        return optuna.samplers.QMCSampler(seed=seed, scramble=True)
-    # constant_liar: a running trial counts as a poor result, so parallel workers spread out.
-    return optuna.samplers.TPESampler(seed=seed, constant_liar=True, multivariate=True,
-                                      n_startup_trials=spec.sampler.get("n_startup_trials", 5))
-
-
-def pruner(spec: StudySpec):
-    import optuna
-
-    p = spec.pruner
-    name = p.get("name", "none")
-    if name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=p.get("n_startup_trials", 3),
-                                           n_warmup_steps=p.get("n_warmup_steps", 1))
-    if name == "percentile":
-        return optuna.pruners.PercentilePruner(p.get("percentile", 25.0), n_startup_trials=p.get("n_startup_trials", 3),
-                                               n_warmup_steps=p.get("n_warmup_steps", 1))
-    if name == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner()
-    if name == "hyperband":
-        return optuna.pruners.HyperbandPruner()
-    if name == "threshold":
-        return optuna.pruners.ThresholdPruner(lower=p.get("lower"), upper=p.get("upper"),
-                                              n_warmup_steps=p.get("n_warmup_steps", 0))
-    return optuna.pruners.NopPruner()
-
-
 def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed_salt: int = 0):
     """Load (or create) the study; the sampler's seed moves past the trials already made."""
     import optuna
@@ -183,9 +147,10 @@ def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed
             raise UserError(f"study '{study_name}' in {redact(url)} was created to {had} but {spec.path} now "
                             f"asks to {spec.directions} for {spec.metrics}; give it another name or storage.")
         n_before = len(stored.get_trials(deepcopy=False))
-    seed = int(spec.sampler.get("seed", 0)) + n_before + 100_003 * seed_salt
+    seed = spec.sampler.seed + n_before + 100_003 * seed_salt
     study = optuna.create_study(study_name=study_name, storage=store, directions=spec.directions,
-                                load_if_exists=True, sampler=sampler(spec, seed), pruner=pruner(spec))
+                                load_if_exists=True, sampler=spec.sampler.to_optuna(seed),
+                                pruner=spec.pruner.to_optuna())
     _check_space(study, spec, study_name, url)
     return study
 
@@ -274,8 +239,8 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
 
     parent = parent_run(store, experiment_id, name, scale, {
         "study": name, "study_file": spec.path, "scale": scale, "metrics": spec.metrics,
-        "directions": spec.directions, "sampler": spec.sampler or {"name": "tpe"},
-        "pruner": spec.pruner or {"name": "none"}, "overrides": overrides, "storage": redact(db_url)})
+        "directions": spec.directions, "sampler": spec.sampler.as_logged(),
+        "pruner": spec.pruner.as_logged(), "overrides": overrides, "storage": redact(db_url)})
     what = _what_ran(spec, name, scale, target, overrides, workers, db_url)
     store.describe_run(parent, what)
     with _storage_faults(db_url):
@@ -367,7 +332,7 @@ def _what_ran(spec: StudySpec, name: str, scale: str, target: int, overrides: di
     return (f"**{spec.title}**.{source}\n\n"
             f"Study `{name}` at scale **{scale}** from `{spec.path}`: {goal} over "
             f"{', '.join(f'`{p}`' for p in spec.space)}; target {target} finished trials; sampler "
-            f"{spec.sampler.get('name', 'tpe')}, pruner {spec.pruner.get('name', 'none')}; overrides: {changed}; "
+            f"{spec.sampler.name}, pruner {spec.pruner.name}; overrides: {changed}; "
             f"{workers} worker process(es) this invocation; storage {redact(db_url)}.\n\n"
             f"Machine: {this_process().host} ({machine_text(fingerprint())}).")
 
@@ -489,7 +454,7 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
         tags = {STUDY: study.study_name, SCALE: scale, KIND: "trial", TRIAL: str(trial.number)}
         if RETRY_OF in trial.user_attrs:
             tags[RETRY_OF] = str(trial.user_attrs[RETRY_OF])
-        prune_on = spec.pruner.get("metric", "epoch_test_accuracy")
+        prune_on = spec.pruner.metric
 
         def report(epoch: int, metrics: dict[str, float]) -> None:
             if prune_on in metrics and not spec.multi_objective:

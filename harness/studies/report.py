@@ -7,6 +7,7 @@ metrics (MFU) beside the objectives; a target a trial never reached reads "not r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import math
@@ -19,13 +20,20 @@ from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
 from harness.studies.spec import StudySpec
 
-STATES = ("complete", "pruned", "fail", "running", "waiting")
+
+class TrialStatus(StrEnum):
+    """A trial's state as the harness counts and prints it: Optuna's TrialState names, lower case."""
+    COMPLETE = "complete"   # told its objective values
+    PRUNED = "pruned"       # stopped early by the pruner; counts as finished
+    FAIL = "fail"           # failed (its slot goes to the next trial)
+    RUNNING = "running"
+    WAITING = "waiting"     # queued (a baseline, a dead worker's trial asked again)
 
 
 @dataclass
 class StudyReport:
     study_name: str
-    counts: dict[str, int]
+    counts: dict[TrialStatus, int]
     front: pd.DataFrame           # best trial (one row) or the Pareto front, best first (the baseline first, if any)
     trials: pd.DataFrame          # every complete trial, for the plot
     text: str = ""
@@ -38,7 +46,7 @@ def build(spec: StudySpec, study) -> StudyReport:
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
-    counts = {s: sum(t.state.name.lower() == s for t in trials) for s in STATES}
+    counts = {s: sum(t.state.name.lower() == s for t in trials) for s in TrialStatus}
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete:
         best = study.best_trials if spec.multi_objective else [study.best_trial]

@@ -24,11 +24,10 @@ from harness import specfile
 from harness.config import check_keys, make_config
 from harness.errors import UserError
 from harness.specfile import SCALES, SWEEPS_DIR, SpecFile
+from harness.studies.search import EPOCH_METRIC, TPE, AnyPruner, AnySampler, NoPruner
 
 PREFIX = "study_"
 Direction = Literal["maximize", "minimize"]
-SAMPLERS = ("tpe", "random", "nsga2", "qmc")
-PRUNERS = ("none", "median", "percentile", "successive_halving", "hyperband", "threshold")
 
 # Which way is better for the metrics the harness knows; a study asking the other way is a mistake.
 METRIC_SENSE = {
@@ -171,8 +170,8 @@ class StudySpec(SpecFile):
     directions: list[Direction] = []
     space: dict[str, Param] = Field(min_length=1)
     n_trials: int | dict[str, int] = 20
-    sampler: dict[str, Any] = {}
-    pruner: dict[str, Any] = {}
+    sampler: AnySampler = TPE()               # [sampler] and [pruner]: studies/search.py
+    pruner: AnyPruner = NoPruner()
     baseline: Baseline | None = None
     verify: Verify = Verify()
     report: dict[str, Any] = {}                # metrics = [...]: more columns beside the objectives
@@ -304,17 +303,12 @@ def check(spec: StudySpec) -> None:
                             f"{spec.experiment} does not report.")
     if spec.baseline is not None:
         check_baseline(spec)
-    sampler = spec.sampler.get("name", "tpe")
-    if sampler not in SAMPLERS:
-        raise UserError(f"study file {where}: unknown sampler '{sampler}'; choose one of {', '.join(SAMPLERS)}.")
-    pruner = spec.pruner.get("name", "none")
-    if pruner not in PRUNERS:
-        raise UserError(f"study file {where}: unknown pruner '{pruner}'; choose one of {', '.join(PRUNERS)}.")
-    if pruner != "none" and spec.multi_objective:
+    pruner = spec.pruner
+    if pruner.active and spec.multi_objective:
         raise UserError(f"study file {where} has a pruner and {len(spec.metrics)} objectives; Optuna prunes "
                         "single-objective studies only, so remove [pruner] or keep one metric.")
-    if pruner != "none":
-        reported = spec.pruner.get("metric", "epoch_test_accuracy")
+    if pruner.active:
+        reported = pruner.metric
         sense = METRIC_SENSE.get(reported)
         if sense and sense != spec.directions[0]:
             raise UserError(f"study file {where}: the pruner reads {reported}, which is better when "
@@ -322,7 +316,7 @@ def check(spec: StudySpec) -> None:
                             f"{spec.directions[0]} {spec.metrics[0]}; prune on a metric going the same way.")
     for scale in spec.scales:
         fixed = spec.fixed(scale)
-        if pruner != "none" and spec.pruner.get("metric", "epoch_test_accuracy") == "epoch_test_accuracy" \
+        if pruner.active and pruner.metric == EPOCH_METRIC \
                 and not make_config(fixed).eval_every_epoch:
             raise UserError(f"study file {where}: the pruner reads epoch_test_accuracy, which experiments "
                             "report only with eval_every_epoch = true; add it to [base].")

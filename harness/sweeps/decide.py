@@ -29,8 +29,8 @@ def undecided_points(report: tables.Report) -> list[dict[str, Any]]:
     for check, verdict in zip(spec.checks, report.verdicts):
         if verdict.verdict != checks.INCONCLUSIVE:
             continue
-        parts = [check.get(k) for k in ("where", "against", "row") if check.get(k)] or [None]
-        if check["metric"] in ("speedup", "efficiency") and spec.report.get("baseline"):
+        parts = [rows for rows in check.row_sets().values() if rows] or [None]
+        if check.metric in ("speedup", "efficiency") and spec.report.get("baseline"):
             parts.append(spec.report["baseline"])
         for part in parts:
             rows = checks._rows(table, part)

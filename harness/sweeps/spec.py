@@ -7,28 +7,16 @@ from __future__ import annotations
 import itertools
 from typing import Annotated, Any, ClassVar
 
-from pydantic import AfterValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 import experiments
-from harness import specfile
+from harness import checkkinds, specfile
 from harness.cells import Cell
 from harness.config import check_keys, make_config
 from harness.errors import UserError
 from harness.specfile import SCALES, SWEEPS_DIR, SpecFile
 
 __all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "load"]
-
-
-def _well_formed_check(check: dict[str, Any]) -> dict[str, Any]:
-    """A [[checks]] entry the report can judge, or one sentence on what is wrong with it. The report
-    layer owns the check kinds (harness/report/checks.py); reading them here stops a sweep with a
-    mistyped check before it runs rather than after."""
-    from harness.report.checks import problem
-
-    wrong = problem(check)
-    if wrong:
-        raise ValueError(wrong)
-    return check
 
 
 class SweepSpec(SpecFile):
@@ -41,7 +29,8 @@ class SweepSpec(SpecFile):
     repeats: int = Field(1, ge=1)
     report: dict[str, Any] = {}
     published: dict[str, Any] = {}
-    checks: list[Annotated[dict[str, Any], AfterValidator(_well_formed_check)]] = []
+    # Claims the report judges (harness/checkkinds.py): a mistyped one stops the sweep before it runs.
+    checks: list[Annotated[checkkinds.Check, BeforeValidator(checkkinds.parse)]] = []
     # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
     scale_grids: dict[str, dict[str, list]] = {}
     scale_repeats: dict[str, int] = {}
@@ -157,13 +146,12 @@ def _check_rows_exist(spec: SweepSpec) -> None:
             if key in known:
                 known[key].add(_comparable(value))
     for check in spec.checks:
-        for part in ("where", "against", "row"):
-            for key, wanted in (check.get(part) or {}).items():
+        for part, rows in check.row_sets().items():
+            for key, wanted in rows.items():
                 values = wanted if isinstance(wanted, list) else [wanted]
                 missing = [v for v in values if key not in known or _comparable(v) not in known[key]]
                 if missing:
-                    what = check.get("text") or f"{check.get('kind')} check of {check.get('metric')}"
-                    raise UserError(f"sweep file {spec.path}: the check '{what}' has {part} {key} = {missing[0]!r}, "
+                    raise UserError(f"sweep file {spec.path}: the check '{check.name}' has {part} {key} = {missing[0]!r}, "
                                     f"which no grid point or published row has"
                                     + (f" (its values: {', '.join(map(str, sorted(known[key], key=str)))})."
                                        if key in known else f" ({key} is no axis of the sweep)."))

@@ -1,0 +1,184 @@
+"""The kinds of check a sweep file's `[[checks]]` may hold, as typed models: each kind's parameters
+with their defaults, and the one sentence a mistyped entry gets. Sweep files are read against these
+(harness/sweeps/spec.py), so a wrong check stops the sweep before it runs; the report judges them
+(harness/report/checks.py, whose docstring shows each kind in TOML). A new kind is a model here,
+its line in KINDS, and its judge in the report's JUDGES.
+
+Every kind takes `metric`, `text` (the claim in words), `where` (the rows it reads: axis -> a value
+or a list of values), `needs` (what the document's machine had that the claim depends on),
+`scales` (judged only at these) and `on` (+ `reason`) for a claim the published rows cannot judge.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError, model_validator
+
+Number = StrictInt | StrictFloat   # as written: an `expected = 1059306` stays an int in the report's text
+Rows = dict[str, Any]             # axis -> a value, or a list of values
+
+
+class Needs(BaseModel):
+    """What the document's machine had that a claim depends on; a FAIL measured without it may be
+    "DIFFERS: machine" (harness/report/machine.py says when)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cores: StrictInt | None = None                 # at least this many CPU cores
+    gpus: StrictInt | None = None                  # at least this many GPUs, and the cells ran on them
+    native: str | list[str] | None = None          # the device computes this dtype (these dtypes) itself
+    backend: str | list[str] | None = None         # this torch.distributed backend exists
+
+
+NEEDS = tuple(Needs.model_fields)
+
+
+class Check(BaseModel):
+    """What every kind takes."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # The keys a kind needs at least one of (a bound with neither min nor max bounds nothing).
+    one_of: ClassVar[tuple[str, ...]] = ()
+
+    kind: str
+    metric: str
+    text: str = ""                                   # the claim in words, and where it comes from
+    where: Rows | None = None                        # the rows it reads; None: every row
+    needs: Needs = Needs()
+    scales: list[str] = []                           # judged only at these scales; empty: at every one
+    on: Literal["published", "ours"] = "published"   # "ours": the published rows cannot judge it ...
+    reason: str = ""                                 # ... and why
+
+    @model_validator(mode="after")
+    def _complete(self) -> "Check":
+        if self.one_of and all(getattr(self, k) is None for k in self.one_of):
+            raise ValueError(f"a '{self.kind}' check needs at least one of {', '.join(self.one_of)}")
+        if self.on == "ours" and not self.reason:
+            raise ValueError("a check with on = \"ours\" needs a reason: why the published rows cannot judge it")
+        return self
+
+    @property
+    def name(self) -> str:
+        """The check in words: its `text`, else what it is."""
+        return self.text or f"{self.kind} check of {self.metric}"
+
+    def row_sets(self) -> dict[str, Rows]:
+        """The row selections it names (`where`, `against`, `row`), each by its key."""
+        return {k: getattr(self, k) for k in ("where", "against", "row") if getattr(self, k, None) is not None}
+
+
+class Exact(Check):
+    """An exact fact: the metric equals `expected` at every row it reads."""
+    kind: Literal["exact"] = "exact"
+    expected: Number
+
+
+class Trend(Check):
+    """Spearman rank correlation of the metric against `x`, in the stated direction."""
+    kind: Literal["trend"] = "trend"
+    x: str
+    direction: Literal["increasing", "decreasing"] = "decreasing"
+    min_correlation: Number = 0.8                    # |rho| needed, in the stated direction
+
+
+class Ratio(Check):
+    """Our figure against the published one, row by row: |ours / published - 1| <= tolerance."""
+    kind: Literal["ratio"] = "ratio"
+    tolerance: Number
+    published: str | None = None                     # the published column; None: book_<metric>
+
+    @property
+    def published_column(self) -> str:
+        return self.published or f"book_{self.metric}"
+
+
+class Bound(Check):
+    """A floor and/or a ceiling on our own figure."""
+    kind: Literal["bound"] = "bound"
+    one_of: ClassVar[tuple[str, ...]] = ("min", "max")
+    min: Number | None = None
+    max: Number | None = None
+
+
+class Compare(Check):
+    """The metric at `where` against the same metric at `against`, paired on the axes both leave alike."""
+    kind: Literal["compare"] = "compare"
+    one_of: ClassVar[tuple[str, ...]] = ("min_ratio", "max_ratio", "within")
+    where: Rows
+    against: Rows
+    min_ratio: Number | None = None                  # ours/against at least
+    max_ratio: Number | None = None                  # ours/against at most
+    within: Number | None = None                     # |ours - against| at most
+
+
+class Best(Check):
+    """The stated row has the lowest (or highest) value of all rows; a tie is not a win."""
+    kind: Literal["best"] = "best"
+    goal: Literal["lowest", "highest"]
+    row: Rows
+
+
+class Flat(Check):
+    """No effect: (largest - smallest) / smallest across the rows at most `tolerance`."""
+    kind: Literal["flat"] = "flat"
+    tolerance: Number
+
+
+KINDS: dict[str, type[Check]] = {"exact": Exact, "trend": Trend, "ratio": Ratio, "bound": Bound,
+                                 "compare": Compare, "best": Best, "flat": Flat}
+_TABLES = ("where", "against", "row", "needs")
+
+
+def parse(entry: Check | dict[str, Any]) -> Check:
+    """A `[[checks]]` entry as its kind's model; a mistake raises ValueError with one sentence."""
+    if isinstance(entry, Check):
+        return entry
+    if not isinstance(entry, dict):
+        raise ValueError(f"a check must be a table with a kind, like kind = \"bound\" (got {entry!r})")
+    kind = entry.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ValueError(f"unknown check kind {kind!r}; known: {', '.join(KINDS)}")
+    model = KINDS[kind]
+    try:
+        return model.model_validate(entry)
+    except ValidationError as err:
+        raise ValueError(_sentence(model, kind, entry, err)) from None
+
+
+def _sentence(model: type[Check], kind: str, entry: dict[str, Any], err: ValidationError) -> str:
+    """The first mistake of an entry, as the sweep file's author would fix it: what is missing, then
+    what is unknown, then what is mistyped (in the order of the model's fields)."""
+    errors = err.errors()
+    missing = sorted({str(e["loc"][0]) for e in errors if e["type"] == "missing" and len(e["loc"]) == 1})
+    if missing:
+        return f"a '{kind}' check needs {', '.join(repr(k) for k in missing)}"
+    for e in errors:
+        if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
+            return f"unknown key {e['loc'][0]!r} in a '{kind}' check; it takes {', '.join(sorted(model.model_fields))}"
+        if e["type"] == "extra_forbidden" and e["loc"][0] == "needs":
+            return f"unknown need {e['loc'][-1]!r}; a check may need {', '.join(NEEDS)}"
+    keyed = [e for e in errors if e["loc"]]
+    if not keyed:   # a rule across keys (one_of, on = "ours" without a reason)
+        return errors[0]["msg"].removeprefix("Value error, ")
+    order = list(model.model_fields)
+    first = min(keyed, key=lambda e: order.index(e["loc"][0]) if e["loc"][0] in order else len(order))
+    key = str(first["loc"][0])
+    value = entry.get(key)
+    if key in _TABLES and not isinstance(value, dict):
+        return f"'{key}' must be a table, like {key} = {{ name = value }}"
+    if key == "needs":
+        return f"'needs' {'.'.join(map(str, first['loc'][1:]))} must be {_shape(first)}, not {first.get('input')!r}"
+    if key == "scales":
+        return "'scales' must be a list of scale names, like scales = [\"full\"]"
+    return f"'{key}' must be {_shape(first)}, not {value!r}"
+
+
+def _shape(error: dict) -> str:
+    """What a mistyped value should have been, from pydantic's error."""
+    kind = error["type"]
+    if kind == "literal_error":
+        return error["ctx"]["expected"]          # "'lowest' or 'highest'"
+    if kind.startswith(("int", "float")):
+        return "a number"
+    if kind.startswith("string"):
+        return "a string in quotes"
+    return error["msg"][:1].lower() + error["msg"][1:]
