@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from harness.folders import REPO_ROOT
+from harness.hardware import gpu_count
 
 
 def _git(*args: str) -> str | None:
@@ -98,8 +99,7 @@ def fingerprint() -> dict[str, str]:
     """Tags describing this process's code, software and machine (cached: it does not change)."""
     commit = _git("rev-parse", "HEAD") or "unknown"
     status = _git("status", "--porcelain", "--untracked-files=no")
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-        if torch.cuda.is_available() else []
+    gpus = [torch.cuda.get_device_name(i) for i in range(gpu_count())]
     flags = cpu_flags()
     tags = {
         "git.commit": commit,

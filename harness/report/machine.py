@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 
 from harness.store import Outcome, RunRecord
 
-NEEDS = ("cores", "gpus", "native", "backend")
-
 
 @dataclass
 class MeasuredOn:
