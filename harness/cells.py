@@ -27,9 +27,7 @@ SYSTEM_METRICS_INTERVAL_S = 2.0
 
 def system_metrics_default() -> bool:
     """On where a CUDA GPU is present (whether it was busy is then the question), off elsewhere."""
-    import torch
-
-    return torch.cuda.is_available()
+    return hardware.gpu_count() > 0
 
 
 # How a cell's experiment is run: (experiment, cfg, on_epoch) -> metrics, the machine-load metrics

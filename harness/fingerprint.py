@@ -72,9 +72,10 @@ def cpu_flags() -> set[str]:
 
 def gpu_identity() -> dict[str, str]:
     """Each GPU's compute capability, and the driver version (nvidia-smi's, when it is there)."""
-    if not torch.cuda.is_available():
+    count = gpu_count()
+    if count == 0:
         return {"gpu.capability": "none", "gpu.driver": "none"}
-    capability = ", ".join("%d.%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
+    capability = ", ".join("%d.%d" % torch.cuda.get_device_capability(i) for i in range(count))
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10)
