@@ -29,6 +29,10 @@ def first_host(nodelist: str) -> str:
 
 def main(argv: list[str]) -> int:
     """One task of the cell's job: torchrun as node SLURM_PROCID of SLURM_NTASKS."""
+    if len(argv) != 3:
+        print("usage: python -m harness.distributed.slurm_task CONFIG WORKDIR TARGET (srun starts it for a cell "
+              "spread over Slurm nodes)", file=sys.stderr)
+        return 2
     config_path, workdir, target = Path(argv[0]), Path(argv[1]), argv[2]
     cfg = RunConfig.model_validate_json(config_path.read_text())
     node, nodes = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
