@@ -22,7 +22,7 @@ SOURCES = sorted([*ROOT.glob("harness/**/*.py"), *ROOT.glob("experiments/*.py")]
 LAYERS = [
     ("constants and machine facts", ["harness", "harness.folders", "harness.hardware", "harness.errors",
                                      "harness.suggest", "harness.signals", "harness.ui_links",
-                                     "harness.check_kinds"]),
+                                     "harness.checkkinds"]),
     ("what a measurement ran on", ["harness.fingerprint"]),
     ("the store", ["harness.store.*"]),
     ("the training half", ["harness.config", "harness.data", "harness.models", "harness.timing",
@@ -39,10 +39,16 @@ LAYERS = [
     ("the command line", ["harness.cli.*", "harness.__main__"]),
 ]
 
-# Edges left out of both checks, each with why. Being removed: RunConfig validates the experiment's
-# name against the registry, which imports config back; the config classes per experiment move
-# that check into the registry.
-KNOWN_EXCEPTIONS = {("harness.config", "experiments")}
+# Edges left out of both checks, each being removed (test_the_known_exceptions_still_exist fails
+# once its import is gone, so an exception cannot outlive it).
+KNOWN_EXCEPTIONS = {
+    # RunConfig validates the experiment's name against the registry, which imports config back;
+    # the config classes per experiment move that check into the registry.
+    ("harness.config", "experiments"),
+    # The sweep file's model reads the check kinds from the report; the typed check kinds
+    # (harness/checkkinds.py, on the bottom floor) replace that import.
+    ("harness.sweeps.spec", "harness.report.checks"),
+}
 
 
 def _module(path: Path, root: Path = ROOT) -> str:

@@ -84,7 +84,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.report import intervals
-from harness.report.machine import MeasuredOn
+from harness.report.machine import NEEDS, MeasuredOn
 
 PASS, FAIL, NA, DIFFERS, INCONCLUSIVE = "PASS", "FAIL", "N/A", "DIFFERS: machine", "INCONCLUSIVE"
 VERDICTS = (PASS, FAIL, DIFFERS, INCONCLUSIVE, NA)   # the order a summary counts them in
@@ -199,6 +199,44 @@ def count_line(verdicts: list[Verdict]) -> str:
             parts.append(f"{group} " + ", ".join(f"{found[k]} {k}" for k in VERDICTS if found[k]))
     parts += [f"{inconclusive} inconclusive"] * bool(inconclusive) + [f"{na} N/A"] * bool(na)
     return "; ".join(parts) or "none"
+
+
+def problem(check: dict) -> str | None:
+    """What is wrong with a check as written in a sweep file, in one sentence; None when nothing is."""
+    kind = check.get("kind")
+    if kind not in _FIELDS:
+        return f"unknown check kind {kind!r}; known: {', '.join(_FIELDS)}"
+    required, optional = _FIELDS[kind]
+    missing = [k for k in sorted(required) if k not in check]
+    if missing:
+        return f"a '{kind}' check needs {', '.join(repr(k) for k in missing)}"
+    unknown = [k for k in check if k not in required | optional | _COMMON]
+    if unknown:
+        return (f"unknown key {unknown[0]!r} in a '{kind}' check; it takes "
+                f"{', '.join(sorted(required | optional | _COMMON))}")
+    one_of = {"bound": ("min", "max"), "compare": ("min_ratio", "max_ratio", "within")}.get(kind, ())
+    if one_of and not any(k in check for k in one_of):
+        return f"a '{kind}' check needs at least one of {', '.join(one_of)}"
+    for key in ("expected", "min_correlation", "tolerance", "min", "max", "min_ratio", "max_ratio", "within"):
+        if key in check and (isinstance(check[key], bool) or not isinstance(check[key], (int, float))):
+            return f"'{key}' must be a number, not {check[key]!r}"
+    for key in ("where", "against", "row", "needs"):
+        if key in check and not isinstance(check[key], dict):
+            return f"'{key}' must be a table, like {key} = {{ name = value }}"
+    if check.get("direction", "decreasing") not in ("increasing", "decreasing"):
+        return f"direction must be 'increasing' or 'decreasing', not {check['direction']!r}"
+    if kind == "best" and check["goal"] not in ("lowest", "highest"):
+        return f"goal must be 'lowest' or 'highest', not {check['goal']!r}"
+    unknown_needs = [k for k in check.get("needs", {}) if k not in NEEDS]
+    if unknown_needs:
+        return f"unknown need {unknown_needs[0]!r}; a check may need {', '.join(NEEDS)}"
+    if not isinstance(check.get("scales", []), list):
+        return "'scales' must be a list of scale names, like scales = [\"full\"]"
+    if check.get("on", "published") not in ("published", "ours"):
+        return f"on must be 'ours' (the published rows cannot judge it) or 'published', not {check['on']!r}"
+    if check.get("on") == "ours" and not check.get("reason"):
+        return "a check with on = \"ours\" needs a reason: why the published rows cannot judge it"
+    return None
 
 
 def _rows(table: pd.DataFrame, where: dict | None) -> pd.DataFrame:
@@ -453,6 +491,16 @@ def _resampled_verdict(check: dict, table: pd.DataFrame, axes: list[str], point:
     return Verdict(point.check, INCONCLUSIVE, detail)
 
 
-# One judge per kind that harness/check_kinds.py lets a sweep file write.
 _KINDS = {"exact": _exact, "trend": _trend, "ratio": _ratio, "bound": _bound,
           "compare": _compare, "best": _best, "flat": _flat}
+# Each kind's required keys and its own optional ones; _COMMON are every kind's.
+_FIELDS = {
+    "exact": ({"metric", "expected"}, set()),
+    "trend": ({"metric", "x"}, {"direction", "min_correlation"}),
+    "ratio": ({"metric", "tolerance"}, {"published"}),
+    "bound": ({"metric"}, {"min", "max"}),
+    "compare": ({"metric", "where", "against"}, {"min_ratio", "max_ratio", "within"}),
+    "best": ({"metric", "goal", "row"}, set()),
+    "flat": ({"metric", "tolerance"}, set()),
+}
+_COMMON = {"kind", "text", "where", "needs", "scales", "on", "reason"}

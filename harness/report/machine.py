@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from harness.store import Outcome, RunRecord
 
+NEEDS = ("cores", "gpus", "native", "backend")
+
 
 @dataclass
 class MeasuredOn:

@@ -12,7 +12,6 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 import experiments
 from harness import specfile
 from harness.cells import Cell
-from harness.check_kinds import problem
 from harness.config import check_keys, make_config
 from harness.errors import UserError
 from harness.folders import SWEEPS_DIR
@@ -22,9 +21,11 @@ __all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "
 
 
 def _well_formed_check(check: dict[str, Any]) -> dict[str, Any]:
-    """A [[checks]] entry the report can judge, or one sentence on what is wrong with it. Reading
-    the check kinds (harness/check_kinds.py) here stops a sweep with a mistyped check before it
-    runs rather than after."""
+    """A [[checks]] entry the report can judge, or one sentence on what is wrong with it. The report
+    layer owns the check kinds (harness/report/checks.py); reading them here stops a sweep with a
+    mistyped check before it runs rather than after."""
+    from harness.report.checks import problem
+
     wrong = problem(check)
     if wrong:
         raise ValueError(wrong)
