@@ -17,7 +17,7 @@ import sys
 
 from experiments import data_parallel
 from harness.config import make_config
-from harness.distributed.placement import usable_cores
+from harness.hardware import usable_core_count
 
 
 def shapes(cores: int) -> list[tuple[int, int]]:
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="cnn")
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
-    cores = len(usable_cores())
+    cores = usable_core_count()
     base = {"experiment": "data_parallel", "model": args.model, "dataset": args.dataset, "epochs": args.epochs,
             "warmup_epochs": 1, "batch_size": args.batch_size, "lr": 1e-3, "backend": "gloo"}
     todo = shapes(cores)

@@ -32,12 +32,13 @@ from torch import nn
 from harness.cells import SYSTEM_METRICS_INTERVAL_S
 from harness.config import make_config
 from harness.data import batches, load_splits
+from harness.hardware import usable_core_count
 from harness.models import build_model
 from harness.sweeps.engine import run_sweep
 from harness.sweeps.spec import SweepSpec
 from harness.timing import spread
 from harness.store import Store
-from harness.train import available_cores, make_optimizer, train_epochs
+from harness.train import make_optimizer, train_epochs
 
 BASE = {"model": "cnn", "dataset": "synthetic", "warmup_epochs": 0, "batch_size": 64, "lr": 1e-5,
         "weight_decay": 0.005, "optimizer": "adam"}
@@ -124,7 +125,7 @@ def main() -> None:
     parser.add_argument("--train", type=int, default=4096, help="training samples per epoch")
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
-    threads = available_cores()
+    threads = usable_core_count()
     torch.set_num_threads(threads)
     values = {**BASE, "train_limit": args.train, "test_limit": 1000, "epochs": args.epochs, "threads": threads}
     cfg = make_config(values)

@@ -28,8 +28,8 @@ import torch
 from experiments import Experiment, autoparallel_exercises as exercises
 from experiments.overlap import hidden_share, host_copies, median_time, products, products_copied_meanwhile
 from harness.config import RunConfig
-from harness.distributed.placement import slice_note
 from harness.errors import CellSkipped
+from harness.hardware import gpu_count, slice_note
 from harness.train import EpochCallback
 
 GPUS_NEEDED = {"two_devices": 2, "compute_copy": 1, "small_ops": 1, "cpu_gpu": 1, "dependencies": 1}
@@ -74,7 +74,7 @@ CASES = {"two_devices": two_devices, "compute_copy": compute_copy, "small_ops": 
 
 
 def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    have = gpu_count()
     need = GPUS_NEEDED[cfg.autopar_case]
     if not cfg.device.startswith("cuda") or have < need:
         raise CellSkipped(f"D12.3 {cfg.autopar_case} needs {need} GPU(s) and device=cuda; this machine has "

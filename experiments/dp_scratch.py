@@ -35,10 +35,11 @@ from harness import flops
 from harness.config import RunConfig
 from harness.data import SPLITS_READS, Dataset, Split, load_splits
 from harness.distributed.launch import READS as LAUNCH_READS, launch
-from harness.distributed.placement import check_can_run, slice_note, threads_per_rank
+from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped, UserError
 from harness.flops import flop_metrics, flops_per_sample, peak_devices
+from harness.hardware import gpu_count, slice_note
 from harness.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
 from harness.timing import peak_rss_mb, spread, timed
 from harness.train import PREPARE_READS, EpochCallback, prepare
@@ -151,7 +152,7 @@ def _data(cfg: RunConfig) -> Dataset:
 
 def _devices(cfg: RunConfig) -> list[torch.device]:
     if cfg.device.startswith("cuda"):
-        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        have = gpu_count()
         if have < cfg.world_size:
             raise CellSkipped(f"{cfg.world_size} parameter copies on GPUs need {cfg.world_size} GPUs; "
                               f"this machine has {have}" + slice_note())

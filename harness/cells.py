@@ -13,6 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from harness import hardware
 from harness.config import RunConfig, make_config
 from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
 from harness.store import Outcome, Store
@@ -26,9 +27,7 @@ SYSTEM_METRICS_INTERVAL_S = 2.0
 
 def system_metrics_default() -> bool:
     """On where a CUDA GPU is present (whether it was busy is then the question), off elsewhere."""
-    import torch
-
-    return torch.cuda.is_available()
+    return hardware.gpu_count() > 0
 
 
 # How a cell's experiment is run: (experiment, cfg, on_epoch) -> metrics, the machine-load metrics
@@ -166,9 +165,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
 def _check_threads(cfg: RunConfig) -> None:
     """More threads than the cores this process may use (os.sched_getaffinity) would time the threads
     queueing for cores, not the method: a skip with the reason, never an ok measurement."""
-    from harness.train import available_cores
-
-    cores = available_cores()
+    cores = hardware.usable_core_count()
     if cfg.threads > cores:
         raise CellSkipped(f"threads={cfg.threads} is more than the {cores} core(s) this process may use "
                           "(os.sched_getaffinity); on this machine it would time contention, not the method")
@@ -212,15 +209,13 @@ def _measure_peak(cfg: RunConfig) -> None:
 
     if not experiments.get(cfg.experiment).has_metric("mfu"):
         return
-    import torch
-
-    from harness.distributed.placement import ranks_per_node, threads_per_rank, usable_cores
+    from harness.distributed.placement import ranks_per_node, threads_per_rank
     from harness.peak import peak_flops
 
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+    if hardware.missing_gpu(cfg.device):
         return  # the cell itself is skipped, with its reason
     threads = threads_per_rank(cfg)
-    if not cfg.device.startswith("cuda") and threads * ranks_per_node(cfg) > len(usable_cores()):
+    if not cfg.device.startswith("cuda") and threads * ranks_per_node(cfg) > hardware.usable_core_count():
         return  # more cores than this machine has: a skip, with its reason
     try:
         peak_flops(cfg.device, cfg.dtype, threads=threads)

@@ -18,11 +18,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from harness import folders
 from harness.errors import UserError, first_line
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"}
 GREY28_SIZE = (28, 28)  # Fashion-MNIST's side, for dataset imagefolder_grey28
-CACHE_DIR = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "torch-speed-harness"))
 
 
 @dataclass
@@ -124,7 +124,7 @@ def _decode_folder(folder: Path, classes: list[str], grey28: bool = False) -> Sp
     if not files:
         raise UserError(f"'{folder}' holds no images in its class folders ({', '.join(classes)}).")
     kind = "imagefolder-grey28" if grey28 else "imagefolder"
-    cache = CACHE_DIR / f"{kind}-{folder_key(folder, [f for f, _ in files])}.pt"
+    cache = folders.CACHE_DIR / f"{kind}-{folder_key(folder, [f for f, _ in files])}.pt"
     saved = _read_cache(cache, len(files))
     if saved is not None:
         return _from_uint8_nhwc(saved["x"], saved["y"])

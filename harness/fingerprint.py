@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from harness.folders import REPO_ROOT
+from harness.hardware import gpu_count
 
 
 def _git(*args: str) -> str | None:
@@ -71,9 +72,10 @@ def cpu_flags() -> set[str]:
 
 def gpu_identity() -> dict[str, str]:
     """Each GPU's compute capability, and the driver version (nvidia-smi's, when it is there)."""
-    if not torch.cuda.is_available():
+    count = gpu_count()
+    if count == 0:
         return {"gpu.capability": "none", "gpu.driver": "none"}
-    capability = ", ".join("%d.%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count()))
+    capability = ", ".join("%d.%d" % torch.cuda.get_device_capability(i) for i in range(count))
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10)
@@ -98,8 +100,7 @@ def fingerprint() -> dict[str, str]:
     """Tags describing this process's code, software and machine (cached: it does not change)."""
     commit = _git("rev-parse", "HEAD") or "unknown"
     status = _git("status", "--porcelain", "--untracked-files=no")
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-        if torch.cuda.is_available() else []
+    gpus = [torch.cuda.get_device_name(i) for i in range(gpu_count())]
     flags = cpu_flags()
     tags = {
         "git.commit": commit,

@@ -40,12 +40,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from harness.data import CACHE_DIR
+from harness import folders, hardware
 from harness.fingerprint import fingerprint
 from harness.machine_load import CONTENDED_CORES, LoadWatch
 from harness.precision import DTYPES, native_support
 from harness.timing import timed
-from harness.train import available_cores
 
 # Sizes per kernel family, smallest first, from cache-resident to past saturation; a family stops
 # growing once a size runs SATURATED times slower than its best (bigger only spills caches).
@@ -133,7 +132,7 @@ def unsupported(device: torch.device | str, dtype: str) -> str | None:
 def peak_key(device: torch.device | str, dtype: str, threads: int | None = None) -> str:
     device = torch.device(device)
     if device.type == "cpu":
-        return f"cpu:{dtype}:{threads or available_cores()}t"
+        return f"cpu:{dtype}:{threads or hardware.usable_core_count()}t"
     return f"cuda:{device.index or 0}:{torch.cuda.get_device_name(device)}:{dtype}"
 
 
@@ -146,7 +145,7 @@ def peak_flops(device: torch.device | str, dtype: str = "fp32", *, threads: int 
     reason = unsupported(device, dtype)
     if reason:
         raise ValueError(reason)
-    threads = (threads or available_cores()) if device.type == "cpu" else 0
+    threads = (threads or hardware.usable_core_count()) if device.type == "cpu" else 0
     key = peak_key(device, dtype, threads)
     if not remeasure and key in _known:
         return _known[key]
@@ -255,7 +254,7 @@ def _steady_rate(device: torch.device, call, flop: float) -> tuple[float, bool]:
 
 
 def cache_path() -> Path:
-    return CACHE_DIR / f"peak-{fingerprint()['fingerprint']}.json"
+    return folders.CACHE_DIR / f"peak-{fingerprint()['fingerprint']}.json"
 
 
 def _read(path: Path) -> dict:

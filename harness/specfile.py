@@ -12,11 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from harness.config import is_finite
 from harness.errors import UserError
-from harness.fingerprint import REPO_ROOT
 from harness.store.paths import is_safe_name
 from harness.suggest import did_you_mean, shown_path
 
-SWEEPS_DIR = REPO_ROOT / "sweeps"
 SCALES = ("smoke", "quick", "full")   # every file has these; a file may add its own (amp's `cpu`)
 
 Spec = TypeVar("Spec", bound="SpecFile")

@@ -11,7 +11,6 @@ optimizer and random streams restored, harness.warmup): they warm the clock and 
 from __future__ import annotations
 
 import itertools
-import os
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -19,8 +18,8 @@ from torch import nn
 
 from harness.config import RunConfig
 from harness.data import DeviceBatches, Split, batches, shuffled_indices
-from harness.distributed.placement import slice_note
 from harness.errors import CellSkipped
+from harness.hardware import missing_gpu, slice_note, usable_core_count
 from harness.timing import spread, timed
 
 if TYPE_CHECKING:
@@ -38,25 +37,14 @@ PREPARE_READS = frozenset({"threads", "seed", "device"})
 OPTIMIZER_READS = frozenset({"optimizer", "lr", "momentum", "weight_decay"})  # momentum: sgd only
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def prepare(cfg: RunConfig) -> torch.device:
     """Apply threads and seed; return the device, or raise CellSkipped when it is not here."""
-    torch.set_num_threads(cfg.threads or available_cores())
+    torch.set_num_threads(cfg.threads or usable_core_count())
     torch.manual_seed(cfg.seed)
     device = torch.device(cfg.device)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU"
-                              + slice_note())
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has "
-                              f"{torch.cuda.device_count()} GPU(s)" + slice_note())
+    missing = missing_gpu(cfg.device)
+    if missing:
+        raise CellSkipped(f"device '{cfg.device}' was asked for but {missing}" + slice_note())
     return device
 
 

@@ -1,6 +1,10 @@
 """The layering the code promises (docs/ARCHITECTURE.md), checked on the source: one door to
-MLflow, a store that imports nothing above it, no private name imported across modules, and no
-import cycle between the harness's modules."""
+MLflow, a store that imports nothing above it, no private name imported across modules, every
+module on a floor of LAYERS, and neither an import cycle nor an import up the floors.
+
+Imports are read at any depth: one inside a function (or a method, an `if`, a `try`, a
+TYPE_CHECKING block) counts as much as one at the top of the file. It runs later, but it makes
+the module depend on the other all the same, and a cycle through it is a cycle."""
 
 from __future__ import annotations
 
@@ -12,18 +16,47 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted([*ROOT.glob("harness/**/*.py"), *ROOT.glob("experiments/*.py")])
 
+# The floors, bottom first: a module may import modules of its own floor and of the floors below,
+# never of one above. "a.b" names that module; "a.b.*" names the package a.b and every module in
+# it. A module's floor is that of its own name if listed, else of its closest package.
+LAYERS = [
+    ("constants and machine facts", ["harness", "harness.folders", "harness.hardware", "harness.errors",
+                                     "harness.suggest", "harness.signals", "harness.ui_links",
+                                     "harness.checkkinds"]),
+    ("what a measurement ran on", ["harness.fingerprint"]),
+    ("the store", ["harness.store.*"]),
+    ("the training half", ["harness.config", "harness.data", "harness.models", "harness.timing",
+                           "harness.precision", "harness.time_to_accuracy", "harness.warmup", "harness.flops",
+                           "harness.peak", "harness.machine_load", "harness.calibration", "harness.process_state",
+                           "harness.pruning.*", "harness.speed_methods", "harness.train", "harness.dataset_record"]),
+    ("ranks", ["harness.distributed.*"]),
+    ("the experiments", ["experiments.*"]),
+    ("one cell, the files that name cells, and where cells run", ["harness.cells", "harness.specfile",
+                                                                 "harness.launchers.*"]),
+    ("the engines", ["harness.sweeps.*", "harness.studies.*"]),
+    ("the report", ["harness.report.*"]),
+    ("rounds until the report's checks decide", ["harness.sweeps.decide"]),
+    ("the command line", ["harness.cli.*", "harness.__main__"]),
+]
 
-def _module(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+# Edges left out of both checks, each being removed (test_the_known_exceptions_still_exist fails
+# once its import is gone, so an exception cannot outlive it).
+KNOWN_EXCEPTIONS = {
+    # RunConfig validates the experiment's name against the registry, which imports config back;
+    # the config classes per experiment move that check into the registry.
+    ("harness.config", "experiments"),
+}
+
+
+def _module(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, *, top_level_only: bool = False) -> list[tuple[str, list[str]]]:
-    """(module, imported names) for each import in the file."""
-    tree = ast.parse(path.read_text())
-    nodes = tree.body if top_level_only else list(ast.walk(tree))
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, imported names) for each absolute import in the file, at any depth."""
     found = []
-    for node in nodes:
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -31,6 +64,107 @@ def _imports(path: Path, *, top_level_only: bool = False) -> list[tuple[str, lis
     return found
 
 
+# --- the import graph, at any depth ----------------------------------------------------------------
+Graph = dict[str, dict[str, str]]   # module -> {module it imports: "file:line" of the first such import}
+
+
+def import_graph(root: Path, sources: list[Path]) -> Graph:
+    """Every import between the modules of `sources` (files under `root`), wherever it stands in
+    the file. `from package import module` is an import of that module (the package's __init__
+    runs first, but that is how packages load, not a dependency); `from package import name` is
+    an import of the package."""
+    known = {_module(p, root) for p in sources}
+    graph: Graph = {}
+    for path in sources:
+        me = _module(path, root)
+        package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+        edges = graph.setdefault(me, {})
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [_closest_known(alias.name, known) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the file's package, one level up per dot after the first
+                    up = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else _closest_known(base, known)
+                           for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                if target and target != me:
+                    edges.setdefault(target, f"{path.relative_to(root)}:{node.lineno}")
+    return graph
+
+
+def _closest_known(name: str, known: set[str]) -> str | None:
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in known:
+            return ".".join(parts[:end])
+    return None
+
+
+def without(graph: Graph, exceptions: set[tuple[str, str]]) -> Graph:
+    return {m: {t: where for t, where in edges.items() if (m, t) not in exceptions} for m, edges in graph.items()}
+
+
+def find_cycle(graph: Graph) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None (depth-first, in name order, so it is repeatable)."""
+    state: dict[str, str] = {}   # "open" while on the current path, "done" once fully explored
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = "open"
+        for target in sorted(graph.get(module, {})):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target, path + [target])
+                if cycle:
+                    return cycle
+        state[module] = "done"
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start, [start])
+            if cycle:
+                return cycle
+    return None
+
+
+def cycle_text(graph: Graph, cycle: list[str]) -> str:
+    """'a -> b (a.py:3) -> a (b.py:7)': each step with the import that makes it."""
+    return cycle[0] + "".join(f" -> {b} ({graph[a][b]})" for a, b in zip(cycle, cycle[1:]))
+
+
+def floor_of(module: str, layers=LAYERS) -> int | None:
+    best = None   # (length of the entry that names it, floor)
+    for floor, (_, names) in enumerate(layers):
+        for name in names:
+            package = name.removesuffix(".*")
+            if module == name or (name.endswith(".*") and (module == package or module.startswith(package + "."))):
+                exact = module == name
+                rank = (exact, len(package))
+                if best is None or rank > best[0]:
+                    best = (rank, floor)
+    return None if best is None else best[1]
+
+
+def arrows_up(graph: Graph, layers=LAYERS) -> list[str]:
+    """Each import of a module on a higher floor, as one line naming the file and line."""
+    found = []
+    for module, edges in sorted(graph.items()):
+        mine = floor_of(module, layers)
+        for target, where in sorted(edges.items()):
+            theirs = floor_of(target, layers)
+            if mine is not None and theirs is not None and theirs > mine:
+                found.append(f"{where}: {module} (floor '{layers[mine][0]}') imports {target} "
+                             f"(floor '{layers[theirs][0]}', above it)")
+    return found
+
+
+# --- the checks on this project ----------------------------------------------------------------------
 def test_only_the_store_reaches_mlflow_client():
     offenders = [str(p.relative_to(ROOT)) for p in SOURCES
                  if p != ROOT / "harness/store/tracking.py"
@@ -42,7 +176,7 @@ def test_only_the_store_reaches_mlflow_client():
 
 @pytest.mark.parametrize("path", sorted(ROOT.glob("harness/store/*.py")), ids=lambda p: p.name)
 def test_the_store_imports_nothing_above_it(path):
-    allowed = ("harness.store", "harness.errors", "harness.fingerprint")
+    allowed = ("harness.store", "harness.errors", "harness.fingerprint", "harness.folders", "harness.hardware")
     above = [m for m, _ in _imports(path) if m.startswith(("harness", "experiments")) and not m.startswith(allowed)]
     assert not above, above
 
@@ -53,32 +187,72 @@ def test_no_private_name_is_imported_across_modules():
     assert not crossing, crossing
 
 
-def test_no_import_cycle_between_harness_modules():
-    """Module-level imports only: an import inside a function runs when called, after both modules
-    have loaded, and is how a registry names what it does not depend on."""
-    known = {_module(p) for p in SOURCES}
-    graph = {}
-    for path in SOURCES:
-        targets = set()
-        for module, names in _imports(path, top_level_only=True):
-            for candidate in [module, *(f"{module}.{n}" for n in names)]:
-                if candidate in known and candidate != _module(path):
-                    targets.add(candidate)
-        graph[_module(path)] = targets
+def test_every_module_is_on_a_floor():
+    unplaced = [str(p.relative_to(ROOT)) for p in SOURCES if floor_of(_module(p)) is None]
+    assert not unplaced, f"give these modules a floor in LAYERS: {unplaced}"
 
-    def cycle_from(start):
-        stack, seen = [(start, [start])], set()
-        while stack:
-            node, trail = stack.pop()
-            for nxt in graph.get(node, ()):
-                if nxt == start:
-                    return trail + [start]
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, trail + [nxt]))
-        return None
 
-    cycles = [c for c in (cycle_from(m) for m in graph) if c]
-    # A package's __init__ re-exporting its own modules is not a cycle between layers.
-    cycles = [c for c in cycles if not all(m.split(".")[:2] == c[0].split(".")[:2] for m in c)]
-    assert not cycles, cycles[0]
+def test_the_bottom_floor_imports_nothing_of_the_harness():
+    graph = import_graph(ROOT, SOURCES)
+    bottom = [m for m in graph if floor_of(m) == 0]
+    reaching = {m: sorted(graph[m]) for m in bottom if graph[m]}
+    assert not reaching, reaching
+
+
+def test_no_import_cycle_at_any_depth():
+    graph = without(import_graph(ROOT, SOURCES), KNOWN_EXCEPTIONS)
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + cycle_text(graph, cycle)
+
+
+def test_no_import_goes_up_the_floors():
+    up = arrows_up(without(import_graph(ROOT, SOURCES), KNOWN_EXCEPTIONS))
+    assert not up, "\n".join(up)
+
+
+def test_the_known_exceptions_still_exist():
+    """An exception whose import is gone must leave the list, so the list never hides a new one."""
+    graph = import_graph(ROOT, SOURCES)
+    stale = [edge for edge in KNOWN_EXCEPTIONS if edge[1] not in graph.get(edge[0], {})]
+    assert not stale, f"no longer imported, remove from KNOWN_EXCEPTIONS: {stale}"
+
+
+# --- the checker itself, on a package made for it -----------------------------------------------------
+@pytest.mark.parametrize("late_import", [
+    "def helper():\n    from pkg.high import VALUE\n    return VALUE\n",
+    "class Helper:\n    def value(self):\n        if True:\n"
+    "            import pkg.high\n            return pkg.high.VALUE\n",
+    "def helper():\n    try:\n        from pkg import high\n    except ImportError:\n        return None\n",
+    "def helper():\n    from . import high\n",
+], ids=["from-in-function", "import-in-method", "submodule-in-try", "relative"])
+def test_a_function_local_cycle_fails_the_check(tmp_path, late_import):
+    """pkg.high imports pkg.low at the top; pkg.low imports pkg.high back only inside a function.
+    Module-level reading misses that; this checker finds the cycle and the arrow up, and names the
+    file and line of the late import."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "high.py").write_text("from pkg import low\n\nVALUE = 1\n")
+    (package / "low.py").write_text("def helper():\n    return 1\n")
+    sources = sorted(package.glob("*.py"))
+    layers = [("low", ["pkg", "pkg.low"]), ("high", ["pkg.high"])]
+    clean = import_graph(tmp_path, sources)
+    assert find_cycle(clean) is None and not arrows_up(clean, layers)
+
+    (package / "low.py").write_text(late_import)
+    graph = import_graph(tmp_path, sources)
+    cycle = find_cycle(graph)
+    assert cycle is not None and cycle[0] == cycle[-1] and set(cycle) == {"pkg.high", "pkg.low"}
+    text = cycle_text(graph, cycle)
+    late_line = next(i for i, line in enumerate(late_import.splitlines(), 1) if "import" in line)
+    assert f"{Path('pkg', 'low.py')}:{late_line}" in text and f"{Path('pkg', 'high.py')}:1" in text
+    (up,) = arrows_up(graph, layers)
+    assert up.startswith(f"{Path('pkg', 'low.py')}:{late_line}: pkg.low (floor 'low') imports pkg.high")
+    assert find_cycle(without(graph, {("pkg.low", "pkg.high")})) is None
+
+
+def test_a_module_is_on_its_own_floor_before_its_packages():
+    layers = [("engines", ["h.sweeps.*"]), ("report", ["h.report.*"]), ("above both", ["h.sweeps.decide"])]
+    assert floor_of("h.sweeps", layers) == floor_of("h.sweeps.engine", layers) == 0
+    assert floor_of("h.sweeps.decide", layers) == 2
+    assert floor_of("h.sweepstakes", layers) is None and floor_of("h", layers) is None

@@ -3,13 +3,13 @@ import pytest
 import torch
 from PIL import Image
 
-from harness import data
+from harness import data, folders
 from harness.errors import UserError
 
 
 @pytest.fixture(autouse=True)
 def fresh_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(folders, "CACHE_DIR", tmp_path / "cache")
     data._memory.clear()
 
 

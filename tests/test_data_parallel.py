@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import experiments.data_parallel as data_parallel
+from harness import hardware
 from harness.config import make_config
 from harness.distributed import placement
 from harness.distributed.ddp_train import LrSchedule
@@ -114,7 +115,7 @@ def test_a_hung_rank_is_caught_by_the_watchdog_when_collectives_would_wait_longe
 
 @pytest.fixture
 def two_cores(monkeypatch):
-    monkeypatch.setattr(placement, "usable_cores", lambda: [0, 1])
+    monkeypatch.setattr(hardware, "usable_cores", lambda: [0, 1])
 
 
 @pytest.mark.parametrize("changes, reason", [

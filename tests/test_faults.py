@@ -242,7 +242,7 @@ def _run_on_folder(root: Path, uri: str) -> list[str]:
 
 @pytest.fixture
 def image_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr("harness.data.CACHE_DIR", tmp_path / "cache")  # decoded folders are cached there
+    monkeypatch.setattr("harness.folders.CACHE_DIR", tmp_path / "cache")  # decoded folders are cached there
 
 
 def test_06_an_image_that_is_not_an_image_is_named(tmp_path, uri, capsys, image_cache):
@@ -899,9 +899,9 @@ def test_a_cache_write_cut_short_by_a_full_disk_leaves_no_cache_and_the_run_goes
     root = _image_folder(tmp_path / "images", {"a": (30, 2), "b": (30, 2)})
     child = textwrap.dedent(f"""\
         import resource, pathlib
-        from harness import data
-        data.CACHE_DIR = pathlib.Path({str(tmp_path / 'cache')!r})
-        data.CACHE_DIR.mkdir()
+        from harness import data, folders
+        folders.CACHE_DIR = pathlib.Path({str(tmp_path / 'cache')!r})
+        folders.CACHE_DIR.mkdir()
         resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))  # far less than the cache needs
         dataset = data.DATASETS["imagefolder"]({str(root)!r}, 0)
         print(len(dataset.train), len(dataset.test))

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import experiments
-from harness import flops, peak
+from harness import flops, folders, peak
 from harness.cells import run_single
 from harness.cli import main
 from harness.config import make_config
@@ -159,7 +159,7 @@ def test_a_dtype_without_native_arithmetic_has_no_peak_and_no_mfu(monkeypatch):
 
 
 def _fake_peaks(monkeypatch, tmp_path, rates, contended=()):
-    monkeypatch.setattr(peak, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(folders, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(peak, "_known", {})
     rates, calls = iter(rates), []
 

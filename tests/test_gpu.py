@@ -20,7 +20,7 @@ import torch
 from harness.config import make_config
 from harness.data import DeviceBatches, synthetic
 from harness.distributed import placement
-from harness.fingerprint import REPO_ROOT
+from harness.folders import REPO_ROOT
 from harness.precision import autocast_unsupported
 from harness.timing import timed
 

@@ -15,7 +15,7 @@ import experiments.asynchronous as asynchronous
 import experiments.data_parallel as data_parallel
 import experiments.dp_scratch as dp_scratch
 import experiments.hybridize as hybridize
-from harness import precision, timing
+from harness import hardware, precision, timing
 from harness.report import tables as report
 from harness.sweeps import spec as sweepspec
 from harness.config import make_config
@@ -24,7 +24,7 @@ from harness.distributed import ddp_train, placement
 from harness.distributed.launch import torchrun_command
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped
-from harness.fingerprint import REPO_ROOT
+from harness.folders import REPO_ROOT
 from harness.store import Outcome
 from harness.store.tracking import CELL_ID, SCALE, SWEEP
 
@@ -85,7 +85,7 @@ def test_workers_get_disjoint_gpu_slices(visible, workers, slices):
     assert placement.worker_gpu_slices(workers, visible) == slices
     envs = [placement.worker_gpu_env(i, workers, visible) for i in range(workers)]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == [",".join(s) for s in slices]
-    assert f"worker 1 of {workers}" in envs[0][placement.SLICE_ENV]
+    assert f"worker 1 of {workers}" in envs[0][hardware.SLICE_ENV]
 
 
 def test_no_gpus_or_one_worker_changes_nothing(monkeypatch):
@@ -110,7 +110,7 @@ def test_too_many_workers_for_the_gpus_is_named():
 
 def test_a_cell_bigger_than_its_workers_slice_is_a_skip_that_names_the_slice(pretend_gpus, monkeypatch):
     env = placement.worker_gpu_env(1, 2, ["0", "1"])
-    monkeypatch.setenv(placement.SLICE_ENV, env[placement.SLICE_ENV])
+    monkeypatch.setenv(hardware.SLICE_ENV, env[hardware.SLICE_ENV])
     pretend_gpus(1)  # what CUDA_VISIBLE_DEVICES=1 makes torch count
     with pytest.raises(CellSkipped) as skip:
         placement.check_can_run(_cfg(world_size=2, device="cuda", backend="nccl"))

@@ -12,7 +12,7 @@ from harness import speed_methods
 from harness.cells import run_single
 from harness.config import make_config
 from harness.errors import CellSkipped
-from harness.train import available_cores
+from harness.hardware import usable_core_count
 from conftest import TINY_BASE, mlflow_client
 
 TINY = {k: v for k, v in TINY_BASE.items() if k != "warmup_epochs"}   # the recipe has none: every step counts
@@ -65,7 +65,7 @@ def test_channels_last_really_runs_the_convolutions_in_nhwc(monkeypatch):
     ({"model": "mlp_d2l", "channels_last": True}, "channels_last is a layout for 4-D image batches"),
     ({"model": "mlp_d2l", "sparsity": 0.5}, "model mlp_d2l has no nn.Conv2d"),
     ({"execution": "script"}, "a recipe trains eager or compiled"),
-    ({"world_size": 2, "threads": available_cores()}, "cores with one thread per core"),
+    ({"world_size": 2, "threads": usable_core_count()}, "cores with one thread per core"),
     ({"device": "cuda"}, "CUDA"),
 ])
 def test_a_combination_that_cannot_run_here_is_a_skip_with_its_reason(values, reason):

@@ -14,9 +14,10 @@ import sys
 import pytest
 
 import experiments
+from harness import hardware
 from harness.distributed import placement
 from harness.errors import CellSkipped
-from harness.fingerprint import REPO_ROOT
+from harness.folders import REPO_ROOT
 from harness.cli import reproduce
 from harness.sweeps import spec as sweepspec
 
@@ -123,7 +124,7 @@ def test_cells_two_cores_cannot_hold_are_skips_and_the_rest_run(planned, monkeyp
     threads or processes than cores, oneCCL missing, a backend for one process), and every such sweep
     keeps cells that run."""
     names, _ = planned
-    monkeypatch.setattr(placement, "usable_cores", lambda: [0, 1])
+    monkeypatch.setattr(hardware, "usable_cores", lambda: [0, 1])
     monkeypatch.setattr(placement, "backend_problem",
                         lambda backend: "oneCCL bindings missing" if backend == "ccl" else None)
     for name in names:

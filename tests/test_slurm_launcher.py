@@ -2,6 +2,8 @@
 of the commands it builds, and a worker that takes over the cell of a sibling that died (the
 engine side of a cancelled worker job). The real cluster is in test_slurm.py."""
 
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -131,7 +133,7 @@ def test_the_cell_job_asks_each_task_for_one_nodes_share():
     for flag in ("--ntasks=4", "--cpus-per-task=8", "--gpus-per-task=4", "--partition=gpu", "--time=30",
                  "--kill-on-bad-exit=1"):
         assert flag in command
-    assert command[-5:] == ["-m", "harness.distributed.slurm_span", "/shared/cells/w/config.json", "/shared/cells/w",
+    assert command[-5:] == ["-m", "harness.distributed.slurm_task", "/shared/cells/w/config.json", "/shared/cells/w",
                             "m:f"]
 
 
@@ -145,6 +147,33 @@ def test_each_node_is_told_whether_it_hosts_the_rendezvous():
     command = torchrun_command(cfg, Path("c.json"), Path("w"), "m:f", is_host=False)
     assert "--rdzv-conf=join_timeout=300,is_host=0" in command and "--node-rank=1" in command
     assert "--rdzv-conf=join_timeout=300" in torchrun_command(cfg, Path("c.json"), Path("w"), "m:f")
+
+
+def test_each_task_of_the_cell_job_runs_torchrun_as_its_node(tmp_path, monkeypatch):
+    """The module srun_command names (`python -m harness.distributed.slurm_task`): task SLURM_PROCID
+    of SLURM_NTASKS becomes torchrun's node of that rank, with the rendezvous on the job's first host."""
+    from harness.distributed import slurm_task
+    from harness.distributed.slurm_span import PORT_BASE
+
+    command = srun_command(_cfg(world_size=4, device="cpu", threads=1), SPAN, 2, tmp_path / "config.json", tmp_path,
+                           "m:f")
+    module = command[command.index("-m") + 1]
+    assert module == slurm_task.__name__ and importlib.util.find_spec(module) is not None
+    assert 'if __name__ == "__main__":' in Path(slurm_task.__file__).read_text()
+    assert slurm_task.main([]) == 2  # not started by srun: a usage line, no traceback
+    (tmp_path / "config.json").write_text(_cfg(world_size=4, device="cpu", threads=1).model_dump_json())
+    for name, value in {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-2]",
+                        "SLURM_JOB_ID": "5007"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(slurm_task, "first_host", lambda nodelist: "n1")  # scontrol's answer for n[1-2]
+    started = {}
+    monkeypatch.setattr(slurm_task.os, "execve", lambda path, argv, env: started.update(argv=argv, env=env))
+    slurm_task.main([str(tmp_path / "config.json"), str(tmp_path), "m:f"])
+    argv = started["argv"]
+    assert "--nnodes=2" in argv and "--node-rank=1" in argv and "--nproc-per-node=2" in argv
+    assert f"--rdzv-endpoint=n1:{PORT_BASE + 7}" in argv and any(a.endswith("is_host=0") for a in argv)
+    assert (tmp_path / "started-node1").exists() and started["env"]["OMP_NUM_THREADS"] == "1"
+    assert json.loads((tmp_path / "config-node1.json").read_text())["node_rank"] == 1
 
 
 # --- a dead sibling's cell ------------------------------------------------------------------------

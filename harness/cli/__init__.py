@@ -14,9 +14,8 @@ import sys
 import warnings
 from typing import Sequence
 
+from harness.cli.exits import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE
 from harness.errors import StoreFault, UserError, first_line
-
-EXIT_USAGE, EXIT_FAULT, EXIT_INTERRUPTED = 2, 1, 130
 
 
 class _Parser(argparse.ArgumentParser):

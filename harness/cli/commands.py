@@ -8,10 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+from harness.cli.exits import EXIT_FAILED_CELLS
 from harness.errors import StoreFault, UserError, first_line
 from harness.signals import sigterm_as_interrupt
-
-EXIT_FAILED_CELLS = 1
 
 
 def _overrides(sets: list[str]) -> dict:
@@ -218,11 +217,12 @@ def cmd_study(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from harness.folders import REPORTS_DIR
     from harness.report import overview, tables
     from harness.report.reproduction import write_reproduction
     from harness.sweeps import spec as sweepspec
 
-    out_dir = _out_dir(args.out, tables.REPORTS_DIR)
+    out_dir = _out_dir(args.out, REPORTS_DIR)
     _existing_store(args)
     if args.sweep is None:
         path, summary = write_reproduction(_store(args), out_dir)
@@ -297,22 +297,18 @@ def cmd_ui(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    import torch
+    from harness import hardware, peak
 
-    from harness import peak
-
-    devices = [args.device] if args.device else \
-        ["cpu", *(f"cuda:{i}" for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0))]
+    devices = [args.device] if args.device else ["cpu", *(f"cuda:{i}" for i in range(hardware.gpu_count()))]
     for name in devices:
-        if name.startswith("cuda") and not torch.cuda.is_available():
-            raise UserError(f"--device {name}: this machine has no usable CUDA GPU.")
-        if name not in ("cpu", "cuda") and not (name.startswith("cuda:") and name[5:].isdigit()):
-            raise UserError(f"--device must be cpu, cuda or cuda:N (got {name}).")
-        if name.startswith("cuda:") and int(name[5:]) >= torch.cuda.device_count():
-            raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s).")
-    from harness.train import available_cores
-
-    cores = available_cores()
+        try:
+            hardware.parse_device(name)
+        except ValueError:
+            raise UserError(f"--device must be {hardware.DEVICE_FORMS} (got {name}).") from None
+        missing = hardware.missing_gpu(name)
+        if missing:
+            raise UserError(f"--device {name}: {missing}.")
+    cores = hardware.usable_core_count()
     thread_counts = sorted({1, cores}) if args.threads is None else [args.threads]
     if any(t < 1 or t > cores for t in thread_counts):
         raise UserError(f"--threads must be between 1 and {cores}, the cores this process may use.")
@@ -357,13 +353,13 @@ def cmd_dashboard(args) -> int:
 
 def cmd_reproduce(args) -> int:
     from harness.cli import reproduce
-    from harness.report import tables
+    from harness.folders import REPORTS_DIR
 
     if not args.data_dir:
         raise UserError("harness reproduce needs --data-dir, the folder holding CIFAR-10 as train/ and test/ "
                         "class folders of images (for example --data-dir ../shared/data/cifar10-jpeg).")
     planned = reproduce.plan(args.scale, args.data_dir)
-    out_dir = _out_dir(args.out, tables.REPORTS_DIR)
+    out_dir = _out_dir(args.out, REPORTS_DIR)
     store = _store(args)   # a bad URI is one sentence now, not one per sweep
     return reproduce.reproduce(planned, args.scale, store, out_dir, args.tracking_uri)
 

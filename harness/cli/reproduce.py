@@ -14,10 +14,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from harness.cli import EXIT_INTERRUPTED
+from harness.cli.exits import EXIT_FAILED_CELLS, EXIT_INTERRUPTED
 from harness.errors import UserError
-
-EXIT_FAILED_CELLS = 1
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
     torchrun --standalone --nproc-per-node N ...                  (one node)
     torchrun --nnodes M --node-rank R --rdzv-endpoint host:port   (several nodes)
-    srun --ntasks M ... torchrun ...                              (too big for a Slurm node: slurm_span)
+    srun --ntasks M ... torchrun ...                              (too big for a Slurm node: slurm_span, slurm_task)
 
 Logging stays in the calling (sweep) process, so a distributed cell is one MLflow child run like
 any other. The ranks touch heartbeat files while they make progress; when any rank has been silent
@@ -25,10 +25,11 @@ from pathlib import Path
 
 import psutil
 
+from harness import hardware
 from harness.config import RunConfig
 from harness.distributed import slurm_span
-from harness.distributed.placement import ranks_per_node, threads_per_rank, usable_cores
-from harness.fingerprint import REPO_ROOT
+from harness.distributed.placement import ranks_per_node, threads_per_rank
+from harness.folders import REPO_ROOT
 
 # What running a cell as ranks reads from its config: placement.check_can_run, torchrun's arguments,
 # the hang watchdog here, and worker.py on each rank (the experiment's `reads` include these).
@@ -82,7 +83,7 @@ def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False, processes
     workdir = Path(tempfile.mkdtemp(prefix="harness-ddp-", dir=span.shared_dir if nodes > 1 else None))
     config_path = workdir / "config.json"
     config_path.write_text(cfg.model_dump_json())
-    cores = usable_cores()
+    cores = hardware.usable_cores()
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": str(threads_per_rank(cfg, len(cores), local)),

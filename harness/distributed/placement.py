@@ -17,27 +17,17 @@ and its reason names the slice.
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 import torch.distributed as dist
 
+from harness import hardware
 from harness.config import RunConfig
 from harness.distributed import slurm_span
 from harness.errors import CellSkipped
+from harness.hardware import SLICE_ENV, VISIBLE_ENV, slice_note
 
 CCL_MODULE = "oneccl_bindings_for_pytorch"
-VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
-# Set with a worker's slice so a skip reason can say why this process sees so few GPUs.
-SLICE_ENV = "HARNESS_GPU_SLICE"
-
-
-def usable_cores() -> list[int]:
-    """The cores this process may run on, in order (the affinity mask, not the machine's count)."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
 
 
 def ranks_per_node(cfg: RunConfig) -> int:
@@ -47,23 +37,13 @@ def ranks_per_node(cfg: RunConfig) -> int:
 def threads_per_rank(cfg: RunConfig, cores: int | None = None, ranks: int | None = None) -> int:
     """cfg.threads, or (threads=0) this node's cores shared evenly among its ranks (`ranks` when the
     cell runs fewer processes than world_size, see launch)."""
-    cores = len(usable_cores()) if cores is None else cores
+    cores = hardware.usable_core_count() if cores is None else cores
     return cfg.threads or max(1, cores // (ranks or ranks_per_node(cfg)))
 
 
 def rank_cores(local_rank: int, threads: int, cores: list[int] | None = None) -> list[int]:
-    cores = usable_cores() if cores is None else cores
+    cores = hardware.usable_cores() if cores is None else cores
     return cores[local_rank * threads:(local_rank + 1) * threads]
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs this process may hand out, as CUDA_VISIBLE_DEVICES names them (indices, UUIDs or
-    MIG ids, kept as given), else 0 .. device_count-1. Counting does not create a CUDA context."""
-    listed = os.environ.get(VISIBLE_ENV)
-    if listed is not None:
-        return [name.strip() for name in listed.split(",") if name.strip()]
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return [str(i) for i in range(count)]
 
 
 def worker_gpu_slices(workers: int, visible: list[str]) -> list[list[str]]:
@@ -86,7 +66,7 @@ def worker_gpu_env(index: int, workers: int, visible: list[str] | None = None) -
     to split)."""
     if not 0 <= index < workers:
         raise ValueError(f"worker index {index} is not in 0 .. {workers - 1}")
-    visible = visible_gpus() if visible is None else visible
+    visible = hardware.visible_gpus() if visible is None else visible
     if not visible or workers == 1:
         return {}
     mine = worker_gpu_slices(workers, visible)[index]
@@ -97,17 +77,11 @@ def worker_gpu_env(index: int, workers: int, visible: list[str] | None = None) -
 def gpu_workers_problem(workers: int, visible: list[str] | None = None) -> str | None:
     """Why `workers` workers cannot each get a GPU of their own here, or None: for a launcher that
     prefers refusing CUDA cells with too many workers to recording some of them as skips."""
-    visible = visible_gpus() if visible is None else visible
+    visible = hardware.visible_gpus() if visible is None else visible
     if workers > 1 and workers > len(visible):
         return (f"--workers {workers} for CUDA cells needs {workers} GPUs (one slice each, so no two workers "
                 f"time cells on the same GPU); this machine has {len(visible)}: use --workers {max(len(visible), 1)}")
     return None
-
-
-def slice_note() -> str:
-    """' (worker 2 of 2 sees GPU(s) 1 of 0,1)' inside a worker given a slice, else ''."""
-    note = os.environ.get(SLICE_ENV)
-    return f" ({note}; fewer --workers give each worker more)" if note else ""
 
 
 def backend_problem(backend: str) -> str | None:
@@ -145,10 +119,10 @@ def check_can_run(cfg: RunConfig) -> None:
         return  # Slurm places it on nodes that hold it (slurm_span), not on this one
     local = ranks_per_node(cfg)
     if device_type == "cuda":
-        have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if have == 0:
-            raise CellSkipped(f"device '{cfg.device}' was asked for but this machine has no usable CUDA GPU"
-                              + slice_note())
+        missing = hardware.missing_gpu(device_type)  # by type: each rank takes cuda:<its local rank>
+        if missing:
+            raise CellSkipped(f"device '{cfg.device}' was asked for but {missing}" + slice_note())
+        have = hardware.gpu_count()
         if distributed and have < local:
             raise CellSkipped(f"{local} ranks on this node need {local} GPUs (one each); this machine has {have}"
                               + slice_note())
@@ -157,7 +131,7 @@ def check_can_run(cfg: RunConfig) -> None:
                               "GPU to GPU, so the time would not be DDP's on GPUs; set backend=nccl (make "
                               "sweep-NAME DEVICE=cuda sets it)")
         return
-    cores = len(usable_cores())
+    cores = hardware.usable_core_count()
     threads = threads_per_rank(cfg, cores)
     if local * threads > cores:
         shape = f"{local} rank(s) x {threads} thread(s)" if distributed else f"{threads} threads"

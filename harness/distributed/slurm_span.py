@@ -5,20 +5,20 @@ holds (CPUs, GPUs) and a folder every node sees. A distributed cell that does no
 (and was not placed on nodes by hand with `nnodes`) is spread over the fewest nodes that hold it
 evenly, and `launch` starts it as
 
-    srun --ntasks M --cpus-per-task C [--gpus-per-task G] python -m harness.distributed.slurm_span CONFIG WORKDIR TARGET
+    srun --ntasks M --cpus-per-task C [--gpus-per-task G] python -m harness.distributed.slurm_task CONFIG WORKDIR TARGET
 
-a new job of M tasks, one per node; each task (`main` below) runs torchrun as node SLURM_PROCID of
-M, with the c10d rendezvous hosted on the job's first node. The ranks write their heartbeats and
-result to WORKDIR in the shared folder, so the cell's result comes back to the worker as from one
-node. Slurm chooses the nodes: a task asks for a whole node's worth of CPUs or GPUs, so each lands
-on its own node (on a small test cluster, two tasks may share one).
+a new job of M tasks, one per node; each task (slurm_task, its own module: it needs `launch`, which
+needs this one) runs torchrun as node SLURM_PROCID of M, with the c10d rendezvous hosted on the
+job's first node. The ranks write their heartbeats and result to WORKDIR in the shared folder, so
+the cell's result comes back to the worker as from one node. Slurm chooses the nodes: a task asks
+for a whole node's worth of CPUs or GPUs, so each lands on its own node (on a small test cluster,
+two tasks may share one).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +71,7 @@ def srun_command(cfg: RunConfig, span: Span, nodes: int, config_path: Path, work
     if span.partition:
         command.append(f"--partition={span.partition}")
     command.append(f"--time={span.time_min}")
-    return command + [sys.executable, "-m", "harness.distributed.slurm_span", str(config_path), str(workdir), target]
+    return command + [sys.executable, "-m", "harness.distributed.slurm_task", str(config_path), str(workdir), target]
 
 
 def srun_env(env: dict[str, str]) -> dict[str, str]:
@@ -84,33 +84,3 @@ def started(workdir: Path) -> float | None:
     """When the first task of the cell's job started (None while the job waits in the queue)."""
     marks = [p.stat().st_mtime for p in workdir.glob("started-node*")]
     return min(marks) if marks else None
-
-
-def first_host(nodelist: str) -> str:
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
-    return out.stdout.split()[0]
-
-
-def main(argv: list[str]) -> int:
-    """One task of the cell's job: torchrun as node SLURM_PROCID of SLURM_NTASKS."""
-    from harness.distributed.launch import torchrun_command
-    from harness.distributed.placement import threads_per_rank, usable_cores
-
-    config_path, workdir, target = Path(argv[0]), Path(argv[1]), argv[2]
-    cfg = RunConfig.model_validate_json(config_path.read_text())
-    node, nodes = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
-    endpoint = f"{first_host(os.environ['SLURM_JOB_NODELIST'])}:{PORT_BASE + int(os.environ['SLURM_JOB_ID']) % 1000}"
-    node_cfg = cfg.model_copy(update={"nnodes": nodes, "node_rank": node, "rdzv_endpoint": endpoint})
-    node_config = workdir / f"config-node{node}.json"
-    node_config.write_text(node_cfg.model_dump_json())
-    (workdir / f"started-node{node}").touch()
-    cores = usable_cores()  # this node's, not the worker's
-    env = {**os.environ, "HARNESS_CORES": json.dumps(cores),
-           "OMP_NUM_THREADS": str(threads_per_rank(node_cfg, len(cores)))}
-    command = torchrun_command(node_cfg, node_config, workdir, target, is_host=node == 0)
-    os.execve(command[0], command, env)
-    return 0  # not reached
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -37,9 +37,9 @@ class LocalLauncher:
     detach = False
 
     def cores_per_worker(self, workers: int) -> int:
-        from harness.train import available_cores
+        from harness.hardware import usable_core_count
 
-        return max(1, available_cores() // workers)  # K workers on one machine share its cores
+        return max(1, usable_core_count() // workers)  # K workers on one machine share its cores
 
     def run(self, commands: list[list[str]], envs: list[dict[str, str]], progress=None) -> list[int]:
         launcher = os.getpid()

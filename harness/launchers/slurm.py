@@ -30,13 +30,13 @@ from pathlib import Path
 
 from harness.distributed.slurm_span import SPAN_ENV, Span
 from harness.errors import UserError, first_line
-from harness.fingerprint import REPO_ROOT
+from harness.folders import MLRUNS_DIR
 from harness.launchers.follow import FollowBar
 from harness.store.uris import STORAGE_ENV, TRACKING_ENV, hide_passwords, is_sqlite, redact
 
 # Where submitit writes job scripts, pickles and logs (and multi-node cells their rank files):
 # the project folder, which a cluster's nodes normally share; HARNESS_SLURM_FOLDER for another.
-DEFAULT_FOLDER = REPO_ROOT / "mlruns" / "slurm"
+DEFAULT_FOLDER = MLRUNS_DIR / "slurm"
 POLL_S = 2.0
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "GONE"}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.errors import UserError
 from harness.fingerprint import cpu_flags, fingerprint
+from harness.folders import REPORTS_DIR
 from harness.machine_load import CONTENDED_CORES
 from harness.report import checks, overview, tables as report
 from harness.report.order import in_document_order
@@ -32,7 +33,7 @@ CHANCE = 0.12   # best test accuracy at or below this, on the 10-class data sets
 CLAIM_LIMIT = 150
 
 
-def write_reproduction(store: Store, out_dir: Path = report.REPORTS_DIR) -> tuple[Path, str]:
+def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path, str]:
     """Write REPRODUCTION.md and the plots; return its path and its summary line."""
     specs = {name: sweepspec.load(name) for name in sweepspec.available()}
     built, not_run = {}, {}

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UserError
-from harness.fingerprint import REPO_ROOT, machine_text
+from harness.fingerprint import machine_text
+from harness.folders import REPORTS_DIR
 from harness.report import checks, intervals, machine
 from harness.report.intervals import iqr
 from harness.store import Outcome, RunRecord, Store, redact
@@ -26,8 +27,6 @@ MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/flops
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
 MFU_INPUTS = ("flops_per_sample", "mfu_samples", "mfu_time_s", "peak_devices", "peak_tflops", "mfu_invalid")
 MFU_TEXTS = ("peak_key", "peak_measured", "mfu_na", "mfu_invalid_reason")   # tags (harness.note.*)
-
-REPORTS_DIR = REPO_ROOT / "reports"
 
 
 @dataclass

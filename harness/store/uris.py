@@ -9,9 +9,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from harness.errors import UserError
-from harness.fingerprint import REPO_ROOT
+from harness.folders import MLRUNS_DIR
 
-DEFAULT_TRACKING_URI = f"sqlite:///{REPO_ROOT / 'mlruns' / 'mlflow.db'}"
+DEFAULT_TRACKING_URI = f"sqlite:///{MLRUNS_DIR / 'mlflow.db'}"
 SHARED_DB_NAME = "optuna.db"  # Optuna's study tables and the harness's claims table, beside the MLflow store
 
 
@@ -28,7 +28,7 @@ def resolve_db_url(cli_value: str | None, tracking_uri: str) -> str:
         return given
     if tracking_uri.startswith("sqlite:///"):
         return f"sqlite:///{shared_db_beside(Path(tracking_uri.removeprefix('sqlite:///')))}"
-    return f"sqlite:///{REPO_ROOT / 'mlruns' / SHARED_DB_NAME}"
+    return f"sqlite:///{MLRUNS_DIR / SHARED_DB_NAME}"
 
 
 def shared_db_beside(store: Path) -> Path:

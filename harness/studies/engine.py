@@ -44,12 +44,11 @@ from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite, store_environment
 from harness.studies import baseline, isolation
+from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies.spec import NOT_REACHED, StudySpec
 
 STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
-OWNER_ATTR = "harness.owner"        # "host|pid|start|claims owner" of the worker process that asked for it
 RETRIES_ATTR = "harness.retries"    # how many times these parameters were queued again
-SLOT_ATTR = "harness.slot"          # the claims slot the trial ran in
 RUN_ATTR = "mlflow_run_id"
 METRICS_ATTR = "harness.metrics"    # the [report] metrics of a complete trial, for the study's report
 SPACE_ATTR = "harness.space"        # the study's own attribute: a digest of the [space] that created it

@@ -148,14 +148,14 @@ def trial_child(payload: dict[str, Any], channel) -> None:
 
     import experiments
     from harness.config import make_config
+    from harness.hardware import usable_core_count
     from harness.signals import sigterm_as_interrupt
     from harness.timing import peak_rss_mb, reset_peak_rss
-    from harness.train import available_cores
 
     with sigterm_as_interrupt():   # a SIGTERM (the server died, the worker stopped us) ends DDP ranks too
         cfg = make_config(payload["config"])
         state = process_state.snapshot()   # what the trial found: the server's state, the same every time
-        torch.set_num_threads(cfg.threads or available_cores())
+        torch.set_num_threads(cfg.threads or usable_core_count())
         reset_peak_rss()
 
         def on_epoch(epoch: int, metrics: dict) -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.store.process import process_alive, this_process
-from harness.studies.engine import OWNER_ATTR, SLOT_ATTR
+
+# Trial user attributes the study engine writes when it asks for a trial, and read here.
+OWNER_ATTR = "harness.owner"   # "host|pid|start|claims owner" of the worker process that asked for it
+SLOT_ATTR = "harness.slot"     # the claims slot the trial ran in
 
 
 @dataclass

@@ -15,7 +15,7 @@ import math
 import pandas as pd
 
 from harness import ui_links
-from harness.report.tables import REPORTS_DIR
+from harness.folders import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
 from harness.studies.spec import StudySpec

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from harness import specfile
 from harness.config import check_keys, make_config
 from harness.errors import UserError
-from harness.specfile import SCALES, SWEEPS_DIR, SpecFile
+from harness.folders import SWEEPS_DIR
+from harness.specfile import SCALES, SpecFile
 from harness.studies.search import EPOCH_METRIC, TPE, AnyPruner, AnySampler, NoPruner
 
 PREFIX = "study_"

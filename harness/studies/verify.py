@@ -33,7 +33,7 @@ import pandas as pd
 from harness.cells import Cell, preflight, run_cell
 from harness.config import make_config
 from harness.errors import UserError
-from harness.report.tables import REPORTS_DIR
+from harness.folders import REPORTS_DIR
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, KIND, SCALE
 from harness.studies import baseline as study_baseline, engine, isolation

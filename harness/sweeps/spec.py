@@ -14,7 +14,8 @@ from harness import checkkinds, specfile
 from harness.cells import Cell
 from harness.config import check_keys, make_config
 from harness.errors import UserError
-from harness.specfile import SCALES, SWEEPS_DIR, SpecFile
+from harness.folders import SWEEPS_DIR
+from harness.specfile import SCALES, SpecFile
 
 __all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "load"]
 

@@ -1,0 +1,17 @@
+"""Where the harness reads and writes on disk, named once. Imports nothing of the harness, so any
+layer may use it.
+
+The project's own folders are found from this file (the harness runs from its checkout); the
+decoded-dataset and peak cache is per user, outside the checkout, and HARNESS_CACHE_DIR moves it
+(the tests point it at a temporary folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SWEEPS_DIR = REPO_ROOT / "sweeps"       # the sweep and study files (*.toml)
+REPORTS_DIR = REPO_ROOT / "reports"     # generated reports, unless --out says otherwise
+MLRUNS_DIR = REPO_ROOT / "mlruns"       # the default store, the shared database, Slurm logs
+CACHE_DIR = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "torch-speed-harness"))
