@@ -258,3 +258,18 @@ def test_a_check_on_our_figures_passes_when_they_agree_and_fails_when_they_contr
     assert (agreeing.verdict, contradicting.verdict) == (checks.PASS, checks.FAIL), (
         f"{name}: '{_text(check)}': agreeing {agreeing.verdict} ({agreeing.detail}); "
         f"contradicting {contradicting.verdict} ({contradicting.detail})")
+
+
+def test_a_ceiling_on_time_to_accuracy_fails_when_a_finished_cell_never_reached_the_target():
+    """A run that never met its target records no time_to_accuracy_s: finished, it is a FAIL of
+    "within an hour", not a cell that is missing; unrun, it is still N/A."""
+    goal = parse({"kind": "bound", "metric": "time_to_accuracy_s", "max": 3600, "where": {"rung": 7}})
+    finished = pd.DataFrame({"rung": [7], "time_to_accuracy_s": [float("nan")], "repeats": [1], "target_reached": [0.0]})
+    unrun = finished.assign(repeats=[float("nan")], target_reached=[float("nan")])
+    reached = finished.assign(time_to_accuracy_s=[1200.0], target_reached=[1.0])
+    verdicts = [checks.evaluate([goal], table)[0] for table in (finished, unrun, reached)]
+    assert [v.verdict for v in verdicts] == [checks.FAIL, checks.NA, checks.PASS]
+    assert "never reached" in verdicts[0].detail and "no finished cell" in verdicts[1].detail
+    # on our own cells, where one timing is INCONCLUSIVE, a target missed is still a FAIL
+    assert checks.evaluate([goal], finished, scale="cpu", repeats=3)[0].verdict == checks.FAIL
+    assert checks.evaluate([goal], reached, scale="cpu", repeats=3)[0].verdict == checks.INCONCLUSIVE

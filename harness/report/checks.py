@@ -284,12 +284,38 @@ def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
     return Verdict(name, PASS if worst <= tolerance else FAIL, detail, side=side)
 
 
+# Metrics a run that never met its target leaves out rather than recording a number
+# (harness/time_to_accuracy.py): under a ceiling, such a finished cell is above any bound.
+UNREACHED_IS_ABOVE = ("time_to_accuracy_s", "epochs_to_accuracy")
+
+
+def _finished_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[rows["repeats"] > 0] if "repeats" in rows else rows.iloc[0:0]
+
+
+def _never_reached(check: Check, table: pd.DataFrame) -> bool:
+    """A ceiling on a time to accuracy whose finished cells all missed the target: a fact about
+    accuracy, which no number of timing repeats changes."""
+    if not isinstance(check, Bound) or check.metric not in UNREACHED_IS_ABOVE or _low_high(check)[1] == float("inf"):
+        return False
+    finished = _finished_rows(_rows(table, check.where))
+    return (not finished.empty and "target_reached" in finished and (finished["target_reached"] == 0).all()
+            and (check.metric not in finished or finished[check.metric].isna().all()))
+
+
 def _bound(check: Bound, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, where = check.metric, check.where
     low, high = _low_high(check)
     name = check.text or f"{metric} within [{low:g}, {high:g}] at {_where_text(where)}"
-    values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
+    rows = _rows(table, where)
+    values = rows[metric].dropna() if metric in table else pd.Series(dtype=float)
     if values.empty:
+        finished = _finished_rows(rows)
+        if _never_reached(check, table):
+            return Verdict(name, FAIL, f"the target was never reached in the {len(finished)} finished "
+                           f"cell(s) at {_where_text(where)}", side="high")
+        if not finished.empty:
+            return Verdict(name, NA, f"the finished cells at {_where_text(where)} have no {metric}")
         return Verdict(name, NA, f"no finished cell at {_where_text(where)}")
     inside = values.between(low, high)
     side = "low" if (values < low).any() else "high"
@@ -380,7 +406,7 @@ def _judge_timing(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict
     """A timing claim judged on its interval: PASS when the whole interval passes, FAIL when the
     whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
     point = JUDGES[check.kind](check, table, axes)
-    if point.verdict == NA:
+    if point.verdict == NA or _never_reached(check, table):
         return point
     n = _fewest_runs(check, table)
     if n < 2:

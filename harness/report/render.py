@@ -149,8 +149,10 @@ def scale_line(report, sample_run) -> str:
             ("threads", f"{float(m.get('threads_used', params.get('threads') or 0)):.0f} threads"),
             ("device", f"device {params.get('device')}"),
         ]
+        # a field the experiment does not read is not among its params: no "lr None" for airbench
         shown = [text for field, text in candidates if field not in swept
-                 and not (field == "train_limit" and "test_limit" in swept)]
+                 and not (field == "train_limit" and "test_limit" in swept)
+                 and (field in ("train_limit", "threads") or field in params)]
         if "model" in params and "model" not in swept:
             shown.insert(0, f"model {params['model']}")
     varied = ", ".join(a for a in spec.axes())

@@ -208,17 +208,20 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
         row.update({m: run.metrics.get(m) for m in metrics})
         row["repeat"] = int(_number(run.params.get("repeat", "0")) or 0)
         row["test_samples"] = run.metrics.get("test_samples")
+        row["target_reached"] = run.metrics.get("target_reached")   # 0: no time to accuracy, as none was
         row[CELL_ID] = run.tags.get(CELL_ID)
         row.update(_mfu_texts(run))
         row["note"] = cell_note(notes, run)
         rows.append(row)
     cells = pd.DataFrame(rows)
-    for m in [*metrics, "test_samples"]:  # a metric no cell logged is all None (object dtype): NaN for the medians
+    for m in [*metrics, "test_samples", "target_reached"]:  # a metric no cell logged is all None: NaN for the medians
         cells[m] = pd.to_numeric(cells[m], errors="coerce")
     # One record per cell_id (the engine's guarantee); repeats of a grid point are grouped here.
     grouped = cells.groupby(axes, sort=True)
     table = grouped[metrics].median()
     table["repeats"] = grouped.size()
+    if cells["target_reached"].notna().any():
+        table["target_reached"] = grouped["target_reached"].max()   # 1 when any repeat reached it
     if time in metrics:
         table[_iqr_name(time)] = grouped[time].agg(iqr)   # NaN (printed "-") for one repeat
     if (cells["note"] != "").any():
