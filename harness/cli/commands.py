@@ -75,7 +75,7 @@ def _launcher(args):
 def cmd_run(args) -> int:
     import experiments
     from harness.cells import run_single
-    from harness.config import make_config
+    from experiments import make_config
     from harness.store import Outcome
 
     overrides = _overrides(args.sets)
@@ -83,7 +83,7 @@ def cmd_run(args) -> int:
         raise UserError("`harness run` takes single values; use `harness sweep` for lists.")
     experiments.check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
-    experiments.get(args.experiment).check_model(cfg.model)
+    experiments.get(args.experiment).check_model(getattr(cfg, "model", None))
     with sigterm_as_interrupt():  # a `kill` closes the run as interrupted, as Ctrl-C does
         result = run_single(cfg, _store(args))
     if result.outcome != Outcome.OK:
@@ -151,7 +151,7 @@ def _size_of_job(spec, args) -> None:
     if len(cells) > args.max_cells:
         raise UserError(f"sweep {spec.name} at scale {args.scale} has {len(cells)} cells, more than --max-cells "
                         f"{args.max_cells}; narrow the grid (--set AXIS=[...]) or raise --max-cells.")
-    epochs = sum(c.config.epochs for c in cells if c.config is not None)
+    epochs = sum(getattr(c.config, "epochs", 0) for c in cells if c.config is not None)
     if len(cells) > LARGE_CELLS or epochs > LARGE_EPOCHS:
         print(f"harness: sweep {spec.name} ({args.scale}) is a large job: {len(cells)} cells, {epochs} epochs in "
               "all; Ctrl-C stops it (finished cells are kept) and --max-cells caps it.", file=sys.stderr, flush=True)
@@ -260,7 +260,6 @@ def _existing_store(args) -> None:
 
 def cmd_list(args) -> int:
     import experiments
-    from harness.config import field_help
     from harness.data import DATASETS
     from harness.models import MODELS
     from harness.studies import spec as studyspec
@@ -280,7 +279,7 @@ def cmd_list(args) -> int:
         print(f"  {name:<16} {spec.description}")
     print(f"datasets: {', '.join(DATASETS)}")
     print("config fields (--set KEY=VALUE):")
-    for name, default, text in field_help():
+    for name, default, text in experiments.field_help():
         print(f"  {name:<16} {default:<10} {text}")
     return 0
 

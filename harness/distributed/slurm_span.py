@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.config import RunConfig
+from harness.config import RunConfig, read_config_file
 
 SPAN_ENV = "HARNESS_SLURM_SPAN"
 PORT_BASE = 29400  # the rendezvous port is PORT_BASE + job id % 1000: two cells on one first node differ
@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
     from harness.distributed.placement import threads_per_rank, usable_cores
 
     config_path, workdir, target = Path(argv[0]), Path(argv[1]), argv[2]
-    cfg = RunConfig.model_validate_json(config_path.read_text())
+    cfg = read_config_file(config_path)
     node, nodes = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
     endpoint = f"{first_host(os.environ['SLURM_JOB_NODELIST'])}:{PORT_BASE + int(os.environ['SLURM_JOB_ID']) % 1000}"
     node_cfg = cfg.model_copy(update={"nnodes": nodes, "node_rank": node, "rdzv_endpoint": endpoint})

@@ -30,8 +30,8 @@ from typing import Any
 
 import pandas as pd
 
+from experiments import make_config
 from harness.cells import Cell, preflight, run_cell
-from harness.config import make_config
 from harness.errors import UserError
 from harness.report.tables import REPORTS_DIR
 from harness.store import Outcome, Store
