@@ -13,7 +13,7 @@ import torch
 import experiments.asynchronous
 from experiments import data_parallel
 from harness import models
-from harness.config import make_config
+from experiments import make_config
 from harness.errors import CellSkipped, UserError
 from harness.models import build_model, count_parameters, fetch_weights, weights_path
 from harness.report import checks, tables as report

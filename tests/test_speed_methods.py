@@ -22,7 +22,7 @@ import experiments.hybridize
 from harness.report import tables as report
 from harness.sweeps import spec as sweepspec
 from harness.cli import main
-from harness.config import make_config
+from experiments import make_config
 from harness.errors import UserError
 from harness.models import D2lMLP, TinyCNN
 from harness.precision import Precision, backend_flags, native_support

@@ -30,7 +30,7 @@ def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sw
                 "device", "threads", "pruning_backend", "weight_decay", "repeat"):
         assert key in run.params
     # Params are the fields pruning reads (the compare view's rows); config.json keeps every field.
-    assert set(run.params) == experiments.pruning.EXPERIMENT.reads | experiments.ALWAYS_ALLOWED
+    assert set(run.params) == set(experiments.pruning.PruningConfig.model_fields)  # experiment, repeat, threads too
     for key in ("train_time_s", "test_accuracy", "param_count", "samples_per_s", "peak_rss_mb", "epoch_time_s"):
         assert key in run.metrics
     assert 0.0 <= run.metrics["test_accuracy"] <= 1.0

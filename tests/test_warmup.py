@@ -21,7 +21,7 @@ import experiments.data_parallel as data_parallel
 import experiments.dp_scratch as dp_scratch
 import experiments.pruning as pruning
 from harness.cells import run_single
-from harness.config import make_config
+from experiments import make_config
 from harness.distributed import ddp_train
 from harness.distributed.ddp_train import LrSchedule, param_digest
 from harness.distributed.launch import launch
