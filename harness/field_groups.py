@@ -11,7 +11,6 @@ and every experiment class that has the one has the other.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator

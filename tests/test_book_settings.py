@@ -41,7 +41,7 @@ def test_efficientnet_b7_is_torchvision_s_default_model():
 def test_pretrained_on_a_model_without_weights_is_one_sentence():
     with pytest.raises(UserError, match="model cnn has no published weights to start from; set pretrained=false "
                                         "or choose one of efficientnet_b0, efficientnet_b7"):
-        make_config({"model": "cnn", "pretrained": True})
+        make_config({"experiment": "data_parallel", "model": "cnn", "pretrained": True})
 
 
 @pytest.fixture

@@ -80,7 +80,8 @@ def test_a_new_measurement_procedure_gives_every_cell_a_new_id(monkeypatch):
 
 
 def test_the_config_module_imports_no_experiment():
-    code = "import sys, harness.config, harness.field_groups; print(sorted(m for m in sys.modules if 'experiments' in m))"
+    code = ("import sys, harness.config, harness.field_groups; "
+            "print(sorted(m for m in sys.modules if 'experiments' in m))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
 
