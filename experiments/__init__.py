@@ -138,8 +138,8 @@ def _all_fields(registry: tuple[tuple[str, str], ...]) -> dict[str, "FieldInfo"]
 
 
 def field_help() -> list[tuple[str, str, str]]:
-    """(name, default, description) for every config field, for `harness list`."""
-    return [(n, repr(f.default), f.description or "") for n, f in all_fields().items()]
+    """(name, default, description) for every config field, by name, for `harness list`."""
+    return [(n, repr(f.default), f.description or "") for n, f in sorted(all_fields().items())]
 
 
 def make_config(values: Mapping[str, Any]) -> "RunConfig":
