@@ -29,12 +29,9 @@ SLURM_GPUS_PER_TASK ?=
 SLURM_CPUS_PER_TASK ?=
 DETACH ?=
 
-# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only. The
-# backend is set only for the experiments that read it ($(call overrides,FILE) looks at FILE's
-# experiment): the harness refuses a field an experiment never reads.
-experiment_of = $(shell sed -n 's/^experiment *= *"\([a-z_]*\)".*/\1/p' $1)
-device_set = $(if $(filter cpu,$(DEVICE)),--set device=cpu$(if $(filter data_parallel dp_scratch,$(call experiment_of,$1)), \
-             --set backend=gloo),$(if $(DEVICE),--set device=$(DEVICE)))
+# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only (`--device`:
+# the harness sets the backend only where the sweep's experiment has one).
+device_set = $(if $(DEVICE),--device $(DEVICE))
 overrides = $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
             $(call device_set,$1) $(foreach s,$(SET),--set $(s))
 # DEVICE=cuda also sets the backend to nccl for the DDP sweeps (NCCL_SWEEPS): gloo on GPUs would

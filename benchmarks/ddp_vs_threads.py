@@ -15,8 +15,7 @@ import argparse
 import statistics
 import sys
 
-from experiments import data_parallel
-from harness.config import make_config
+from experiments import data_parallel, make_config
 from harness.hardware import usable_core_count
 
 

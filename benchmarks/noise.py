@@ -46,7 +46,7 @@ CELL = {"experiment": "pruning", "model": "cnn", "dataset": "digits", "sparsity"
         "pretrain_epochs": 0, "batch_size": 64, "optimizer": "adam", "lr": 1e-3, "device": "cpu", "threads": 0}
 RUN_ONE = ("import json, sys\n"
            "import experiments\n"
-           "from harness.config import make_config\n"
+           "from experiments import make_config\n"
            "cfg = make_config(json.loads(sys.argv[1]))\n"
            "metrics = experiments.get(cfg.experiment).run(cfg, None)\n"
            "print('RESULT ' + json.dumps({'train_time_s': metrics['train_time_s']}))\n")

@@ -29,8 +29,8 @@ import torch
 from PIL import Image
 from torch import nn
 
+from experiments import make_config
 from harness.cells import SYSTEM_METRICS_INTERVAL_S
-from harness.config import make_config
 from harness.data import batches, load_splits
 from harness.hardware import usable_core_count
 from harness.models import build_model

@@ -1,29 +1,39 @@
 """Registry of the documents' experiments. Each is a module with a plain `run(cfg, on_epoch=None) ->
-metrics` and one module-level `EXPERIMENT` descriptor saying what it is: its clock, whether it
-trains on a dataset, the metrics it returns, the config fields it reads and a smoke config. The
-CLI, the sweep engine, the study engine and the tests all call that same `run`.
+metrics`, its config class, and one module-level `EXPERIMENT` descriptor saying what it is: its
+clock, whether it trains on a dataset, the metrics it returns (and which way is better), its config
+class and a smoke config. The CLI, the sweep engine, the study engine and the tests all call that
+same `run`.
+
+An experiment's config class is `harness.config.RunConfig` plus the field groups of
+`harness.field_groups` its run reads (through the harness helpers it calls) plus fields of its own:
+its fields are what it reads, so a sweep that sets any other field is refused ("does not read").
+Configs are built here (`make_config`), where the experiment's name chooses the class.
 
 A metric value that is a string (a captured warning, the dtype autocast produced) is a note: it
 is logged as the tag `harness.note.<key>` instead of a metric.
 
-A new experiment is its module (with `EXPERIMENT = Experiment(...)`) plus one line in REGISTRY.
+A new experiment is its module (a config class and `EXPERIMENT = Experiment(...)`) plus one line in
+REGISTRY, plus its sweep file.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
 from harness.errors import UserError
 
 if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
+
     from harness.config import RunConfig
     from harness.train import EpochCallback
 
 # name -> module; ONE line per experiment. Modules are imported only when asked for (get), so
-# validating a name costs no torch/NNI import.
+# listing the names costs no torch import.
 REGISTRY: dict[str, str] = {
     "pruning": "experiments.pruning",
     "amp": "experiments.amp",
@@ -36,18 +46,20 @@ REGISTRY: dict[str, str] = {
     "formats": "experiments.formats",
     "airbench": "experiments.airbench",
 }
-
-# Fields a cell may always set, whatever its experiment:
-# - experiment: chooses the descriptor itself;
-# - repeat: tells identical cells apart (it is part of the cell id); no run() reads it;
-# - threads: the harness sets it on every cell when it splits a machine's cores between workers
-#   (the sweep and study engines, and OMP_NUM_THREADS for each worker), so it applies to
-#   every experiment even where run() itself never calls torch.set_num_threads (autoparallel).
-# seed and device are not here: every experiment reads them, so they are in every `reads`.
-ALWAYS_ALLOWED = frozenset({"experiment", "repeat", "threads"})
+DEFAULT_EXPERIMENT = "pruning"  # the experiment of a config whose values name none
 
 # A metric name with `{i}` stands for one metric per index: rank{i}_train_time_s is rank0_..., rank1_...
 _INDEX = "{i}"
+
+Sense = Literal["maximize", "minimize"]
+# Which way is better for the metrics the training experiments share (a study asking the other way
+# is a mistake); an experiment passes it as its `sense`, with its own metrics added.
+TRAINING_SENSE: Mapping[str, Sense] = {
+    "test_accuracy": "maximize", "epoch_test_accuracy": "maximize", "samples_per_s": "maximize",
+    "train_time_s": "minimize", "epoch_time_median_s": "minimize", "epoch_time_iqr_s": "minimize",
+    "param_count": "minimize", "peak_rss_mb": "minimize", "train_loss": "minimize",
+    "time_to_accuracy_s": "minimize", "mfu": "maximize", "achieved_tflops": "maximize",
+}
 
 
 @dataclass(frozen=True)
@@ -55,17 +67,24 @@ class Experiment:
     name: str                      # registry name, e.g. "pruning"
     title: str                     # one line for `harness list`
     run: Callable[["RunConfig", "EpochCallback | None"], dict]  # the module's run(cfg, on_epoch=None)
+    config: type["RunConfig"]      # its config class: the fields run() reads, itself or through harness helpers
     clock: str                     # what its timings contain (logged as the harness.clock tag)
-    needs_dataset: bool            # False: makes its own inputs; no dataset preflight, no epoch bar
+    needs_dataset: bool            # False: makes its own inputs; no dataset preflight, no epoch bar, no --data-dir
     metrics: tuple[str, ...]       # every numeric metric run() can return, on any branch
-    reads: frozenset[str]          # the RunConfig fields run() reads, itself or through harness helpers
     smoke: Mapping[str, Any]       # a tiny config (without "experiment") that runs offline in seconds on CPU
     notes: tuple[str, ...] = ()    # string values run() can return (logged as tags)
     models: tuple[str, ...] | None = None  # the models run() can train; None: any, or it reads none
+    sense: Mapping[str, Sense] = field(default_factory=dict)  # which way is better, for the metrics that have one
+    input_shape: tuple[int, int, int] | None = None  # the shape its data is loaded at, when it has no `model`
 
-    def check_model(self, model: str, *, where: str = "") -> None:
-        """UserError when run() cannot train `model`: refused before any run is made, not found
-        half-way through a cell."""
+    @property
+    def reads(self) -> frozenset[str]:
+        """The config fields run() reads: its config class's fields."""
+        return frozenset(self.config.model_fields)
+
+    def check_model(self, model: str | None, *, where: str = "") -> None:
+        """UserError when run() cannot train `model` (None: the experiment has no model field):
+        refused before any run is made, not found half-way through a cell."""
         if self.models is not None and model not in self.models:
             prefix = f"{where}: " if where else ""
             raise UserError(f"{prefix}experiment '{self.name}' cannot train model '{model}'; it trains "
@@ -74,6 +93,14 @@ class Experiment:
     def has_metric(self, key: str) -> bool:
         """Whether `key` is one of `metrics` (rank3_train_time_s is rank{i}_train_time_s)."""
         return any(metric_matches(m, key) for m in self.metrics)
+
+    def data_shape(self, cfg: "RunConfig") -> tuple[int, int, int]:
+        """The shape the cell's dataset is loaded at: its model's input, or `input_shape`."""
+        if self.input_shape is not None:
+            return self.input_shape
+        from harness.models import MODELS
+
+        return MODELS[cfg.model].input_shape
 
 
 def metric_matches(declared: str, key: str) -> bool:
@@ -94,19 +121,68 @@ def get(name: str) -> Experiment:
     return importlib.import_module(REGISTRY[name]).EXPERIMENT
 
 
+def all_fields() -> dict[str, "FieldInfo"]:
+    """Every config field of any experiment (one name is one field in every class that has it), in
+    the registry's order; for `harness list`, and to tell another experiment's field from a typo.
+    Imports every experiment module."""
+    return _all_fields(tuple(REGISTRY.items()))
+
+
+@functools.lru_cache(maxsize=4)
+def _all_fields(registry: tuple[tuple[str, str], ...]) -> dict[str, "FieldInfo"]:
+    fields: dict[str, FieldInfo] = {}
+    for name, _ in registry:
+        for key, info in get(name).config.model_fields.items():
+            fields.setdefault(key, info)
+    return fields
+
+
+def field_help() -> list[tuple[str, str, str]]:
+    """(name, default, description) for every config field, by name, for `harness list`."""
+    return [(n, repr(f.default), f.description or "") for n, f in sorted(all_fields().items())]
+
+
+def make_config(values: Mapping[str, Any]) -> "RunConfig":
+    """The config of the experiment `values` names (DEFAULT_EXPERIMENT when none), validated; a
+    mistake is a UserError of one sentence per mistake."""
+    from pydantic import ValidationError
+
+    from harness.config import describe_validation_error
+
+    name = values.get("experiment", DEFAULT_EXPERIMENT)
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise UserError(f"config field 'experiment' is not known; choose one of {', '.join(sorted(REGISTRY))} "
+                        f"(got {name!r}).")
+    cls = get(name).config
+    try:
+        return cls(**{**values, "experiment": name})
+    except ValidationError as err:
+        raise UserError(describe_validation_error(err, name, cls, all_fields())) from None
+
+
+def check_keys(keys: Iterable[str]) -> None:
+    """UserError when a key is no field of any experiment's config."""
+    from harness.config import unknown_key_sentence
+
+    known = all_fields()
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise UserError(unknown_key_sentence(unknown[0], list(known)))
+
+
 def check_reads(name: str, keys: Iterable[str], *, where: str = "") -> None:
     """UserError when a key is not a config field, or is one experiment `name` never reads (setting it
     would change nothing but the cell's id). `where` ("sweep file X") starts the sentence."""
-    from harness.config import check_keys
+    from harness.config import not_read_sentence
 
     keys = list(keys)
     prefix = f"{where}: " if where else ""
     try:
-        check_keys(keys)
         experiment = get(name)
+        ignored = [k for k in keys if k not in experiment.reads]
+        if ignored:  # only now is every experiment imported, to tell a field of another from a typo
+            check_keys(ignored)
     except UserError as err:
         raise UserError(f"{prefix}{err}") from None
-    ignored = [k for k in keys if k not in experiment.reads and k not in ALWAYS_ALLOWED]
     if ignored:
-        raise UserError(f"{prefix}experiment '{name}' does not read '{ignored[0]}'; it reads: "
-                        f"{', '.join(sorted(experiment.reads))}.")
+        raise UserError(f"{prefix}{not_read_sentence(name, ignored[0], experiment.config)}")

@@ -16,23 +16,29 @@ from __future__ import annotations
 
 import torch
 
-from experiments import Experiment
-from harness.config import RunConfig
+from experiments import TRAINING_SENSE, Experiment
 from harness import flops, time_to_accuracy
-from harness.data import SPLITS_READS, load_splits
+from harness.config import RunConfig
+from harness.data import load_splits
+from harness.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields, TargetFields,
+                                  TrainingLoopFields)
 from harness.flops import flop_metrics, flops_per_sample
 from harness.models import MODELS, build_model, count_parameters
-from harness.precision import FLAG_READS, Precision, backend_flags, native_support
+from harness.precision import Precision, backend_flags, native_support
 from harness.time_to_accuracy import AccuracyWatch
 from harness.timing import timed
-from harness.train import (CLOCK, OPTIMIZER_READS, PREPARE_READS, EpochCallback, evaluate, make_optimizer, prepare,
-                           train_epochs, training_metrics)
+from harness.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
 from harness.warmup import restored
 
-__all__ = ["EXPERIMENT", "run"]
+__all__ = ["EXPERIMENT", "AmpConfig", "run"]
 
 
-def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:
+class AmpConfig(RunConfig, SplitsFields, OptimizerFields, TrainingLoopFields, AutocastFields, BackendFlagsFields,
+                TargetFields):
+    """T7: the book's loop under autocast, with the backend flags it sets."""
+
+
+def run(cfg: AmpConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:
     device = prepare(cfg)
     precision = Precision.for_device(device, cfg.dtype, cfg.grad_scaler)
     data = load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
@@ -86,8 +92,8 @@ EXPERIMENT = Experiment(
              "flag_benchmark", "flag_allow_tf32", "flag_allow_fp16_reduced_precision_reduction",
              "flag_allow_bf16_reduced_precision_reduction", *flops.METRICS, *time_to_accuracy.METRICS),
     notes=("forward_dtype", *flops.NOTES),
-    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | FLAG_READS | time_to_accuracy.READS | {
-        "dtype", "grad_scaler", "batch_size", "warmup_epochs", "epochs", "eval_batch_size"},
+    config=AmpConfig,
+    sense=TRAINING_SENSE,
     # Image models with a Linear or Conv2d layer whose autocast dtype can be checked.
     models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7"),
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 128, "test_limit": 64, "warmup_epochs": 0,

@@ -29,13 +29,29 @@ from typing import Callable
 
 import numpy as np
 import torch
+from pydantic import Field, field_validator
 
 from experiments import Experiment
-from harness.config import RunConfig
+from harness.config import RunConfig, positive_int
+from harness.field_groups import TimingRepeatsFields
 from harness.timing import spread, synchronize
-from harness.train import PREPARE_READS, EpochCallback, prepare
+from harness.train import EpochCallback, prepare
 
-__all__ = ["EXPERIMENT", "run"]
+__all__ = ["EXPERIMENT", "AsyncConfig", "run"]
+
+
+class AsyncConfig(RunConfig, TimingRepeatsFields):
+    matrix_size: int = Field(1000, description="D12.2: side of the random square matrix multiplied by itself.")
+    matmul_iterations: int = Field(10, description="D12.2: random-then-matmul iterations inside one measurement.")
+    async_pause_s: float = Field(
+        0.0, ge=0, description="D12.2: seconds to sleep between the numpy and the torch measurement (the notes' "
+        "exercise: time.sleep(5) made torch faster, numpy still busy when torch's clock started).")
+
+    @field_validator("matrix_size", "matmul_iterations")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        return positive_int(value)
+
 
 ROUND_OVER_LAUNCH = 10.0   # a round's device time, at least this many times its calls' return time
 MAX_MATRIX_SIZE = 16384    # 1 GiB per fp32 matrix: the growth stops here whatever the ratio
@@ -84,7 +100,7 @@ def _fastest_round(n: int, device: torch.device, tries: int = 3) -> tuple[float,
     return min(r for r, _ in rounds), min(f for _, f in rounds)
 
 
-def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+def run(cfg: AsyncConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     device = prepare(cfg)
     torch_round(cfg.matrix_size, 1, device)  # warm-up before sizing: allocator, kernels, BLAS threads
     n, k = sized_to_device(cfg.matrix_size, device), cfg.matmul_iterations
@@ -126,6 +142,6 @@ EXPERIMENT = Experiment(
     needs_dataset=False,  # makes its own random matrices; no epochs
     metrics=("numpy_time_s", "numpy_time_iqr_s", "torch_nosync_time_s", "torch_nosync_time_iqr_s",
              "torch_sync_time_s", "torch_sync_time_iqr_s", "nosync_share", "numpy_over_torch", "matrix_size_used"),
-    reads=PREPARE_READS | {"matrix_size", "matmul_iterations", "timing_repeats", "async_pause_s"},
+    config=AsyncConfig,
     smoke={"device": "cpu", "matrix_size": 64, "matmul_iterations": 2, "timing_repeats": 2, "threads": 1},
 )

@@ -12,24 +12,29 @@ EXCLUSIVE_PROCESS mode, be refused), and one GPU is timed in the same setting as
 
 from __future__ import annotations
 
-from experiments import Experiment
+from experiments import TRAINING_SENSE, Experiment
 from harness import flops, time_to_accuracy
 from harness.config import RunConfig
 from harness.distributed import ddp_train
-from harness.distributed.ddp_train import CLOCK, TRAIN_READS
-from harness.distributed.launch import READS as LAUNCH_READS, launch
+from harness.distributed.ddp_train import CLOCK
+from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
+from harness.field_groups import DdpTrainingFields, LaunchFields
 from harness.flops import flop_metrics, peak_devices
 from harness.models import fetch_weights
 from harness.distributed.rank import RankContext
-from harness.train import PREPARE_READS, EpochCallback, prepare
+from harness.train import EpochCallback, prepare
 
-__all__ = ["EXPERIMENT", "run", "to_metrics"]
+__all__ = ["EXPERIMENT", "DataParallelConfig", "run", "to_metrics"]
 
 TARGET = "harness.distributed.ddp_train:train"
 
 
-def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+class DataParallelConfig(RunConfig, DdpTrainingFields, LaunchFields):
+    """The book's loop as torchrun ranks (`distributed.ddp_train.train`), or in this process."""
+
+
+def run(cfg: DataParallelConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     check_can_run(cfg)
     if cfg.pretrained:
         fetch_weights(cfg.model)  # here, once, before any rank starts: a skip with the reason if it cannot be had
@@ -67,7 +72,8 @@ EXPERIMENT = Experiment(
              "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "ranks",
              "batch_per_rank", "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
              "rank{i}_train_time_s", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
-    reads=PREPARE_READS | LAUNCH_READS | TRAIN_READS,
+    config=DataParallelConfig,
+    sense=TRAINING_SENSE,
     models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7", "lenet_d2l"),  # image models
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
            "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "lr_scaling": "linear_warmup",

@@ -24,30 +24,42 @@ are synchronous (the host waits for each), and that waiting is part of the time.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Literal
 
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments import Experiment
+from experiments import TRAINING_SENSE, Experiment
 from harness import flops
 from harness.config import RunConfig
-from harness.data import SPLITS_READS, Dataset, Split, load_splits
-from harness.distributed.launch import READS as LAUNCH_READS, launch
+from harness.data import Dataset, Split, load_splits
+from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped, UserError
+from harness.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
+                                  WarmupEpochsFields)
 from harness.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.hardware import gpu_count, slice_note
 from harness.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
 from harness.timing import peak_rss_mb, spread, timed
-from harness.train import PREPARE_READS, EpochCallback, prepare
+from harness.train import EpochCallback, prepare
 from harness.warmup import restored
 
 TARGET = "experiments.dp_scratch:ddp_target"
 SCRATCH_TARGET = "experiments.dp_scratch:scratch_target"
 MATCH_ATOL = 1e-5
+
+
+class DpScratchConfig(RunConfig, SplitsFields, LaunchFields, EpochsFields, WarmupEpochsFields, BatchFields,
+                      LearningRateFields):
+    """Plain SGD written out: the lr only (no optimizer, momentum or weight decay)."""
+
+    dp_impl: Literal["ddp", "scratch"] = Field(
+        "ddp", description="D12.5: ddp (DistributedDataParallel over world_size processes) or scratch "
+        "(one process, world_size parameter copies, hand-written allreduce).")
 
 
 def split_batch(x: torch.Tensor, y: torch.Tensor, parts: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -160,7 +172,7 @@ def _devices(cfg: RunConfig) -> list[torch.device]:
     return [torch.device("cpu")] * cfg.world_size
 
 
-def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+def run(cfg: DpScratchConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     if cfg.model != "lenet_d2l":
         raise UserError("dp_scratch trains d2l's plain-tensor LeNet; set model=lenet_d2l.")
     if cfg.batch_size % cfg.world_size:
@@ -285,8 +297,9 @@ EXPERIMENT = Experiment(
     metrics=("first_step_param_diff", "params_match", "max_param_diff", "copies_identical", "train_time_s",
              "test_accuracy", "epoch_time_median_s", "epoch_time_iqr_s", "samples_per_s", "train_samples",
              "test_samples", "copies", "rank{i}_train_time_s", *flops.METRICS),
-    # plain SGD written out (lr only: no optimizer, momentum or weight decay), d2l's LeNet (model is checked)
-    reads=PREPARE_READS | LAUNCH_READS | SPLITS_READS | {"dp_impl", "batch_size", "lr", "warmup_epochs", "epochs"},
+    config=DpScratchConfig,
+    sense=TRAINING_SENSE,
+    # d2l's LeNet (the model is checked)
     models=("lenet_d2l",),
     smoke={"model": "lenet_d2l", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 0,
            "epochs": 1, "batch_size": 32, "lr": 0.1, "world_size": 2, "dp_impl": "scratch", "threads": 1},

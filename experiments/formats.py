@@ -22,18 +22,26 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from typing import Literal
 
 import torch
+from pydantic import Field
 
 from experiments import Experiment
 from harness.config import RunConfig
 from harness.errors import CellSkipped
 from harness.train import EpochCallback
 
-__all__ = ["EXPERIMENT", "run"]
+__all__ = ["EXPERIMENT", "FormatsConfig", "run"]
 
 TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 PROBE_SIDE = 512  # big enough that cuBLAS takes a tensor-core kernel, not a small-matrix fp32 one
+
+
+class FormatsConfig(RunConfig):
+    number_format: Literal["fp64", "fp32", "tf32", "fp16", "bf16"] = Field(
+        "fp32", description="Table 7.1: the numeric format whose sign/exponent/mantissa bits are read "
+        "(torch.finfo; tf32, which has no torch dtype, measured on an Ampere or newer GPU).")
 
 
 def finfo_bits(dtype: torch.dtype) -> dict[str, float]:
@@ -104,7 +112,7 @@ def tf32_bits(device: torch.device) -> dict[str, float]:
             "probe_fp32_mantissa_bits": float(fp32_mantissa)}
 
 
-def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+def run(cfg: FormatsConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     if cfg.number_format in TORCH_DTYPES:
         return {**finfo_bits(TORCH_DTYPES[cfg.number_format]), "measured_on_device": 0.0}
     device = torch.device(cfg.device)
@@ -122,6 +130,6 @@ EXPERIMENT = Experiment(
     needs_dataset=False,
     metrics=("sign_bits", "exponent_bits", "mantissa_bits", "format_bits", "storage_bytes", "measured_on_device",
              "probe_fp32_mantissa_bits"),
-    reads=frozenset({"number_format", "device"}),
+    config=FormatsConfig,
     smoke={"number_format": "bf16"},
 )

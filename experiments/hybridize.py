@@ -30,16 +30,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from pydantic import Field, field_validator
 from torch import nn
 
 from experiments import Experiment
-from harness.config import RunConfig
+from harness.config import RunConfig, positive_int
 from harness.errors import CellSkipped
+from harness.field_groups import BatchFields, CompilationFields, ModelFields, TimingRepeatsFields
 from harness.models import MODELS, build_model
 from harness.timing import spread, timed
-from harness.train import PREPARE_READS, EpochCallback, prepare
+from harness.train import EpochCallback, prepare
 
-__all__ = ["EXPERIMENT", "run", "make_variant", "captured_warnings"]
+__all__ = ["EXPERIMENT", "HybridizeConfig", "run", "make_variant", "captured_warnings"]
 # torch.compile modes that capture CUDA graphs on a GPU (max-autotune-no-cudagraphs does not).
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
@@ -49,7 +51,17 @@ log = logging.getLogger(__name__)
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 
 
-def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:
+class HybridizeConfig(RunConfig, ModelFields, BatchFields, CompilationFields, TimingRepeatsFields):
+    forward_calls: int = Field(1000, description="D12.1: forward passes inside one timed measurement.")
+    warmup_calls: int = Field(20, ge=0, description="D12.1: untimed forward passes after the first call.")
+
+    @field_validator("forward_calls")
+    @classmethod
+    def _positive_calls(cls, value: int) -> int:
+        return positive_int(value)
+
+
+def run(cfg: HybridizeConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:
     device = prepare(cfg)
     spec = MODELS[cfg.model]
     model = build_model(cfg.model, 2 if cfg.model == "mlp_d2l" else 10).to(device).eval()
@@ -176,8 +188,7 @@ EXPERIMENT = Experiment(
     metrics=("forward_time_s", "forward_time_iqr_s", "per_call_us", "per_call_iqr_us", "first_call_s",
              "max_abs_diff_vs_eager", "warnings_captured", "autograd_on"),
     notes=("captured_warnings",),
-    reads=PREPARE_READS | {"model", "batch_size", "execution", "compile_mode", "compile_backend", "warmup_calls",
-                           "timing_repeats", "forward_calls"},
+    config=HybridizeConfig,
     # script: the deprecation warning it raises exercises the captured_warnings note
     smoke={"model": "mlp_d2l", "batch_size": 1, "execution": "script", "forward_calls": 20, "warmup_calls": 2,
            "timing_repeats": 2, "threads": 1},

@@ -22,22 +22,23 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments import Experiment
+from experiments import TRAINING_SENSE, Experiment
 from harness import flops, speed_methods, time_to_accuracy
 from harness.config import RunConfig
-from harness.data import SPLITS_READS, Split, load_splits
-from harness.distributed.launch import READS as LAUNCH_READS, launch
+from harness.data import Split, load_splits
+from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
+from harness.field_groups import (AutocastFields, BatchFields, EpochsFields, EvalBatchFields, GlobalBatchFields,
+                                  LaunchFields, OptimizerFields, SpeedMethodsFields, SplitsFields, TargetFields)
 from harness.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.models import MODELS, build_model, count_parameters
 from harness.precision import Precision
 from harness.time_to_accuracy import AccuracyWatch
 from harness.timing import peak_rss_mb, timed
-from harness.train import (OPTIMIZER_READS, PREPARE_READS, EpochCallback, evaluate, make_optimizer, prepare,
-                           train_epochs, training_metrics)
+from harness.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
 
-__all__ = ["EXPERIMENT", "run", "train_recipe"]
+__all__ = ["EXPERIMENT", "RecipeConfig", "run", "train_recipe"]
 
 TARGET = "experiments.recipe:rank_target"
 CLOCK = ("training only, from the first step (no warm-up epoch): batching from memory, host-to-device copy, "
@@ -46,7 +47,12 @@ CLOCK = ("training only, from the first step (no warm-up epoch): batching from m
          "process start, data loading and every evaluation are outside the clock; several ranks: the slowest")
 
 
-def run(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
+class RecipeConfig(RunConfig, SplitsFields, SpeedMethodsFields, OptimizerFields, AutocastFields, LaunchFields,
+                   GlobalBatchFields, EpochsFields, BatchFields, EvalBatchFields, TargetFields):
+    """The book's loop with stacked speed methods, from the first step (no warm-up epochs)."""
+
+
+def run(cfg: RecipeConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     speed_methods.check(cfg)
     check_can_run(cfg)
     # A dtype autocast cannot run on this device is a skip here, before any rank is started.
@@ -165,8 +171,8 @@ EXPERIMENT = Experiment(
              "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "samples_trained",
              "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
              "scaler_skipped_steps", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
-    reads=PREPARE_READS | SPLITS_READS | OPTIMIZER_READS | LAUNCH_READS | time_to_accuracy.READS
-    | speed_methods.READS | {"dtype", "grad_scaler", "batch_size", "batch_is_global", "epochs", "eval_batch_size"},
+    config=RecipeConfig,
+    sense=TRAINING_SENSE,
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 512, "test_limit": 128, "epochs": 2,
            "batch_size": 64, "lr_base_batch": 32, "optimizer": "adam", "lr": 0.005, "channels_last": True,
            "dtype": "bf16", "sparsity": 0.25, "pruning_backend": "torch-pruning", "execution": "compile",

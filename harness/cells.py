@@ -13,8 +13,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from experiments import make_config
 from harness import hardware
-from harness.config import RunConfig, make_config
+from harness.config import RunConfig
 from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
@@ -116,7 +117,8 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
     from harness.timing import peak_rss_mb, reset_peak_rss
 
     cfg = cell.config
-    bar = tqdm(total=cfg.epochs, desc=f"  {cell.label}", unit="epoch", leave=False,
+    epochs = cfg.epochs if experiment.needs_dataset else None  # the others have no epochs to show
+    bar = tqdm(total=epochs, desc=f"  {cell.label}", unit="epoch", leave=False,
                disable=not (show_epochs and experiment.needs_dataset))
 
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
@@ -132,7 +134,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
         if experiment.needs_dataset:
             from harness.dataset_record import describe
 
-            store.log_dataset(run_id, describe(cfg))
+            store.log_dataset(run_id, describe(cfg, experiment.data_shape(cfg)))
         reset_peak_rss()
         with store.system_metrics(run_id, system_metrics, SYSTEM_METRICS_INTERVAL_S):
             metrics = dict(execute(experiment, cfg, on_epoch))
@@ -172,14 +174,10 @@ def _check_threads(cfg: RunConfig) -> None:
 
 
 def params_to_log(cfg: RunConfig, experiment) -> dict[str, Any]:
-    """The config fields the cell's experiment reads, plus the ones that always mean something
-    (experiment, repeat, threads): MLflow's compare view then lists what could explain a difference,
-    not 47 fields most of which the experiment never looks at. The whole resolved config stays in
-    the `config.json` artifact."""
-    import experiments
-
-    keep = experiment.reads | experiments.ALWAYS_ALLOWED
-    return {k: v for k, v in cfg.model_dump().items() if k in keep}
+    """The config fields the cell's experiment reads (its config class's fields: experiment, repeat
+    and threads included): MLflow's compare view then lists what could explain a difference. The
+    whole resolved config stays in the `config.json` artifact."""
+    return {k: v for k, v in cfg.model_dump().items() if k in experiment.reads}
 
 
 def preflight(configs: list[RunConfig]) -> None:
@@ -189,17 +187,18 @@ def preflight(configs: list[RunConfig]) -> None:
     per machine, then cached) now, before any cell or worker trains beside the measurement."""
     import experiments
     from harness.data import load_splits
-    from harness.models import MODELS
 
     seen = set()
     for cfg in configs:
         _measure_peak(cfg)
-        if not experiments.get(cfg.experiment).needs_dataset:
+        experiment = experiments.get(cfg.experiment)
+        if not experiment.needs_dataset:
             continue
-        key = (cfg.dataset, cfg.data_dir, cfg.model, cfg.train_limit, cfg.test_limit, cfg.seed)
+        shape = experiment.data_shape(cfg)
+        key = (cfg.dataset, cfg.data_dir, shape, cfg.train_limit, cfg.test_limit, cfg.seed)
         if key not in seen:
             seen.add(key)
-            load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
+            load_splits(cfg.dataset, cfg.data_dir, shape, seed=cfg.seed,
                         train_limit=cfg.train_limit, test_limit=cfg.test_limit)
 
 
@@ -214,11 +213,13 @@ def _measure_peak(cfg: RunConfig) -> None:
 
     if hardware.missing_gpu(cfg.device):
         return  # the cell itself is skipped, with its reason
-    threads = threads_per_rank(cfg)
-    if not cfg.device.startswith("cuda") and threads * ranks_per_node(cfg) > hardware.usable_core_count():
+    # A config without the distribution fields trains one process; without a dtype, in fp32.
+    ranks = ranks_per_node(cfg) if hasattr(cfg, "world_size") else 1
+    threads = threads_per_rank(cfg, ranks=ranks)
+    if not cfg.device.startswith("cuda") and threads * ranks > hardware.usable_core_count():
         return  # more cores than this machine has: a skip, with its reason
     try:
-        peak_flops(cfg.device, cfg.dtype, threads=threads)
+        peak_flops(cfg.device, getattr(cfg, "dtype", "fp32"), threads=threads)
     except (RuntimeError, ValueError):  # no peak in this dtype here: the cell logs why when it runs
         pass
 

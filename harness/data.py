@@ -230,8 +230,6 @@ DATASETS: dict[str, Callable[[str, int], Dataset] | None] = {
 }
 
 SYNTHETIC_DEFAULT_SIZES = (2048, 512)
-# The config fields an experiment hands load_splits (`model` for its input shape), for its `reads`.
-SPLITS_READS = frozenset({"dataset", "data_dir", "model", "seed", "train_limit", "test_limit"})
 _memory: dict[tuple, Dataset] = {}
 
 

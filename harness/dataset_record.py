@@ -31,11 +31,13 @@ class DatasetRecord:
         return {"train_samples": self.train_samples, "test_samples": self.test_samples}
 
 
-def describe(cfg) -> DatasetRecord:
-    """The record of the data `cfg` trains on (loaded through the same cached load_splits as the cell)."""
+def describe(cfg, shape: tuple[int, int, int] | None = None) -> DatasetRecord:
+    """The record of the data `cfg` trains on (loaded through the same cached load_splits as the cell),
+    at `shape` (default: its model's input shape)."""
     from harness.models import MODELS
 
-    return _describe(cfg.dataset, str(Path(cfg.data_dir).resolve()), MODELS[cfg.model].input_shape,
+    shape = shape or MODELS[cfg.model].input_shape
+    return _describe(cfg.dataset, str(Path(cfg.data_dir).resolve()), shape,
                      cfg.seed if cfg.dataset == "synthetic" else 0, cfg.train_limit, cfg.test_limit)
 
 

@@ -155,9 +155,6 @@ _FLAGS = {
 }
 
 
-FLAG_READS = frozenset(_FLAGS)  # the config fields backend_flags reads
-
-
 @contextmanager
 def backend_flags(cfg):
     """Set the book's backend flags from the config for the duration of a cell, and restore them

@@ -22,10 +22,6 @@ from harness.errors import CellSkipped
 from harness.models import MODELS, build_model
 from harness.pruning import prune_conv_filters
 
-# The config fields `check` and the transforms read.
-READS = frozenset({"model", "channels_last", "execution", "compile_mode", "compile_backend", "sparsity",
-                   "pruning_backend", "lr", "lr_base_batch"})
-
 
 def check(cfg: RunConfig) -> None:
     """Raise CellSkipped with the reason when this combination of methods cannot run here.

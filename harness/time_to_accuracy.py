@@ -19,7 +19,6 @@ from typing import Callable
 
 from harness.config import RunConfig
 
-READS = frozenset({"target_accuracy", "target_from_epoch", "stop_at_target", "evals_per_epoch", "eval_every_epoch"})
 METRICS = ("target_accuracy", "target_reached", "time_to_accuracy_s", "epochs_to_accuracy", "epochs_trained")
 
 

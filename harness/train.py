@@ -32,10 +32,6 @@ CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CU
 
 EpochCallback = Callable[[int, dict], None]
 
-# The config fields these helpers read, for the experiments' `reads` (experiments/__init__.py).
-PREPARE_READS = frozenset({"threads", "seed", "device"})
-OPTIMIZER_READS = frozenset({"optimizer", "lr", "momentum", "weight_decay"})  # momentum: sgd only
-
 
 def prepare(cfg: RunConfig) -> torch.device:
     """Apply threads and seed; return the device, or raise CellSkipped when it is not here."""

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import experiments
 from experiments import airbench
-from harness.config import make_config
+from experiments import make_config
 from harness.errors import UserError
 
 

@@ -9,7 +9,7 @@ import torch
 
 from experiments import autoparallel
 from experiments.overlap import hidden_share, host_copies
-from harness.config import make_config
+from experiments import make_config
 from harness.errors import CellSkipped
 from harness.report import checks
 from harness.sweeps import spec as sweepspec

@@ -13,7 +13,7 @@ import torch
 import experiments.asynchronous
 from experiments import data_parallel
 from harness import models
-from harness.config import make_config
+from experiments import make_config
 from harness.errors import CellSkipped, UserError
 from harness.models import build_model, count_parameters, fetch_weights, weights_path
 from harness.report import checks, tables as report
@@ -41,7 +41,7 @@ def test_efficientnet_b7_is_torchvision_s_default_model():
 def test_pretrained_on_a_model_without_weights_is_one_sentence():
     with pytest.raises(UserError, match="model cnn has no published weights to start from; set pretrained=false "
                                         "or choose one of efficientnet_b0, efficientnet_b7"):
-        make_config({"model": "cnn", "pretrained": True})
+        make_config({"experiment": "data_parallel", "model": "cnn", "pretrained": True})
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ def uri(tmp_path_factory):
     (["run", "pruning", "--set", "sparsty=0.5"], ["unknown config key 'sparsty'", "did you mean 'sparsity'?"]),
     (["sweep", "../no/such.toml"], ["../no/such.toml (= /", "no/such.toml)"]),
     (["run", "pruning", "--set", "dataset=imagefolder", "--set", "data_dir=../no/such"], ["../no/such (= /"]),
+    (["run", "pruning", "--device", "tpu"], ["device", "cuda:N"]),
 ])
 def test_user_mistakes_end_in_one_sentence_and_exit_2(args, words, uri, capsys):
     assert_one_sentence_exit_2([*args, "--tracking-uri", uri], words, capsys)
@@ -160,3 +161,26 @@ def test_an_interrupt_exits_130_even_after_it_passed_through_a_c_level_evaluatio
     done = subprocess.run([sys.executable, "-m", "stale_interrupt"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 130, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("experiment, sets, expected", [
+    ("data_parallel", [], {"device": "cpu", "backend": "gloo"}),   # a GPU sweep as CPU processes
+    ("dp_scratch", [], {"device": "cpu", "backend": "gloo"}),
+    ("pruning", [], {"device": "cpu"}),                             # no backend to set: it would be refused
+    ("data_parallel", ["backend=ccl"], {"device": "cpu", "backend": "ccl"}),  # a --set wins
+])
+def test_device_cpu_sets_gloo_only_where_the_experiment_has_a_backend(experiment, sets, expected):
+    import argparse
+
+    from harness.cli.commands import _overrides
+
+    assert _overrides(argparse.Namespace(device="cpu", sets=sets), experiment) == expected
+    assert _overrides(argparse.Namespace(device="cuda", sets=[]), experiment) == {"device": "cuda"}
+
+
+def test_make_device_cpu_passes_the_device_to_the_harness():
+    from pathlib import Path
+
+    dry = subprocess.run(["make", "-n", "sweep-gpus", "DEVICE=cpu", "SCALE=smoke"], cwd=Path(__file__).parent.parent,
+                         capture_output=True, text=True, check=True).stdout
+    assert "--device cpu" in dry and "backend" not in dry

@@ -1,13 +1,19 @@
+import subprocess
+import sys
+
 import pytest
 
-from harness.config import RunConfig, make_config, parse_assignment
+import experiments
+from experiments import make_config
+from harness.config import parse_assignment
 from harness.errors import UserError
 
 
 def test_defaults_are_the_books_pruning_settings():
-    cfg = RunConfig()
-    assert (cfg.model, cfg.dataset, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.epochs,
-            cfg.warmup_epochs) == ("cnn", "cifar10", 64, 1e-5, 0.005, 10, 1)
+    cfg = make_config({})
+    assert (cfg.experiment, cfg.model, cfg.dataset, cfg.batch_size, cfg.lr, cfg.weight_decay, cfg.epochs,
+            cfg.warmup_epochs) == ("pruning", "cnn", "cifar10", 64, 1e-5, 0.005, 10, 1)
+    assert type(cfg) is experiments.get("pruning").config
 
 
 @pytest.mark.parametrize("values, words", [
@@ -23,6 +29,12 @@ def test_defaults_are_the_books_pruning_settings():
     ({"device": "tpu"}, ["device", "cuda:N"]),
     ({"colour": "red"}, ["unknown config key 'colour'", "sparsity"]),
     ({"epochs": "ten"}, ["epochs", "integer"]),
+    ({"world_size": 2}, ["experiment 'pruning' does not read 'world_size'; it reads: batch_size,"]),
+    ({"experiment": "async", "matrix_size": 0}, ["matrix_size", "positive"]),
+    ({"experiment": "data_parallel", "world_size": 3, "nnodes": 2}, ["world_size 3", "multiple of nnodes 2"]),
+    ({"experiment": "recipe", "batch_size": 10, "world_size": 4, "batch_is_global": True}, ["divide evenly"]),
+    ({"experiment": "airbench", "airbench_epochs": 2.5, "epochs": 2}, ["set epochs = 3"]),
+    ({"experiment": "amp", "target_from_epoch": 3, "epochs": 2}, ["past the last of 2 epochs"]),
 ])
 def test_each_mistake_is_one_sentence_naming_field_and_what_is_accepted(values, words):
     with pytest.raises(UserError) as err:
@@ -44,14 +56,18 @@ def test_cell_id_depends_on_what_is_measured_only():
     c = make_config({"sparsity": 0.6, "lr": 0.001})
     assert a.cell_id() == b.cell_id() != c.cell_id()
     assert make_config({"repeat": 1}).cell_id() != make_config({}).cell_id()
+    # the experiment is part of the id even where its class has nothing else to tell
+    assert make_config({"experiment": "formats"}).cell_id() != make_config({"experiment": "async"}).cell_id()
 
 
 def test_parse_assignment():
     assert parse_assignment("lr=0.1") == ("lr", "0.1")
     assert parse_assignment("sparsity=[0.1, 0.5]") == ("sparsity", [0.1, 0.5])
-    for bad in ("lr", "=3", "nope=1", "sparsity=[0.1,"):
+    for bad in ("lr", "=3", "sparsity=[0.1,", "lr=inf"):
         with pytest.raises(UserError):
             parse_assignment(bad)
+    with pytest.raises(UserError, match="unknown config key 'nope'"):  # whether it is a field: the registry's
+        experiments.check_keys([parse_assignment("nope=1")[0]])
 
 
 def test_a_new_measurement_procedure_gives_every_cell_a_new_id(monkeypatch):
@@ -61,3 +77,21 @@ def test_a_new_measurement_procedure_gives_every_cell_a_new_id(monkeypatch):
     now = cfg.cell_id()
     monkeypatch.setattr(config, "MEASUREMENT_PROCEDURE", 1)
     assert cfg.cell_id() != now
+
+
+def test_the_config_module_imports_no_experiment():
+    code = ("import sys, harness.config, harness.field_groups; "
+            "print(sorted(m for m in sys.modules if 'experiments' in m))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_one_field_is_the_same_field_in_every_class_that_has_it():
+    """Same name, same default, type and description: one MLflow param means one thing."""
+    seen = {}
+    for name in experiments.names():
+        for key, info in experiments.get(name).config.model_fields.items():
+            if key in seen:
+                assert (info.default, info.annotation, info.description) == seen[key], (name, key)
+            seen[key] = (info.default, info.annotation, info.description)
+    assert set(seen) == set(experiments.all_fields())

@@ -1,40 +1,33 @@
-"""Every registered experiment runs on its smoke config, returns the metrics it declares, and reads
-exactly the config fields it declares (`reads`), so that refusing a field it never reads is safe."""
+"""Every registered experiment runs on its smoke config and returns the metrics it declares; its config
+class holds the fields it reads, so refusing any other field is safe.
+
+Reading a field its class lacks fails the run itself (pydantic raises AttributeError), so the smoke
+run checks one direction on the branch it takes. The other direction, a class declaring a field
+nothing reads, is checked on the source: every field must be named (`cfg.x`, `getattr(cfg, "x")`,
+a "x" key) by the experiment's module or a training-half module it imports.
+"""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
-from typing import ClassVar
+from pathlib import Path
 
 import pytest
 import torch
 
 import experiments
 import experiments.autoparallel_exercises
-from experiments import ALWAYS_ALLOWED, check_reads, metric_matches
-from harness.config import FIELD_NAMES, RunConfig, make_config
+from experiments import check_reads, make_config, metric_matches
+from harness.config import RunConfig
 from harness.errors import CellSkipped, UserError
 
 NAMES = experiments.names()
+ROOT = Path(__file__).resolve().parent.parent
 
-# Fields an experiment reads only on a branch its smoke config does not take. Each entry must be in
-# its `reads` and must stay unread by the smoke run, or the test fails (an entry can go stale).
-OTHER_BRANCH_READS = {
-    # world_size > 1: torchrun's rendezvous and the hang watchdog (one process reads the backend to
-    # refuse one other than gloo, which it would not use)
-    "data_parallel": {"node_rank", "rdzv_endpoint", "dist_timeout_s"},
-    # dp_impl=ddp with world_size > 1 (the smoke runs the hand-written copies in one process)
-    "dp_scratch": {"backend", "nnodes", "node_rank", "rdzv_endpoint", "dist_timeout_s"},
-    # world_size > 1 (the smoke trains in one process); momentum with optimizer=sgd (the smoke uses adam)
-    "recipe": {"node_rank", "rdzv_endpoint", "dist_timeout_s", "momentum"},
-    # number_format=tf32 only: the GPU it is measured on (the smoke reads bf16 from torch.finfo)
-    "formats": {"device"},
-    # D12.3's exercises 2 and 3 (the smoke runs compute_copy)
-    "autoparallel": {"autopar_streams", "autopar_cpu_size"},
-}
-# Declared metrics the smoke run cannot return, for the same reason.
+# Declared metrics the smoke run cannot return: they come from a branch its smoke config does not take.
 OTHER_BRANCH_METRICS = {
     "data_parallel": {"peak_rss_mb"},            # the ranks' peak, when they are other processes
     "dp_scratch": {"rank{i}_train_time_s"},      # one per torchrun rank (dp_impl=ddp)
@@ -45,43 +38,27 @@ OTHER_BRANCH_METRICS = {
 }
 # What a training run logs only when its peak was wrong (an MFU above 1) or its dtype has no peak.
 MFU_EXCEPTIONS = {"mfu_invalid", "mfu_invalid_reason", "mfu_na"}
-
-
-class RecordingConfig(RunConfig):
-    """A RunConfig that notes every field read from it (`cfg.x` and `getattr(cfg, "x")` alike)."""
-
-    read: ClassVar[set[str]] = set()
-
-    def __getattribute__(self, name: str):
-        if name in FIELD_NAMES:
-            RecordingConfig.read.add(name)
-        return super().__getattribute__(name)
-
-
-def recording(values: dict) -> RecordingConfig:
-    cfg = RecordingConfig.model_validate(make_config(values).model_dump())
-    RecordingConfig.read.clear()  # the validators' cross-field checks are not the experiment's reads
-    return cfg
+# Fields the harness reads for every cell, whatever the experiment: the name chooses the class,
+# repeat tells identical cells apart (part of the cell id).
+SET_BY_THE_HARNESS = {"experiment", "repeat"}
+# The orchestration half reads configs too, but not on an experiment's behalf.
+NOT_RUN_BY_AN_EXPERIMENT = ("harness.cells", "harness.cli", "harness.launchers", "harness.report",
+                            "harness.store", "harness.studies", "harness.sweeps")
+DEFINE_THE_FIELDS = ("harness.config", "harness.field_groups", "experiments")
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_each_experiment_runs_its_smoke_config_reading_and_returning_what_it_declares(name):
+def test_each_experiment_runs_its_smoke_config_returning_what_it_declares(name):
     experiment = experiments.get(name)
-    cfg = recording({"experiment": name, **experiment.smoke})
+    cfg = make_config({"experiment": name, **experiment.smoke})
+    assert type(cfg) is experiment.config
     epochs = []
     try:
         result = experiment.run(cfg, lambda epoch, metrics: epochs.append(metrics))
     except CellSkipped as skipped:
-        assert RecordingConfig.read <= experiment.reads, RecordingConfig.read - experiment.reads
         if name == "autoparallel" and not torch.cuda.is_available():
             pytest.skip(f"autoparallel needs a GPU: {skipped}")
         raise
-    read = set(RecordingConfig.read)
-
-    assert read <= experiment.reads, f"{name} read fields missing from its `reads`: {sorted(read - experiment.reads)}"
-    never = experiment.reads - read
-    assert never == OTHER_BRANCH_READS.get(name, set()), \
-        f"{name} declares fields the smoke run never read: {sorted(never)}"
 
     numbers = {k for k, v in result.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     texts = {k for k, v in result.items() if isinstance(v, str)}
@@ -96,6 +73,70 @@ def test_each_experiment_runs_its_smoke_config_reading_and_returning_what_it_dec
         assert len(epochs) == cfg.epochs
 
 
+def _module_file(module: str) -> Path | None:
+    base = ROOT.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _reachable(module: str) -> set[str]:
+    """The module and every training-half module it imports, at any depth (in functions too)."""
+    seen, todo = set(), [module]
+    while todo:
+        current = todo.pop()
+        if current in seen or _module_file(current) is None or current.startswith(NOT_RUN_BY_AN_EXPERIMENT):
+            continue
+        seen.add(current)
+        for node in ast.walk(ast.parse(_module_file(current).read_text())):
+            if isinstance(node, ast.Import):
+                todo += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                todo += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return {m for m in seen if m.startswith(("harness", "experiments"))}
+
+
+def _names_read(module: str, skip_classes: set[str]) -> set[str]:
+    """Attribute names and exact string constants in the module, leaving out the config class (its
+    validators) and the EXPERIMENT descriptor (its smoke keys)."""
+    tree = ast.parse(_module_file(module).read_text())
+    kept = [node for node in tree.body
+            if not (isinstance(node, ast.ClassDef) and node.name in skip_classes)
+            and not (isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "EXPERIMENT" for t in node.targets))]
+    names = set()
+    for node in kept:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute):
+                names.add(sub.attr)
+            elif isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                names.add(sub.value)
+    return names
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_field_of_an_experiments_class_is_read_by_code_its_run_can_reach(name):
+    experiment = experiments.get(name)
+    module = experiments.REGISTRY[name]
+    reachable = _reachable(module) - set(DEFINE_THE_FIELDS)
+    assert module in reachable
+    read = set().union(*(_names_read(m, {experiment.config.__name__}) for m in reachable))
+    unread = sorted(set(experiment.config.model_fields) - read - SET_BY_THE_HARNESS)
+    assert unread == [], f"{name}'s config declares fields nothing it runs reads: {unread}"
+
+
+def test_the_source_check_catches_a_declared_field_nothing_reads(tmp_path, monkeypatch):
+    (tmp_path / "unread_field_experiment.py").write_text(
+        "from harness.config import RunConfig\n"
+        "class UnreadConfig(RunConfig):\n"
+        "    never_used_anywhere: int = 3\n"
+        "def run(cfg, on_epoch=None):\n"
+        "    return {'seed': float(cfg.seed)}\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    read = _names_read("unread_field_experiment", {"UnreadConfig"})
+    assert "seed" in read and "never_used_anywhere" not in read
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_each_module_exports_one_descriptor_under_its_registry_name(name):
     module = importlib.import_module(experiments.REGISTRY[name])
@@ -103,9 +144,13 @@ def test_each_module_exports_one_descriptor_under_its_registry_name(name):
     assert experiment is module.EXPERIMENT and experiment.name == name and experiment.run is module.run
     assert not hasattr(module, "TRAINS") and not hasattr(module, "METRICS")  # the descriptor says it now
     assert experiment.title and experiment.clock
-    assert experiment.reads <= set(FIELD_NAMES) and "experiment" not in experiment.smoke
+    assert issubclass(experiment.config, RunConfig) and experiment.reads == set(experiment.config.model_fields)
+    assert "experiment" not in experiment.smoke
     assert not set(experiment.metrics) & set(experiment.notes)
+    assert set(experiment.sense.values()) <= {"maximize", "minimize"}
     check_reads(name, experiment.smoke)  # the smoke config sets nothing the experiment ignores
+    if experiment.needs_dataset:  # the dataset is loaded before any cell: at its model's shape, or its own
+        assert "dataset" in experiment.reads and ("model" in experiment.reads or experiment.input_shape)
 
 
 def test_a_field_the_experiment_never_reads_is_refused_naming_the_fields_it_reads():
@@ -116,13 +161,14 @@ def test_a_field_the_experiment_never_reads_is_refused_naming_the_fields_it_read
     assert "sparsity" in message and "\n" not in message and message.endswith(".")
     with pytest.raises(UserError, match="sweep file x.toml: experiment 'async' does not read 'epochs'"):
         check_reads("async", ["epochs"], where="sweep file x.toml")
+    with pytest.raises(UserError, match="experiment 'formats' does not read 'epochs'"):
+        make_config({"experiment": "formats", "epochs": 3})  # building the config refuses it too
 
 
-def test_fields_every_cell_carries_are_allowed_for_every_experiment():
-    assert ALWAYS_ALLOWED == {"experiment", "repeat", "threads"}
+def test_fields_every_cell_carries_are_in_every_class():
     for name in NAMES:
-        check_reads(name, ALWAYS_ALLOWED)
-    assert "threads" not in experiments.get("autoparallel").reads  # allowed there only as the worker split
+        assert {"experiment", "repeat", "threads", "device", "seed"} <= experiments.get(name).reads
+        check_reads(name, ["repeat", "threads"])
 
 
 def test_unknown_experiment_or_key_is_one_sentence_naming_what_exists():
@@ -130,10 +176,12 @@ def test_unknown_experiment_or_key_is_one_sentence_naming_what_exists():
         experiments.get("nope")
     with pytest.raises(UserError, match="unknown config key 'colour'"):
         check_reads("pruning", ["colour"])
+    with pytest.raises(UserError, match="did you mean 'sparsity'"):
+        check_reads("amp", ["sparsty"])
 
 
-def test_validating_an_experiment_name_imports_no_experiment_module():
-    code = ("import sys; from harness.config import make_config; make_config({'experiment': 'amp'}); "
+def test_validating_a_config_imports_its_own_experiment_module_only():
+    code = ("import sys; from experiments import make_config; make_config({'experiment': 'amp'}); "
             "print(sorted(m for m in sys.modules if m.startswith('experiments.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.strip() == "['experiments.amp']"

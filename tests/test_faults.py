@@ -467,7 +467,7 @@ def test_13_non_finite_numbers_in_spec_files_and_options_are_refused(tmp_path, s
     in_process(["study", str(study), "--tracking-uri", uri], 2, capsys, "key 'space.lr.high'", "finite")
     study = study_file("finite", space='lr = { type = "float", low = 1e-3, high = 0.1 }\n')
     in_process(["study", str(study), "--timeout", "nan", "--tracking-uri", uri], 2, capsys, "--timeout", "finite")
-    from harness.config import make_config
+    from experiments import make_config
     from harness.errors import UserError
 
     with pytest.raises(UserError, match="finite"):  # whatever reads a config: a sweep cell, a trial

@@ -12,7 +12,7 @@ import experiments
 from harness import flops, folders, peak
 from harness.cells import run_single
 from harness.cli import main
-from harness.config import make_config
+from experiments import make_config
 from harness.models import build_model
 from harness.pruning import prune_conv_filters
 from conftest import TINY_BASE, mlflow_client

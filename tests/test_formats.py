@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from experiments import formats
-from harness.config import make_config
+from experiments import make_config
 from harness.errors import CellSkipped
 from harness.report import checks, tables as report
 from harness.sweeps import spec as sweepspec

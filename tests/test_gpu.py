@@ -17,7 +17,7 @@ import textwrap
 import pytest
 import torch
 
-from harness.config import make_config
+from experiments import make_config
 from harness.data import DeviceBatches, synthetic
 from harness.distributed import placement
 from harness.folders import REPO_ROOT
@@ -107,7 +107,7 @@ def test_the_clock_over_two_gpus_waits_for_the_second():
 # --- 5. GPU cells of the DDP sweeps leave no CUDA context in the sweep process --------------------------
 NO_CONTEXT_SCRIPT = textwrap.dedent("""
     import ctypes, sys
-    from harness.config import make_config
+    from experiments import make_config
     from harness.cells import run_single
     from harness.store import Store
 

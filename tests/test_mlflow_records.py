@@ -4,7 +4,7 @@ MLflow's sampled system metrics."""
 import numpy as np
 from conftest import mlflow_client
 
-from harness.config import make_config
+from experiments import make_config
 from harness.dataset_record import describe
 from harness.sweeps import spec as sweepspec
 from harness.sweeps.engine import run_sweep

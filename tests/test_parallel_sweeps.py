@@ -10,7 +10,7 @@ import torch
 from experiments import dp_scratch
 from harness.report import tables as report
 from harness.sweeps import spec as sweepspec
-from harness.config import make_config
+from experiments import make_config
 from harness.errors import CellSkipped, UserError
 from harness.sweeps.engine import run_sweep
 

@@ -10,7 +10,7 @@ import experiments
 from experiments import recipe
 from harness import speed_methods
 from harness.cells import run_single
-from harness.config import make_config
+from experiments import make_config
 from harness.errors import CellSkipped
 from harness.hardware import usable_core_count
 from conftest import TINY_BASE, mlflow_client

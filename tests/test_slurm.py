@@ -232,7 +232,7 @@ def test_a_cell_with_more_ranks_than_a_node_holds_runs_as_one_job_of_two_srun_ta
     """Two ranks where a node holds one (as the launcher tells a worker): one Slurm job of two
     tasks, torchrun on each with the rendezvous on the first; the result comes back as from one node.
     On this one-node cluster both tasks share the machine; two real nodes are not tested here."""
-    from harness.config import make_config
+    from experiments import make_config
     from harness.distributed.launch import launch
     from harness.distributed.slurm_span import SPAN_ENV, Span
 

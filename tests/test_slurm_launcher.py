@@ -15,7 +15,7 @@ import psutil
 import pytest
 from conftest import assert_one_sentence_exit_2, mlflow_client
 
-from harness.config import make_config
+from experiments import make_config
 from harness.distributed.launch import torchrun_command
 from harness.distributed.slurm_span import Span, nodes_needed, srun_command, srun_env
 from harness.errors import UserError

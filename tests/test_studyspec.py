@@ -115,7 +115,7 @@ def test_a_direction_changed_after_the_study_exists_is_refused(study_file, uri, 
 def test_a_shipped_pruner_can_stop_a_smoke_trial_before_its_last_epoch(name):
     """A pruner allowed to act only after the last epoch saves nothing: its "pruned" trial trained
     fully and lost its result."""
-    from harness.config import make_config
+    from experiments import make_config
 
     spec = studyspec.load(name)
     if spec.pruner.name not in ("median", "percentile"):
@@ -152,3 +152,29 @@ def test_every_sampler_and_pruner_makes_its_optuna_object():
         made = (model(upper=1.0) if model is search.Threshold else model()).to_optuna()
         assert isinstance(made, optuna.pruners.BasePruner), name
     assert type(search.Median().to_optuna()).__name__ == "MedianPruner"
+
+
+# Which way is better, as the harness held it in one table before each experiment said it for its own.
+FORMER_SENSE = {
+    "test_accuracy": "maximize", "epoch_test_accuracy": "maximize", "samples_per_s": "maximize",
+    "train_time_s": "minimize", "epoch_time_median_s": "minimize", "epoch_time_iqr_s": "minimize",
+    "param_count": "minimize", "peak_rss_mb": "minimize", "train_loss": "minimize",
+    "time_to_accuracy_s": "minimize", "mfu": "maximize", "achieved_tflops": "maximize",
+}
+PER_EPOCH = {"epoch_test_accuracy", "train_loss"}  # reported each epoch by the experiments that train
+
+
+def test_every_experiment_says_which_way_is_better_for_the_metrics_it_reports():
+    import experiments
+
+    for name in experiments.names():
+        experiment = experiments.get(name)
+        reported = {m for m in FORMER_SENSE if experiment.has_metric(m) or m in studyspec.HARNESS_METRICS
+                    or (m in PER_EPOCH and experiment.needs_dataset)}
+        assert {m: studyspec.sense_of(experiment, m) for m in reported} == {m: FORMER_SENSE[m] for m in reported}, name
+
+
+def test_a_study_asking_the_worse_way_is_refused(study_file):
+    path = study_file("worse_way", space=LR, metrics=("train_time_s",), directions=("maximize",))
+    with pytest.raises(UserError, match="train_time_s, which is better when lower; the direction should be minimize"):
+        studyspec.load(str(path))

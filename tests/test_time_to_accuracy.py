@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.cells import run_single
-from harness.config import make_config
+from experiments import make_config
 from harness.data import load_splits
 from harness.errors import UserError
 from harness.models import build_model

@@ -1,6 +1,6 @@
 import torch
 
-from harness.config import make_config
+from experiments import make_config
 from harness.data import load_splits
 from harness.models import build_model
 from harness.timing import peak_rss_mb, reset_peak_rss, spread, timed

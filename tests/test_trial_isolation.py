@@ -112,7 +112,7 @@ def test_isolation_defaults_to_process_for_a_clocked_objective_and_a_bad_value_i
 
 @pytest.mark.multiprocess
 def test_a_trial_process_dies_with_its_fork_server(tmp_path):
-    from harness.config import make_config
+    from experiments import make_config
     from harness.launchers.forkserver import ForkServer
     from harness.studies.isolation import CHILD, PRELOAD
 

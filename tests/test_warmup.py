@@ -21,7 +21,7 @@ import experiments.data_parallel as data_parallel
 import experiments.dp_scratch as dp_scratch
 import experiments.pruning as pruning
 from harness.cells import run_single
-from harness.config import make_config
+from experiments import make_config
 from harness.distributed import ddp_train
 from harness.distributed.ddp_train import LrSchedule, param_digest
 from harness.distributed.launch import launch
@@ -82,8 +82,8 @@ def test_restored_puts_back_weights_buffers_optimizer_generators_and_random_stre
     optimizer = (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9) if optimizer_name == "sgd"
                  else torch.optim.Adam(model.parameters(), lr=0.1))
     order = torch.Generator().manual_seed(3)
-    schedule = LrSchedule(make_config({"lr": 0.1, "world_size": 2, "lr_scaling": "linear_warmup",
-                                       "lr_warmup_epochs": 1}), 2, 10)
+    schedule = LrSchedule(make_config({"experiment": "data_parallel", "lr": 0.1, "world_size": 2,
+                                       "lr_scaling": "linear_warmup", "lr_warmup_epochs": 1}), 2, 10)
     before = _state(model, optimizer, order)
 
     with restored(model, optimizer, order, schedule):

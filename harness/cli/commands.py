@@ -13,10 +13,19 @@ from harness.errors import StoreFault, UserError, first_line
 from harness.signals import sigterm_as_interrupt
 
 
-def _overrides(sets: list[str]) -> dict:
+def _overrides(args, experiment: str) -> dict:
+    """The --set values, after what --device stands for: device=D, and on a CPU also backend=gloo where
+    the experiment's config has a backend (a GPU sweep's nccl does not run there). A --set wins."""
+    import experiments
     from harness.config import parse_assignment
 
-    return dict(parse_assignment(s) for s in sets)
+    values = {}
+    if getattr(args, "device", None):
+        values["device"] = args.device
+        if args.device == "cpu" and "backend" in experiments.get(experiment).reads:
+            values["backend"] = "gloo"
+    values.update(parse_assignment(s) for s in args.sets)
+    return values
 
 
 def _store(args):
@@ -74,15 +83,15 @@ def _launcher(args):
 def cmd_run(args) -> int:
     import experiments
     from harness.cells import run_single
-    from harness.config import make_config
+    from experiments import make_config
     from harness.store import Outcome
 
-    overrides = _overrides(args.sets)
+    overrides = _overrides(args, args.experiment)
     if any(isinstance(v, list) for v in overrides.values()):
         raise UserError("`harness run` takes single values; use `harness sweep` for lists.")
     experiments.check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
-    experiments.get(args.experiment).check_model(cfg.model)
+    experiments.get(args.experiment).check_model(getattr(cfg, "model", None))
     with sigterm_as_interrupt():  # a `kill` closes the run as interrupted, as Ctrl-C does
         result = run_single(cfg, _store(args))
     if result.outcome != Outcome.OK:
@@ -110,7 +119,7 @@ def cmd_sweep(args) -> int:
         _size_of_job(spec, args)
     max_repeats = _max_repeats(args)
     store = _store(args)
-    result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args.sets),
+    result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                        db_url=resolve_db_url(args.storage, store.uri), workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
                        remeasure_drifted=args.remeasure_drifted)
@@ -146,11 +155,11 @@ def _size_of_job(spec, args) -> None:
 
     if args.max_cells < 1:
         raise UserError(f"--max-cells must be at least 1 (got {args.max_cells}).")
-    cells = expand(spec, args.scale, _overrides(args.sets))
+    cells = expand(spec, args.scale, _overrides(args, spec.experiment))
     if len(cells) > args.max_cells:
         raise UserError(f"sweep {spec.name} at scale {args.scale} has {len(cells)} cells, more than --max-cells "
                         f"{args.max_cells}; narrow the grid (--set AXIS=[...]) or raise --max-cells.")
-    epochs = sum(c.config.epochs for c in cells if c.config is not None)
+    epochs = sum(getattr(c.config, "epochs", 0) for c in cells if c.config is not None)
     if len(cells) > LARGE_CELLS or epochs > LARGE_EPOCHS:
         print(f"harness: sweep {spec.name} ({args.scale}) is a large job: {len(cells)} cells, {epochs} epochs in "
               "all; Ctrl-C stops it (finished cells are kept) and --max-cells caps it.", file=sys.stderr, flush=True)
@@ -173,7 +182,7 @@ def _until_decided(spec, store, args, max_repeats):
     from harness.store import resolve_db_url
     from harness.sweeps.decide import DEFAULT_MAX_REPEATS, run_until_decided
 
-    rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args.sets),
+    rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                                max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
                                db_url=resolve_db_url(args.storage, store.uri), show_progress=not args.no_progress,
                                log=lambda line: print(line, flush=True))
@@ -188,6 +197,7 @@ def cmd_study(args) -> int:
     from harness.studies import engine, spec as studyspec
 
     spec = studyspec.load(args.study)
+    overrides = _overrides(args, spec.experiment)
     workers, role = _workers(args), WorkerRole.decode(args.worker)
     for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
         if value is not None and not (value >= low and math.isfinite(value)):
@@ -197,7 +207,7 @@ def cmd_study(args) -> int:
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
     if args.status:
-        print(engine.status(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets)))
+        print(engine.status(spec, store, db_url, scale=args.scale, overrides=overrides))
         return 0
     if args.verify:
         from harness.studies import verify
@@ -205,10 +215,10 @@ def cmd_study(args) -> int:
         if workers > 1 or role is not None:
             raise UserError("--verify re-times runs one at a time (parallel runs would share the cores they are "
                             "timed on); run it without --workers.")
-        verify.run_verify(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets), out_dir=out_dir,
+        verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
                           show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
         return 0
-    outcome = engine.run_study(spec, store, db_url, scale=args.scale, overrides=_overrides(args.sets),
+    outcome = engine.run_study(spec, store, db_url, scale=args.scale, overrides=overrides,
                                n_trials=args.n_trials, timeout=args.timeout, workers=workers, launcher=launcher,
                                role=role, show_progress=not args.no_progress, out_dir=out_dir,
                                log=lambda line: print(line, flush=True))
@@ -260,7 +270,6 @@ def _existing_store(args) -> None:
 
 def cmd_list(args) -> int:
     import experiments
-    from harness.config import field_help
     from harness.data import DATASETS
     from harness.models import MODELS
     from harness.studies import spec as studyspec
@@ -280,7 +289,7 @@ def cmd_list(args) -> int:
         print(f"  {name:<16} {spec.description}")
     print(f"datasets: {', '.join(DATASETS)}")
     print("config fields (--set KEY=VALUE):")
-    for name, default, text in field_help():
+    for name, default, text in experiments.field_help():
         print(f"  {name:<16} {default:<10} {text}")
     return 0
 

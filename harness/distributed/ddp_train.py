@@ -26,25 +26,20 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from harness.config import RunConfig
-from harness.data import SPLITS_READS, DeviceBatches, load_splits
+from harness.data import DeviceBatches, load_splits
 from harness.distributed.rank import RankContext
 from harness.errors import UserError
 from harness.flops import flops_per_sample
 from harness.models import MODELS, build_model
-from harness.time_to_accuracy import READS as TARGET_READS, AccuracyWatch
+from harness.time_to_accuracy import AccuracyWatch
 from harness.timing import peak_rss_mb, spread, timed
-from harness.train import OPTIMIZER_READS, evaluate, make_optimizer
+from harness.train import evaluate, make_optimizer
 from harness.warmup import restored
 
 CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "
          "host-to-device copy (on CUDA from pinned buffers, asynchronous), forward, loss, backward with "
          "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs (undone "
          "after) and evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
-
-
-# What train() reads from the config (lr_warmup_epochs with lr_scaling=linear_warmup only).
-TRAIN_READS = SPLITS_READS | OPTIMIZER_READS | TARGET_READS | {"batch_size", "batch_is_global", "lr_scaling", "lr_warmup_epochs",
-                                                "warmup_epochs", "epochs", "eval_batch_size", "pretrained"}
 
 
 class LrSchedule:

@@ -26,15 +26,11 @@ from pathlib import Path
 import psutil
 
 from harness import hardware
-from harness.config import RunConfig
+from harness.config import CLASS_ENV, RunConfig, class_name
 from harness.distributed import slurm_span
 from harness.distributed.placement import ranks_per_node, threads_per_rank
 from harness.folders import REPO_ROOT
 
-# What running a cell as ranks reads from its config: placement.check_can_run, torchrun's arguments,
-# the hang watchdog here, and worker.py on each rank (the experiment's `reads` include these).
-READS = frozenset({"world_size", "nnodes", "node_rank", "rdzv_endpoint", "dist_timeout_s", "threads",
-                   "device", "backend"})
 POLL_S = 0.2
 KILL_GRACE_S = 5.0
 
@@ -88,6 +84,7 @@ def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False, processes
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": str(threads_per_rank(cfg, len(cores), local)),
            "HARNESS_CORES": json.dumps(cores),
+           CLASS_ENV: class_name(cfg),  # the ranks read config.json back as this class
            "PYTHONUNBUFFERED": "1"}
     log_path = workdir / "launcher.log"
     started = time.time()

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from harness import hardware
-from harness.config import RunConfig
+from harness.config import read_config_file
 from harness.distributed.launch import torchrun_command
 from harness.distributed.placement import threads_per_rank
 from harness.distributed.slurm_span import PORT_BASE
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
               "spread over Slurm nodes)", file=sys.stderr)
         return 2
     config_path, workdir, target = Path(argv[0]), Path(argv[1]), argv[2]
-    cfg = RunConfig.model_validate_json(config_path.read_text())
+    cfg = read_config_file(config_path)   # as the experiment's class, named by the launcher
     node, nodes = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
     endpoint = f"{first_host(os.environ['SLURM_JOB_NODELIST'])}:{PORT_BASE + int(os.environ['SLURM_JOB_ID']) % 1000}"
     node_cfg = cfg.model_copy(update={"nnodes": nodes, "node_rank": node, "rdzv_endpoint": endpoint})

@@ -45,11 +45,11 @@ def _run(config_path: str, workdir: Path, target: str, rank: int) -> int:
     import torch
     import torch.distributed as dist
 
-    from harness.config import RunConfig
+    from harness.config import read_config_file
     from harness.distributed import placement
     from harness.distributed.rank import RankContext
 
-    cfg = RunConfig.model_validate_json(Path(config_path).read_text())
+    cfg = read_config_file(Path(config_path))
     local_rank = int(os.environ["LOCAL_RANK"])
     ctx = RankContext(rank=rank, world_size=int(os.environ["WORLD_SIZE"]), local_rank=local_rank,
                       node_rank=cfg.node_rank, heartbeat_file=workdir / f"beat-rank{rank}")

@@ -139,9 +139,9 @@ def _machine(run: RunRecord) -> str:
 def settings_of(run: RunRecord, axes: list[str]) -> dict[str, str]:
     """What a cell fixed besides its grid point and its repeat: its params that are not the
     config's defaults (a param an older cell did not log counts as its default)."""
-    from harness.config import RunConfig
+    import experiments
 
-    fields = RunConfig.model_fields
+    fields = experiments.all_fields()
     return {k: v for k, v in sorted(run.params.items())
             if k not in axes and k != "repeat" and not (k in fields and v == str(fields[k].default))}
 
@@ -155,9 +155,9 @@ def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[Ru
         groups.setdefault(tuple(settings_of(run, axes).items()), []).append(run)
     if len(groups) == 1:
         return {"": runs}
-    from harness.config import RunConfig
+    import experiments
 
-    fields = RunConfig.model_fields
+    fields = experiments.all_fields()
     shared = set.intersection(*(set(k) for k in groups))
     named = {}
     for key, members in groups.items():

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import experiments
+from experiments import make_config
 from harness import ui_links
 from harness.cells import Cell, preflight, run_cell
-from harness.config import make_config
 from harness.distributed.placement import worker_gpu_env
 from harness.errors import CellPruned, StoreFault, StoreGone, UserError, first_line
 from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
@@ -216,8 +216,9 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
         # each worker gets the cores its launcher gives it (K workers on one machine share them)
         overrides["threads"] = (launcher or LocalLauncher()).cores_per_worker(workers)
     fixed = spec.fixed(scale, overrides)
-    experiments.get(spec.experiment).check_model(make_config(fixed).model, where=f"study {spec.name}")
-    threads = make_config(fixed).threads  # a bad fixed value stops the study before it is created
+    fixed_cfg = make_config(fixed)  # a bad fixed value stops the study before it is created
+    experiments.get(spec.experiment).check_model(getattr(fixed_cfg, "model", None), where=f"study {spec.name}")
+    threads = fixed_cfg.threads
     name = spec.study_name(scale, overrides)
     target = n_trials or spec.trials_at(scale)
     study = open_study(spec, name, db_url, create=True,

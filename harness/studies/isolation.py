@@ -147,7 +147,7 @@ def trial_child(payload: dict[str, Any], channel) -> None:
     import torch
 
     import experiments
-    from harness.config import make_config
+    from experiments import make_config
     from harness.hardware import usable_core_count
     from harness.signals import sigterm_as_interrupt
     from harness.timing import peak_rss_mb, reset_peak_rss

@@ -20,8 +20,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from experiments import check_keys, make_config
 from harness import specfile
-from harness.config import check_keys, make_config
 from harness.errors import UserError
 from harness.folders import SWEEPS_DIR
 from harness.specfile import SCALES, SpecFile
@@ -30,13 +30,9 @@ from harness.studies.search import EPOCH_METRIC, TPE, AnyPruner, AnySampler, NoP
 PREFIX = "study_"
 Direction = Literal["maximize", "minimize"]
 
-# Which way is better for the metrics the harness knows; a study asking the other way is a mistake.
-METRIC_SENSE = {
-    "test_accuracy": "maximize", "epoch_test_accuracy": "maximize", "samples_per_s": "maximize",
-    "train_time_s": "minimize", "epoch_time_median_s": "minimize", "epoch_time_iqr_s": "minimize",
-    "param_count": "minimize", "peak_rss_mb": "minimize", "train_loss": "minimize",
-    "time_to_accuracy_s": "minimize", "mfu": "maximize", "achieved_tflops": "maximize",
-}
+# Which way is better, for the metrics the cell runner adds (HARNESS_METRICS); an experiment says it
+# for its own (`Experiment.sense`). A study asking the other way is a mistake.
+HARNESS_SENSE = {"peak_rss_mb": "minimize"}
 # Objectives an experiment leaves out when a run did not get there, with the metric that says so
 # (0): such a trial is complete and told the worst value (+inf when minimized), not failed.
 NOT_REACHED = {"time_to_accuracy_s": "target_reached", "epochs_to_accuracy": "target_reached"}
@@ -289,7 +285,7 @@ def check(spec: StudySpec) -> None:
             reported = dict.fromkeys((*experiment.metrics, *HARNESS_METRICS))  # in order, once each
             raise UserError(f"study file {where}: unknown metric '{metric}'; experiment {spec.experiment} "
                             f"reports {', '.join(reported)}.")
-        sense = METRIC_SENSE.get(metric)
+        sense = sense_of(experiment, metric)
         if sense and sense != direction:
             raise UserError(f"study file {where} asks to {direction} {metric}, which is better when "
                             f"{'higher' if sense == 'maximize' else 'lower'}; the direction should be {sense}.")
@@ -310,7 +306,7 @@ def check(spec: StudySpec) -> None:
                         "single-objective studies only, so remove [pruner] or keep one metric.")
     if pruner.active:
         reported = pruner.metric
-        sense = METRIC_SENSE.get(reported)
+        sense = sense_of(experiment, reported)
         if sense and sense != spec.directions[0]:
             raise UserError(f"study file {where}: the pruner reads {reported}, which is better when "
                             f"{'higher' if sense == 'maximize' else 'lower'}, but the study should "
@@ -318,7 +314,7 @@ def check(spec: StudySpec) -> None:
     for scale in spec.scales:
         fixed = spec.fixed(scale)
         if pruner.active and pruner.metric == EPOCH_METRIC \
-                and not make_config(fixed).eval_every_epoch:
+                and not getattr(make_config(fixed), "eval_every_epoch", False):
             raise UserError(f"study file {where}: the pruner reads epoch_test_accuracy, which experiments "
                             "report only with eval_every_epoch = true; add it to [base].")
         for param in spec.space.values():  # each end of each range must make a valid config
@@ -328,8 +324,13 @@ def check(spec: StudySpec) -> None:
                 except UserError as err:
                     raise UserError(f"study file {where}, scale {scale}: {param.name}={value!r} from the "
                                     f"search space is not valid: {err}") from None
-                experiment.check_model(cfg.model, where=f"study file {where}, scale {scale}")
+                experiment.check_model(getattr(cfg, "model", None), where=f"study file {where}, scale {scale}")
 
+
+
+def sense_of(experiment, metric: str) -> str | None:
+    """Which way is better for `metric` (maximize or minimize); None when neither is."""
+    return experiment.sense.get(metric) or HARNESS_SENSE.get(metric)
 
 def check_baseline(spec: StudySpec) -> None:
     """The baseline names one admissible value for every searched parameter and nothing else, and

@@ -30,8 +30,9 @@ from typing import Any
 
 import pandas as pd
 
+import experiments
+from experiments import make_config
 from harness.cells import Cell, preflight, run_cell
-from harness.config import make_config
 from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Outcome, Store
@@ -104,7 +105,9 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
             runs.append(row)
             return row
 
-        factors = sorted({1.0, *map(float, v.lr_factors)})
+        # An experiment with no lr to scale (airbench sets its own) has no tuned baseline: x1 only.
+        has_lr = "lr" in experiments.get(spec.experiment).reads
+        factors = sorted({1.0, *map(float, v.lr_factors)}) if has_lr else [1.0]
         search = [timed(Variant(f"lr x{f:g}", book, f), seeds[0]) for f in factors]
         reached = [r for r in search if r["reached"]]
         tuned_factor = min(reached, key=lambda r: r[TIME])["lr_factor"] if reached else 1.0

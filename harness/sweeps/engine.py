@@ -19,10 +19,10 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
+from experiments import make_config
 from harness import calibration
 from harness.calibration import SPEED_INDEX, drifted
 from harness.cells import Cell, CellResult, preflight, run_cell
-from harness.config import make_config
 from harness.distributed.placement import worker_gpu_env
 from harness.errors import StoreFault, StoreGone
 from harness.launchers import Launcher, LocalLauncher, Progress, WorkerRole, worker_command

@@ -10,9 +10,9 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 import experiments
+from experiments import check_keys, make_config
 from harness import checkkinds, specfile
 from harness.cells import Cell
-from harness.config import check_keys, make_config
 from harness.errors import UserError
 from harness.folders import SWEEPS_DIR
 from harness.specfile import SCALES, SpecFile
@@ -217,7 +217,7 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     if not cells:  # an empty axis from a scale or a file: nothing would run, yet a parent run would say done
         raise UserError(f"sweep {spec.name} at scale {scale} has no cell to run; every grid axis needs a value.")
     experiment = experiments.get(spec.experiment)
-    for model in dict.fromkeys(c.config.model for c in cells if c.config is not None):
+    for model in dict.fromkeys(getattr(c.config, "model", None) for c in cells if c.config is not None):
         experiment.check_model(model, where=f"sweep {spec.name}")
     return cells
 
