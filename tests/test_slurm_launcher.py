@@ -161,7 +161,11 @@ def test_each_task_of_the_cell_job_runs_torchrun_as_its_node(tmp_path, monkeypat
     assert module == slurm_task.__name__ and importlib.util.find_spec(module) is not None
     assert 'if __name__ == "__main__":' in Path(slurm_task.__file__).read_text()
     assert slurm_task.main([]) == 2  # not started by srun: a usage line, no traceback
-    (tmp_path / "config.json").write_text(_cfg(world_size=4, device="cpu", threads=1).model_dump_json())
+    from harness.config import CLASS_ENV, class_name
+
+    cfg = _cfg(world_size=4, device="cpu", threads=1)
+    (tmp_path / "config.json").write_text(cfg.model_dump_json())
+    monkeypatch.setenv(CLASS_ENV, class_name(cfg))   # what launch() puts in srun's environment
     for name, value in {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n[1-2]",
                         "SLURM_JOB_ID": "5007"}.items():
         monkeypatch.setenv(name, value)
