@@ -75,10 +75,12 @@ class Invocation:
         """The overrides the invocation runs with. Workers get the cores their launcher gives each
         (K workers on one machine: cores // K) where every cell would take all cores (threads 0, as
         `fixed_threads` reads it from the overrides; None: the grid varies them). A thread count the
-        file fixes is kept: another count is another measurement, so it is in the cell id."""
+        file fixes is kept: another count is another measurement, so it is in the cell id.
+        The count is kept as text, the form a worker parses it back in from `--set threads=N`: the
+        launcher and its workers run with equal overrides (a study's name is a digest of them)."""
         overrides = dict(overrides or {})
         if self.launches and fixed_threads(overrides) == 0:
-            overrides["threads"] = (self.launcher or LocalLauncher()).cores_per_worker(self.workers)
+            overrides["threads"] = str((self.launcher or LocalLauncher()).cores_per_worker(self.workers))
         return overrides
 
     def open_experiment(self, name: str) -> str:
