@@ -164,7 +164,8 @@ class _Sweep:
         results = [] if results is None else results
         # No rate: reused cells pass in microseconds, so a cells-per-second figure would mean nothing.
         bar = tqdm(total=len(self.cells), desc=f"{self.spec.name} ({self.scale})", unit="cell",
-                   disable=not self.show_progress, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
+                   disable=not self.show_progress,
+                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
         try:
             for cell in self.cells:
                 bar.set_postfix_str(cell.label)
@@ -203,7 +204,8 @@ class _Sweep:
                     self.log(f"  {self.cells[i].label}: {results[i].outcome} (taken over from a dead worker) "
                              f"{results[i].reason or ''}".rstrip())
 
-    def take(self, cell: Cell, records: list[RunRecord], claims: Claims, parent: str, show_progress: bool) -> CellResult:
+    def take(self, cell: Cell, records: list[RunRecord], claims: Claims, parent: str,
+             show_progress: bool) -> CellResult:
         """Reuse, leave to its live holder, or claim and run one cell."""
         done = _finished(records)
         if done:
@@ -248,7 +250,8 @@ class _Sweep:
                 args.append("--system-metrics" if self.spec.system_metrics else "--no-system-metrics")
             progress = (lambda: self.progress(claims, finished)) if self.show_progress else None
             codes = run.launch(f"sweep {self.spec.name} ({self.scale})", args, overrides,
-                               threads=overrides.get("threads") or 1, parent=parent, token=claims.token, progress=progress)
+                               threads=overrides.get("threads") or 1, parent=parent, token=claims.token,
+                               progress=progress)
             if codes is None:
                 return None
         results = self.outcomes(since_ms=_now_ms(self.started))
