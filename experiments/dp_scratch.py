@@ -38,6 +38,7 @@ from harness.data import Dataset, Split, load_splits
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
+from harness.distributed.slowest_rank import slowest_rank
 from harness.errors import CellSkipped, UserError
 from harness.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
                                   WarmupEpochsFields)
@@ -271,16 +272,14 @@ def ddp_target(cfg: RunConfig, ctx: RankContext) -> dict:
             epoch(index)
     first_step.clear()  # the warm-up's first step was undone with the rest
     times = [epoch(index) for index in range(cfg.epochs)]
-    everyone = ctx.gather(times)
-    slowest = [max(ts) for ts in zip(*everyone)]
+    slowest = slowest_rank(ctx.gather({"times": times}))
     result = {}
     if ctx.rank == 0:  # the one-device reference, off the clock, compared here where the parameters are
         params = [p.detach() for p in net.module.params]
         result = {**compare(first_step, params, cfg, data, ctx.device),
-                  **_summary(cfg, slowest, accuracy(params, data.test, ctx.device), data)}
-        result["train_time_s"] = max(sum(ts) for ts in everyone)
-        result.update({f"rank{i}_train_time_s": sum(ts) for i, ts in enumerate(everyone)})
-        result["epoch_times"] = slowest
+                  **_summary(cfg, slowest.epoch_times, accuracy(params, data.test, ctx.device), data)}
+        result.update(slowest.metrics(each_rank=True))  # train_time_s: the slowest rank's, and each rank's
+        result["epoch_times"] = slowest.epoch_times
     return ctx.broadcast(result)
 
 

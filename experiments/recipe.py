@@ -29,6 +29,7 @@ from harness.data import Split, load_splits
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
+from harness.distributed.slowest_rank import slowest_rank
 from harness.field_groups import (AutocastFields, BatchFields, EpochsFields, EvalBatchFields, GlobalBatchFields,
                                   LaunchFields, OptimizerFields, SpeedMethodsFields, SplitsFields, TargetFields)
 from harness.flops import flop_metrics, flops_per_sample, peak_devices
@@ -127,16 +128,17 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
     trained = watch.checkpoints[-1].samples if watch is not None else len(mine) * len(times)
     everyone = ctx.gather({"times": times, "samples": trained, "rss": peak_rss_mb(),
                            "checkpoints": [c.seconds for c in watch.checkpoints] if watch else []})
-    slowest_epochs = [max(ts) for ts in zip(*(r["times"] for r in everyone))]
+    slowest = slowest_rank(everyone)
     samples = sum(r["samples"] for r in everyone)
-    result = training_metrics(slowest_epochs, [], train_samples=len(data.train), test_samples=len(data.test),
+    result = training_metrics(slowest.epoch_times, [], train_samples=len(data.train), test_samples=len(data.test),
                               accuracy=accuracy, eval_seconds=evaluation.seconds, samples_trained=samples)
-    result["train_time_s"] = max(sum(r["times"]) for r in everyone)  # the slowest rank's, as a DDP cell's
+    # train_time_s: the slowest rank's, as a DDP cell's; peak_rss_mb from the ranks' own processes (in one
+    # process the cell runner measures the peak itself)
+    result.update(slowest.metrics(memory=ctx.distributed))
     result["samples_per_s"] = samples / result["train_time_s"]
     if watch is not None:
-        slowest = [max(seconds) for seconds in zip(*(r["checkpoints"] for r in everyone))]
-        result.update(watch.metrics(slowest))
-    for step, seconds in zip(records, slowest_epochs):  # the per-epoch steps show the slowest rank too
+        result.update(watch.metrics(slowest.checkpoints))
+    for step, seconds in zip(records, slowest.epoch_times):  # the per-epoch steps show the slowest rank too
         step["epoch_time_s"] = seconds
     result.update({
         "flops_per_sample": per_sample, "samples_trained": samples, "lr_effective": lr,
@@ -144,8 +146,6 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
         "param_count": count_parameters(model), "param_count_before": param_count_before,
         "scaler_skipped_steps": precision.skipped_steps(), "epoch_records": records,
     })
-    if ctx.distributed:  # in one process the cell runner measures the peak itself
-        result["peak_rss_mb"] = max(r["rss"] for r in everyone)
     return result
 
 

@@ -33,6 +33,7 @@ LAYERS = [
     ("the experiments", ["experiments.*"]),
     ("one cell, the files that name cells, and where cells run", ["harness.cells", "harness.specfile",
                                                                  "harness.launchers.*"]),
+    ("one invocation in its three modes: here, as a launcher, as a worker", ["harness.invocation"]),
     ("the engines", ["harness.sweeps.*", "harness.studies.*"]),
     ("the report", ["harness.report.*"]),
     ("rounds until the report's checks decide", ["harness.sweeps.decide"]),

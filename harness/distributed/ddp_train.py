@@ -18,7 +18,6 @@ with independent samples; with one shared stream every rank would drop the same 
 from __future__ import annotations
 
 import hashlib
-import itertools
 
 import torch
 from torch import nn
@@ -28,6 +27,7 @@ from torch.utils.data import DistributedSampler
 from harness.config import RunConfig
 from harness.data import DeviceBatches, load_splits
 from harness.distributed.rank import RankContext
+from harness.distributed.slowest_rank import slowest_rank
 from harness.errors import UserError
 from harness.flops import flops_per_sample
 from harness.models import MODELS, build_model
@@ -139,14 +139,14 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
         accuracy = evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=ctx.device) if ctx.rank == 0 else None
     accuracy = ctx.broadcast(accuracy)
     everyone = ctx.gather({"times": my_times, "losses": [loss for _, loss in timed_epochs],
-                           "digest": param_digest(model), "rss": peak_rss_mb(), "warmup": sum(warmup)})
+                           "digest": param_digest(model), "rss": peak_rss_mb(), "warmup": sum(warmup),
+                           "checkpoints": [c.seconds for c in watch.checkpoints] if watch else []})
     result = merge(cfg, ctx, everyone, accuracy, evaluation.seconds, len(data.train), len(data.test),
                    batch, schedule.target)
     result["flops_per_sample"] = per_sample
     if watch is not None:
         # The slowest rank's training seconds at each checkpoint, as the cell's time is the slowest rank's.
-        slowest = [max(cumulative) for cumulative in zip(*(itertools.accumulate(r["times"]) for r in everyone))]
-        result.update(watch.metrics(slowest))
+        result.update(watch.metrics(slowest_rank(everyone).checkpoints))
         result["epoch_accuracies"] = [c.accuracy for c in watch.checkpoints]
     return result
 
@@ -175,18 +175,16 @@ def launched_rank() -> bool:
 def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: float, eval_seconds: float,
           train_samples: int, test_samples: int, batch: int, final_lr: float) -> dict:
     """One result for the cell: the slowest rank's time, every rank's time, rank 0's accuracy."""
-    totals = [sum(r["times"]) for r in everyone]
-    slowest_per_epoch = [max(ts) for ts in zip(*(r["times"] for r in everyone))]
-    train_time = max(totals)
+    slowest = slowest_rank(everyone)
+    slowest_per_epoch, train_time = slowest.epoch_times, slowest.train_time_s
     epochs = spread(slowest_per_epoch)
     result = {
-        "train_time_s": train_time,
         "test_accuracy": accuracy,
         "samples_per_s": train_samples * len(slowest_per_epoch) / train_time,
         "epoch_time_median_s": epochs["median"],
         "epoch_time_iqr_s": epochs["iqr"],
         "epoch_time_mean_s": sum(slowest_per_epoch) / len(slowest_per_epoch),   # d2l's Timer.avg()
-        "warmup_time_s": max(r["warmup"] for r in everyone),
+        "warmup_time_s": slowest.warmup_time_s,
         "eval_time_s": eval_seconds,
         "train_samples": train_samples,
         "test_samples": test_samples,
@@ -196,13 +194,12 @@ def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: floa
         "final_lr": final_lr,
         "threads_used": torch.get_num_threads(),
         "ranks_params_identical": float(len({r["digest"] for r in everyone}) == 1),
-        "rank_time_spread_s": train_time - min(totals),
         # lists and strings are not metrics: the experiment logs them separately
         "epoch_times": slowest_per_epoch,
         "epoch_losses": [sum(ls) / len(ls) for ls in zip(*(r["losses"] for r in everyone))],
         "param_digests": [r["digest"] for r in everyone],
     }
-    result.update({f"rank{i}_train_time_s": t for i, t in enumerate(totals)})
-    if launched_rank():  # in the sweep's own process the sweep engine measures the peak itself
-        result["peak_rss_mb"] = max(r["rss"] for r in everyone)
+    # train_time_s, rank_time_spread_s, rank{i}_train_time_s; peak_rss_mb from the ranks' own processes
+    # (in the sweep's own process the sweep engine measures the peak itself)
+    result.update(slowest.metrics(each_rank=True, spread=True, memory=launched_rank()))
     return result

@@ -26,26 +26,26 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import experiments
 from experiments import make_config
 from harness import ui_links
 from harness.cells import Cell, preflight, run_cell
-from harness.distributed.placement import worker_gpu_env
-from harness.errors import CellPruned, StoreFault, StoreGone, UserError, first_line
-from harness.launchers import Launcher, LocalLauncher, WorkerRole, worker_command
-from harness.signals import sigterm_as_interrupt
+from harness.errors import CellPruned, StoreFault, UserError, first_line
+from harness.invocation import Invocation, Stopped
+from harness.launchers import Launcher, WorkerRole
 from harness.store import Claims, Outcome, Store, redact
 from harness.store.claims import DONE, RUNNING, Claim
-from harness.fingerprint import fingerprint, machine_text
-from harness.store.process import this_process
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
-from harness.store.tracking import DETACHED_HOST, HOST, KIND, SCALE
-from harness.store.uris import hide_password, is_sqlite, store_environment
+from harness.store.tracking import KIND, SCALE
+from harness.store.uris import hide_password, is_sqlite
 from harness.studies import baseline, isolation
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies.spec import NOT_REACHED, StudySpec
+
+if TYPE_CHECKING:
+    from harness.studies.report import StudyReport
 
 STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
 RETRIES_ATTR = "harness.retries"    # how many times these parameters were queued again
@@ -115,9 +115,7 @@ def storage(url: str):
             if attempt < 3 and not isinstance(err, optuna.exceptions.StorageInternalError):
                 time.sleep(0.5 * (attempt + 1))
                 continue
-            cause = getattr(err, "__cause__", None) or err
-            raise UserError(f"cannot open the study storage {redact(url)}: "
-                            f"{hide_password(first_line(cause), url)}") from None
+            raise UserError(f"cannot open the study storage {redact(url)}: {_said(err, url)}") from None
 
 
 def _quiet_optuna() -> None:
@@ -202,106 +200,111 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
               launcher: Launcher | None = None, role: WorkerRole | None = None, show_progress: bool = True,
               out_dir: Path | None = None, log: Log = print) -> StudyOutcome:
     """Run (or resume) a study until it has `n_trials` finished trials, in this process or in
-    `workers` worker processes; then report it. With `role`, this process is one of a launcher's
-    workers: it runs trials under the launcher's parent run and reports nothing."""
-    from harness.studies import report as study_report
-
-    overrides = dict(overrides)
+    `workers` worker processes (harness/invocation.py); then report it. With `role`, this process is
+    one of a launcher's workers: it runs trials under the launcher's parent run and reports nothing."""
     if spec.baseline is not None and (workers > 1 or role is not None):
         raise UserError(f"study {spec.name} times its trials against a baseline trial; run it with one worker "
                         "(parallel trials would share the cores they are timed on, and wait for the baseline).")
-    launched = launcher is not None or workers > 1
-    if launched and role is None and "threads" not in overrides and \
-            make_config(spec.fixed(scale, overrides)).threads == 0:
-        # each worker gets the cores its launcher gives it (K workers on one machine share them)
-        overrides["threads"] = (launcher or LocalLauncher()).cores_per_worker(workers)
+    run = Invocation("study", "trials", store, db_url, workers, launcher, role, log)
+    overrides = run.worker_overrides(overrides, lambda given: None if "threads" in given else
+                                     make_config(spec.fixed(scale, given)).threads)
     fixed = spec.fixed(scale, overrides)
-    fixed_cfg = make_config(fixed)  # a bad fixed value stops the study before it is created
-    experiments.get(spec.experiment).check_model(getattr(fixed_cfg, "model", None), where=f"study {spec.name}")
-    threads = fixed_cfg.threads
-    name = spec.study_name(scale, overrides)
-    target = n_trials or spec.trials_at(scale)
+    # a bad fixed value stops the study here, before it is created
+    experiments.get(spec.experiment).check_model(getattr(make_config(fixed), "model", None),
+                                                 where=f"study {spec.name}")
+    name, target = spec.study_name(scale, overrides), n_trials or spec.trials_at(scale)
     study = open_study(spec, name, db_url, create=True,
                        seed_salt=role.index if role else (0 if is_sqlite(db_url) else _pid()))
-    experiment_id = store.experiment_id(spec.name)
-    store.reap_stale_runs(experiment_id)
+    trials = _Trials(spec, study, store, run.open_experiment(spec.name), scale, fixed, target, timeout,
+                     show_progress, log)
     if role is not None:
-        claims = Claims(db_url, token=role.token)
-        try:
-            with sigterm_as_interrupt(), _storage_faults(db_url):
-                outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed, target=target,
-                                timeout=timeout, parent=role.parent_run_id, show_progress=show_progress, log=log)
-        finally:
-            claims.close()
-        if role.closes_parent:  # the launcher detached; the workers end together (they wait for each other)
-            store.end_run(role.parent_run_id, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
-        return outcome
-
-    parent = parent_run(store, experiment_id, name, scale, {
-        "study": name, "study_file": spec.path, "scale": scale, "metrics": spec.metrics,
-        "directions": spec.directions, "sampler": spec.sampler.as_logged(),
-        "pruner": spec.pruner.as_logged(), "overrides": overrides, "storage": redact(db_url)})
-    what = _what_ran(spec, name, scale, target, overrides, workers, db_url)
-    store.describe_run(parent, what)
-    with _storage_faults(db_url):
-        _label_study(spec, study, store, experiment_id, parent)
-    done = counts(study)
-    log(f"study {name}: target {target} finished trials, {done['complete'] + done['pruned']} already; "
-        f"storage {redact(db_url)}; MLflow parent run {parent}")
-    claims = Claims(db_url)  # also creates the claims table before any worker races to
-    with sigterm_as_interrupt():
-        try:
-            if not launched:
-                with _storage_faults(db_url):
-                    outcome = _work(spec, study, store, experiment_id, claims, scale=scale, fixed=fixed,
-                                    target=target, timeout=timeout, parent=parent, show_progress=show_progress,
-                                    log=log)
-            else:
-                # The store locations travel in the environment, never on a command line `ps` shows.
-                args = ["study", str(spec.path), "--scale", scale,
-                        "--n-trials", str(target), *(["--timeout", str(timeout)] if timeout else []),
-                        *[a for k, v in overrides.items() for a in ("--set", f"{k}={v}")]]
-                launcher = launcher or LocalLauncher()
-                roles = [WorkerRole(i, claims.token, parent, closes_parent=launcher.detach) for i in range(workers)]
-                env = {"OMP_NUM_THREADS": str(threads or 1), "MKL_NUM_THREADS": str(threads or 1),
-                       **store_environment(store.uri, db_url)}
-                namespace = f"study:{name}"
-                progress = (lambda: (_finished_slots(claims, namespace), target)) if show_progress else None
-                codes = []
-                before = {t.number for t in study.get_trials(deepcopy=False)}
-                if _finished_slots(claims, namespace) < target:  # else there is nothing for workers to do
-                    if launcher.detach:  # this process leaves: no host's process owns the parent run any more
-                        store.set_tags(parent, {HOST: DETACHED_HOST})
-                    envs = [{**env, **worker_gpu_env(r.index, workers)} for r in roles]
-                    codes = launcher.run([worker_command(args, r) for r in roles], envs, progress)
-                store.reap_stale_runs(experiment_id)  # a worker killed mid-trial left its run open
-                if codes is None:
-                    return StudyOutcome(name, target, StopReason.DETACHED, parent_run_id=parent)
-                stop = StopReason.WORKERS_FAILED if any(codes) else \
-                    StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
-                outcome = StudyOutcome(name, target, stop)
-                _count_workers_trials(outcome, study, before)
-            report = study_report.build(spec, study)
-            outcome.finished = report.counts["complete"] + report.counts["pruned"]
-            outcome.parent_run_id = parent
-            paths = study_report.write(spec, report, store, parent, out_dir)
-            store.end_run(parent, Outcome.OK, tags={"harness.trials_finished": outcome.finished})
-            store.describe_run(parent, what + "\n\n" + report.text.splitlines()[0] + ".")
-        except StoreGone:
-            raise  # nothing to close: the runs went with the old file, and its sentence says so
-        except StoreFault as fault:
-            closed = store.close_after_fault(parent, Outcome.FAILED, f"stopped: {fault}")
-            raise StoreFault(f"{fault}; the study stopped, its finished trials are kept and the same command "
-                             "resumes it once the store takes writes again"
-                             + ("" if closed else " (the runs it could not close are marked interrupted then)")) from fault
-        except BaseException:
-            store.close_after_fault(parent, Outcome.INTERRUPTED, "interrupted; run the same command again to resume")
-            raise
-        finally:
-            claims.close()
+        return run.as_worker(lambda claims: trials.work(claims, role.parent_run_id), _finished_tags,
+                             faults=lambda: _storage_faults(db_url))
+    parent, what = trials.open_parent(run, overrides)
+    with run.as_parent(parent, Stopped) as claims:  # a stopped study says what Stopped() says by default
+        if not run.launches:
+            with _storage_faults(db_url):
+                outcome = trials.work(claims, parent)
+        elif (outcome := trials.launch(run, claims, parent, overrides)).stop == StopReason.DETACHED:
+            return outcome
+        report, paths = trials.report(outcome, parent, out_dir)
+        store.end_run(parent, Outcome.OK, tags=_finished_tags(outcome))
+        store.describe_run(parent, what + "\n\n" + report.text.splitlines()[0] + ".")
     log(report.text)
     log("written: " + ", ".join(str(p) for p in paths))
     return outcome
+
+
+def _finished_tags(outcome: StudyOutcome) -> dict[str, int]:
+    """The parent run's tag when it is closed: how many trials the study has finished."""
+    return {"harness.trials_finished": outcome.finished}
+
+
+@dataclass
+class _Trials:
+    """One invocation's study and the settings its trials share: what the loop over them works with."""
+    spec: StudySpec
+    study: Any            # optuna.Study
+    store: Store
+    experiment_id: str
+    scale: str
+    fixed: dict[str, Any]
+    target: int           # finished trials the study is to have
+    timeout: float | None
+    show_progress: bool
+    log: Log
+
+    def work(self, claims: Claims, parent: str) -> StudyOutcome:
+        """Trials in this process (the one process, or one worker), under `parent`."""
+        return _work(self.spec, self.study, self.store, self.experiment_id, claims, scale=self.scale, fixed=self.fixed,
+                     target=self.target, timeout=self.timeout, parent=parent, show_progress=self.show_progress,
+                     log=self.log)
+
+    def open_parent(self, run: Invocation, overrides: dict[str, Any]) -> tuple[str, str]:
+        """The study's parent run, reopened (or created) for this invocation and described, and
+        named in the study for optuna-dashboard; returns it and its description."""
+        spec, name, store = self.spec, self.study.study_name, self.store
+        parent = parent_run(store, self.experiment_id, name, self.scale, {
+            "study": name, "study_file": spec.path, "scale": self.scale, "metrics": spec.metrics,
+            "directions": spec.directions, "sampler": spec.sampler.as_logged(),
+            "pruner": spec.pruner.as_logged(), "overrides": overrides, "storage": redact(run.db_url)})
+        what = _what_ran(run, spec, name, self.scale, self.target, overrides)
+        store.describe_run(parent, what)
+        with _storage_faults(run.db_url):
+            _label_study(spec, self.study, store, self.experiment_id, parent)
+        done = counts(self.study)
+        self.log(f"study {name}: target {self.target} finished trials, {done['complete'] + done['pruned']} already; "
+                 f"storage {redact(run.db_url)}; MLflow parent run {parent}")
+        return parent, what
+
+    def launch(self, run: Invocation, claims: Claims, parent: str, overrides: dict[str, Any]) -> StudyOutcome:
+        """The trials run by the launcher's workers, read back from the study once they are done; the
+        outcome's stop is DETACHED when the launcher left them running."""
+        name, target, timeout = self.study.study_name, self.target, self.timeout
+        namespace, codes = f"study:{name}", []
+        before = {t.number for t in self.study.get_trials(deepcopy=False)}
+        if _finished_slots(claims, namespace) < target:  # else there is nothing for workers to do
+            args = [str(self.spec.path), "--scale", self.scale, "--n-trials", str(target),
+                    *(["--timeout", str(timeout)] if timeout else [])]
+            progress = (lambda: (_finished_slots(claims, namespace), target)) if self.show_progress else None
+            codes = run.launch(f"study {name}", args, overrides, threads=make_config(self.fixed).threads or 1,
+                               parent=parent, token=claims.token, progress=progress)
+        if codes is None:
+            return StudyOutcome(name, target, StopReason.DETACHED, parent_run_id=parent)
+        stop = StopReason.WORKERS_FAILED if any(codes) else StopReason.TIMEOUT if timeout else StopReason.TARGET_REACHED
+        outcome = StudyOutcome(name, target, stop)
+        _count_workers_trials(outcome, self.study, before)
+        return outcome
+
+    def report(self, outcome: StudyOutcome, parent: str, out_dir: Path | None) -> tuple[StudyReport, list[Path]]:
+        """The study's report (best trials, Pareto front), written beside the parent run; the
+        outcome's count of finished trials is the study's from then on."""
+        from harness.studies import report as study_report
+
+        report = study_report.build(self.spec, self.study)
+        outcome.finished = report.counts["complete"] + report.counts["pruned"]
+        outcome.parent_run_id = parent
+        return report, study_report.write(self.spec, report, self.store, parent, out_dir)
 
 
 def _count_workers_trials(outcome: StudyOutcome, study, before: set[int]) -> None:
@@ -323,18 +326,12 @@ def _label_study(spec: StudySpec, study, store: Store, experiment_id: str, paren
     study.set_user_attr("mlflow_runs_table", ui_links.runs_table(experiment_id))
 
 
-def _what_ran(spec: StudySpec, name: str, scale: str, target: int, overrides: dict[str, Any], workers: int,
-              db_url: str) -> str:
+def _what_ran(run: Invocation, spec: StudySpec, name: str, scale: str, target: int, overrides: dict[str, Any]) -> str:
     """The parent run's description: which study, at which scale, how far, on which machine."""
     goal = ", ".join(f"{d} `{m}`" for m, d in zip(spec.metrics, spec.directions))
-    changed = ", ".join(f"`{k}={v}`" for k, v in overrides.items()) or "none"
-    source = f" Source: {spec.source}." if spec.source else ""
-    return (f"**{spec.title}**.{source}\n\n"
-            f"Study `{name}` at scale **{scale}** from `{spec.path}`: {goal} over "
-            f"{', '.join(f'`{p}`' for p in spec.space)}; target {target} finished trials; sampler "
-            f"{spec.sampler.name}, pruner {spec.pruner.name}; overrides: {changed}; "
-            f"{workers} worker process(es) this invocation; storage {redact(db_url)}.\n\n"
-            f"Machine: {this_process().host} ({machine_text(fingerprint())}).")
+    return run.describe(spec, name, scale, f"{goal} over {', '.join(f'`{p}`' for p in spec.space)}; target {target} "
+                        f"finished trials; sampler {spec.sampler.name}, pruner {spec.pruner.name}", overrides,
+                        tail=f" this invocation; storage {redact(run.db_url)}")
 
 
 def status(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any]) -> str:
@@ -575,9 +572,13 @@ def _storage_faults(url: str):
     try:
         yield
     except optuna.exceptions.StorageInternalError as err:
-        cause = err.__cause__ or err
-        raise StoreFault(f"the study storage {redact(url)} refused a write: "
-                         f"{hide_password(first_line(cause), url)}") from err
+        raise StoreFault(f"the study storage {redact(url)} refused a write: {_said(err, url)}") from err
+
+
+def _said(err: BaseException, url: str) -> str:
+    """What the storage said, in one line and without the URL's password: the error Optuna or
+    SQLAlchemy wrapped, when there is one."""
+    return hide_password(first_line(getattr(err, "__cause__", None) or err), url)
 
 
 def _short(value) -> str:
