@@ -30,6 +30,11 @@ The rungs (`airbench_rung`) switch these on in the ablation scripts' order (RUNG
 differs from the published script: weights stay fp32 under autocast (the script keeps fp16 weights,
 BatchNorm fp32), in bf16 on a CPU; the statistics of the normalisation are the training set's own.
 
+The fields: `airbench_rung` picks a rung, `airbench_epochs` the fractional epochs (9.9, with `epochs`
+its ceiling), `airbench_base_width` the widths. A cell logs the time to 94% (`time_to_accuracy_s`),
+the accuracy with and without test-time augmentation (`test_accuracy`, `test_accuracy_no_tta`), the
+whitening's own time (`whiten_time_s`), FLOPs and MFU.
+
 The clock (CLOCK) holds what the paper's timer holds, less the final evaluation: the whitening
 initialisation and every training step with its augmentation; evaluations, the test-time
 augmentation included, are off the clock as everywhere in the harness.

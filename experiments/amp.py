@@ -7,6 +7,17 @@ notebook's scaler-less fp16 run.
 
     harness run amp --set dtype=bf16 --set model=efficientnet_b0 --set dataset=digits --set epochs=1
 
+The book's backend flags are fields (`cudnn_benchmark`, `allow_tf32`, `reduced_precision_reduction`),
+set for the cell, restored after, and read back as `flag_*` metrics; the sweep turns all of them on
+for every dtype, as the book's notebook did (cuDNN's TF32 is on by default in torch, so the book's
+fp32 baseline convolved in TF32 too). EfficientNet keeps torchvision's 1000-class head, as the book
+builds it (CIFAR's labels 0-9 index into it), B0 as well; accuracy is measured in eval mode, where
+the book's notebooks measured in train mode. `dtype_native` says whether the hardware computes in
+that dtype (CPU: AVX512-BF16/AMX-BF16, AVX512-FP16/AMX-FP16); the report writes "emulated" beside a
+cell where it does not. `scaler_skipped_steps` counts the fp16 steps the scaler skipped (inf/nan
+gradients); the dtype the forward really ran in is the tag `harness.note.forward_dtype`. The clock
+holds the training epochs, as T6.1's.
+
 Before training, the experiment checks what autocast really produced in the first Linear/Conv of
 the forward: a cell whose forward did not run in the requested dtype fails rather than reporting an
 fp32 time as a bf16 one. A dtype autocast cannot run on the device is a skipped cell with its reason.

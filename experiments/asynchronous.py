@@ -9,10 +9,13 @@ is synchronous: each call returns after its work is done, and the two readings a
 
 Each repeat reads the clock twice around the same torch work: once right after the last call
 returns (no sync: what a naive timer sees) and once after synchronizing the device (the real time).
+`nosync_share` is the first over the second (median over the repeats): about 1 on a CPU, which
+queues nothing, and the report says so.
 
 async_pause_s is the notes' exercise: `time.sleep(5)` between the numpy and the torch benchmark
 made torch's CPU time drop from 0.2859 s to 0.2103 s, which the notes read as numpy still using
 the device when torch's clock started. Each repeat sleeps that long between the two.
+The report's `speedup` is torch's time straight after numpy over its time after the pause.
 
 Sized to the device: on a recent GPU a 1000x1000 round takes about as long on the device as its
 two calls take to return, so the unsynchronized clock would see half the time from launch cost

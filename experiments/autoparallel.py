@@ -7,6 +7,8 @@ section's exercises 2, 3 and 5 (experiments/autoparallel_exercises.py).
 - autopar_case=compute_copy: the products on GPU 0, then copying every result to the host, against
   the products and the copies queued together. The copies land in the same host memory in both
   (autopar_host_memory pageable or pinned), so `overlap_gain` measures overlap alone.
+  `overlap_hidden_share` = (sum of the parts - together) / (sum - longest part): 0 serial, 1 as fast
+  as the longest part alone.
   autopar_copy_stream=compute is d2l's procedure: `y = run(x)` then `copy_to_cpu(y, True)` on the
   one stream, which runs in order (the copies wait for the last product); separate copies each
   result on a second stream as soon as it is ready. d2l's own pair of runs is

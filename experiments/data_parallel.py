@@ -7,6 +7,15 @@ cell. On GPUs world_size 1 runs under torchrun too, as one rank: the sweep proce
 a CUDA context or cached GPU memory that rank 0 of a later cell would share (or, with the GPU in
 EXCLUSIVE_PROCESS mode, be refused), and one GPU is timed in the same setting as several.
 
+`batch_size` is per rank (the book) unless `batch_is_global = true` (d2l: split over the devices).
+`lr_scaling = linear` multiplies lr by world_size; `linear_warmup` ramps to it over
+`lr_warmup_epochs` (Goyal et al. 2017). T10.2's weights: `pretrained = true` starts EfficientNet-B7
+from `EfficientNet_B7_Weights.DEFAULT`, as the book, taken from the torch hub cache
+(~/.cache/torch/hub/checkpoints) or downloaded there once before any rank starts; where it cannot be
+had the cell is a skip saying where to put it, never a run from random weights. How the ranks are
+launched, placed, timed (the slowest rank's sum) and killed on a hang, and when a cell is a skip:
+docs/MEASUREMENT.md, "Distributed cells".
+
     harness run data_parallel --set dataset=digits --set epochs=2 --set world_size=2 --set threads=1
 """
 

@@ -12,6 +12,13 @@ Each cell: build the model (seeded), make the `execution` variant, time its firs
 calls, then `timing_repeats` times the clock around `forward_calls` calls. The scripted model is
 saved and reloaded through `torch.jit.load` and the reloaded one is the one timed and checked.
 
+`execution=eager|script|compile`; `compile_mode` and `compile_backend` (inductor by default) shape
+the compiled one. `per_call_us` is the median over the repeats, with its IQR; `first_call_s` the
+first call; `max_abs_diff_vs_eager` the largest difference from eager's output (a mismatch fails
+the cell). Warnings raised while scripting or compiling (the jit deprecation notice) are kept in the
+tag `harness.note.captured_warnings`, not printed. The report's speed-up is over the same model's
+eager run (`forward_calls`, default 1000, calls on one fixed input per repeat).
+
 On CUDA, the compile modes that capture CUDA graphs (reduce-overhead, max-autotune) run the whole
 cell under torch.no_grad(): a forward with autograd on keeps its graph for a backward that never
 comes, and CUDA graphs would not be what is timed. `autograd_on` (1/0) says which a cell did.

@@ -6,6 +6,14 @@ remove the filters, build a new optimizer, train 10 timed epochs, test. The epoc
 row trained its 10 epochs from initialisation. The timing warm-up (`warmup_epochs`) comes after
 pruning, on the model and optimizer the clock then times, and is undone (harness.warmup).
 
+Two backends take the same fields (`sparsity`, `pruning_backend`) and keep the same filters: `nni`,
+the book's tool (L1NormPruner on Conv2d, then ModelSpeedup removes the pruned filters and the
+matching inputs of the next layers; NNI 3.0 needs two fixes to run on current torch, applied in
+memory by harness/pruning/nni_compat.py), and `torch-pruning` (DepGraph with L1 magnitude, per-layer
+ratios chosen so it keeps exactly the filters NNI keeps; tested: same architecture, same surviving
+weights). The book's exact figure is a test and a check: 50% sparsity leaves the CNN with 1,059,306
+of 2,122,186 parameters (`param_count`, beside `param_count_before`).
+
     harness run pruning --set sparsity=0.5 --set dataset=digits --set epochs=2
 """
 

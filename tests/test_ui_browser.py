@@ -1,14 +1,15 @@
 """The MLflow UI as a user meets it: `harness sweep` into a fresh store, then `harness ui`, driven by
 a real headless Chromium (Debian's chromium + chromedriver, through Selenium). Each test does what
-the README's "Comparing runs in the MLflow UI" walkthrough tells a user to do, and checks what the
-page shows: the experiment's overview holds the table beside the published figures, the sweep
-unfolds to its cells, the chart view charts the cells' metrics (no bookkeeping), and the compare view
-lists only the params the experiment reads.
+the walkthrough in docs/MLFLOW_UI.md tells a user to do, and checks what the page shows: the
+experiment's overview holds the table beside the published figures, the sweep unfolds to its
+cells, the chart view charts the cells' metrics (no bookkeeping), and the compare view lists only
+the params the experiment reads.
 
 Needs `make install-system` (which .ci/run calls). Outside CI the test skips, saying why, when the
 browser is missing; under CI=true a missing browser is a failure, never a silent skip.
 
-The README's screenshots come from this file run against a store holding a real-data T6.1 sweep:
+The screenshots in docs/MLFLOW_UI.md come from this file run against a store holding a real-data
+T6.1 sweep:
     make sweep-sparsity SCALE=quick DATASET=imagefolder DATA_DIR=... TRACKING_URI=sqlite:////tmp/t61/mlflow.db
     HARNESS_UI_STORE=sqlite:////tmp/t61/mlflow.db HARNESS_SCREENSHOT_DIR=docs .venv/bin/pytest tests/test_ui_browser.py
 """
