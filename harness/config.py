@@ -22,6 +22,7 @@ from typing import Any, Collection
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import UserError
+from harness.hardware import parse_device
 from harness.suggest import did_you_mean
 
 
@@ -45,9 +46,7 @@ class RunConfig(FieldGroup):
     @field_validator("device")
     @classmethod
     def _device_name(cls, value: str) -> str:
-        name, _, index = value.partition(":")
-        if name not in ("cpu", "cuda") or (index and not index.isdigit()) or (name == "cpu" and index):
-            raise ValueError("must be cpu, cuda or cuda:N")
+        parse_device(value)   # the one reading of a device name (ValueError: "must be cpu, cuda or cuda:N")
         return value
 
     # --- identity ------------------------------------------------------------------------------
