@@ -69,7 +69,7 @@ class RunConfig(FieldGroup):
         return hashlib.sha1(canonical.encode()).hexdigest()[:16]
 
 
-# 1: warm-up epochs were trained and kept. 2 (issue 10): warm-up epochs are undone
+# 1: warm-up epochs were trained and kept. 2: warm-up epochs are undone
 # (harness/warmup.py), so a cell trains exactly its epochs; T6.1's unpruned row no longer pre-trains.
 # 3: convolution FLOPs count groups (a depthwise conv's weight gradient was counted once per
 # group), the MFU peak is per thread count from several kernels, and a one-process cell with a

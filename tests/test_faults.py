@@ -1,4 +1,4 @@
-"""Every fault a user meets, reproduced for real (issue 11): each gives one sentence on stderr, the
+"""Every fault a user meets, reproduced for real: each gives one sentence on stderr, the
 right exit status, no traceback, and the store holds afterwards what it should (nothing lost,
 nothing left RUNNING, no cell twice). The numbers are the issue's items.
 

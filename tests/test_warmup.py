@@ -1,4 +1,4 @@
-"""A warm-up must not change what is trained (issue 10): a cell run with warmup_epochs=1 ends where
+"""A warm-up must not change what is trained: a cell run with warmup_epochs=1 ends where
 the same cell with warmup_epochs=0 ends (same per-epoch losses, test accuracy, final parameters), in
 the single-process loop (pruning, amp), the DDP worker (in this process and on two gloo ranks) and
 both implementations of dp_scratch. Each comparison is paired with the old behaviour (the warm-up
