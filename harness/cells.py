@@ -17,6 +17,7 @@ from experiments import make_config
 from harness import hardware
 from harness.config import RunConfig
 from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
+from harness.signals import raise_if_stopped
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
 
@@ -80,6 +81,7 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     samples the machine's CPU, memory and GPU use into the run while it trains."""
     import experiments
 
+    raise_if_stopped()   # no new cell after a stop signal, even one whose KeyboardInterrupt was lost
     tags = {**tags, CELL_ID: cell.cell_id}
     experiment = experiments.get(cell.config.experiment) if cell.config is not None else None
     if experiment is not None:
@@ -122,6 +124,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
                disable=not (show_epochs and experiment.needs_dataset))
 
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        raise_if_stopped()   # a stop whose first KeyboardInterrupt was swallowed (harness/signals.py)
         store.log_metrics(run_id, metrics, step=epoch)
         bar.update(1)
         if epoch_hook is not None:
