@@ -3,14 +3,16 @@ is closed as interrupted and the parent run says how far it got.
 
 A stop is also remembered, not only raised. Python runs a signal handler between any two bytecodes,
 and a KeyboardInterrupt raised while a weakref callback or a `__del__` runs (the garbage collector
-freeing an SQLAlchemy mapper, say) is printed as "Exception ignored" and lost: a worker would then
-go on through the whole grid after its launcher told it to stop. `raise_if_stopped()`, called
-before each cell and after each epoch, raises it again there."""
+freeing an SQLAlchemy mapper, say) is lost: Python prints it as "Exception ignored" and goes on, and
+a worker would go on through the whole grid after its launcher told it to stop. `raise_if_stopped()`,
+called before each cell, after each epoch and while a launcher waits for its workers, raises it
+again there (within an epoch of the signal); that lost one is not printed."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 
 _stopped_by: str | None = None   # the signal that asked this process to stop, once one has
@@ -24,11 +26,13 @@ def sigterm_as_interrupt():
         return
     _stopped_by = None
     previous = {s: signal.signal(s, _raise_keyboard_interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _quiet_about_lost_stops(sys.unraisablehook)
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        sys.unraisablehook = previous_hook
         _stopped_by = None   # handled by now: a later command in this process starts afresh
 
 
@@ -36,6 +40,17 @@ def raise_if_stopped() -> None:
     """KeyboardInterrupt when a stop signal came and its first KeyboardInterrupt was swallowed."""
     if _stopped_by is not None:
         raise KeyboardInterrupt(_stopped_by)
+
+
+def _quiet_about_lost_stops(hook):
+    """Python's report of an exception a finalizer could not raise, without the one a stop signal
+    raised there: that stop is not lost (raise_if_stopped raises it again), and a traceback on
+    Ctrl-C would read as a crash."""
+    def report(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stopped_by is not None:
+            return
+        hook(unraisable)
+    return report
 
 
 def _raise_keyboard_interrupt(signum, frame):

@@ -78,15 +78,8 @@ def assert_interrupted(proc: subprocess.Popen, err: str) -> None:
     assert visible_lines(err)[-1].startswith("harness: interrupted"), err[-3000:]
 
 
-# Seen once on a loaded machine: a cell of a two-worker sweep left RUNNING after Ctrl-C (its params
-# logged, no epoch yet), so the launcher exited before the run was closed; the next invocation reaps
-# it. Probably the launcher's second SIGINT, GRACE_S after the first, cutting the worker's own closing.
-LEFT_RUNNING = pytest.mark.xfail(strict=False, reason="a worker's run can stay RUNNING after Ctrl-C under load "
-                                                      "(harness/launchers/local.py GRACE_S); the rerun closes it")
-
-
 @pytest.mark.parametrize("workers, signum, whom", [(1, signal.SIGTERM, "process"),
-                                                   pytest.param(2, signal.SIGINT, "group", marks=LEFT_RUNNING)],
+                                                   (2, signal.SIGINT, "group")],
                          ids=["sigterm-one-process", "ctrl-c-two-workers"])
 def test_a_signal_to_a_local_sweep_closes_the_cell_it_cut_and_the_same_command_finishes(
         workers, signum, whom, sweep_file, tmp_path):

@@ -8,6 +8,7 @@ import subprocess
 import time
 
 from harness.launchers.follow import FollowBar
+from harness.signals import raise_if_stopped
 
 GRACE_S = 3       # after a Ctrl-C, how long the workers get to close their runs by themselves
 KILL_AFTER_S = 30
@@ -48,6 +49,7 @@ class LocalLauncher:
         bar = FollowBar(progress)
         try:
             while any(p.poll() is None for p in procs):
+                raise_if_stopped()   # a stop whose KeyboardInterrupt a finalizer swallowed (harness/signals.py)
                 bar.update(f"{sum(p.poll() is None for p in procs)} workers running")
                 time.sleep(POLL_S)
             return [p.wait() for p in procs]
