@@ -32,10 +32,10 @@ from typing import Callable
 
 import numpy as np
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from experiments import Experiment
-from harness.config import RunConfig, positive_int
+from harness.config import PositiveInt, RunConfig
 from harness.field_groups import TimingRepeatsFields
 from harness.timing import spread, synchronize
 from harness.train import EpochCallback, prepare
@@ -44,16 +44,11 @@ __all__ = ["EXPERIMENT", "AsyncConfig", "run"]
 
 
 class AsyncConfig(RunConfig, TimingRepeatsFields):
-    matrix_size: int = Field(1000, description="D12.2: side of the random square matrix multiplied by itself.")
-    matmul_iterations: int = Field(10, description="D12.2: random-then-matmul iterations inside one measurement.")
+    matrix_size: PositiveInt = Field(1000, description="D12.2: side of the random square matrix multiplied by itself.")
+    matmul_iterations: PositiveInt = Field(10, description="D12.2: random-then-matmul iterations inside one measurement.")
     async_pause_s: float = Field(
         0.0, ge=0, description="D12.2: seconds to sleep between the numpy and the torch measurement (the notes' "
         "exercise: time.sleep(5) made torch faster, numpy still busy when torch's clock started).")
-
-    @field_validator("matrix_size", "matmul_iterations")
-    @classmethod
-    def _positive(cls, value: int) -> int:
-        return positive_int(value)
 
 
 ROUND_OVER_LAUNCH = 10.0   # a round's device time, at least this many times its calls' return time

@@ -37,11 +37,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from pydantic import Field, field_validator
+from pydantic import Field
 from torch import nn
 
 from experiments import Experiment
-from harness.config import RunConfig, positive_int
+from harness.config import PositiveInt, RunConfig
 from harness.errors import CellSkipped
 from harness.field_groups import BatchFields, CompilationFields, ModelFields, TimingRepeatsFields
 from harness.models import MODELS, build_model
@@ -59,13 +59,8 @@ TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 
 
 class HybridizeConfig(RunConfig, ModelFields, BatchFields, CompilationFields, TimingRepeatsFields):
-    forward_calls: int = Field(1000, description="D12.1: forward passes inside one timed measurement.")
+    forward_calls: PositiveInt = Field(1000, description="D12.1: forward passes inside one timed measurement.")
     warmup_calls: int = Field(20, ge=0, description="D12.1: untimed forward passes after the first call.")
-
-    @field_validator("forward_calls")
-    @classmethod
-    def _positive_calls(cls, value: int) -> int:
-        return positive_int(value)
 
 
 def run(cfg: HybridizeConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:

@@ -17,9 +17,9 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Collection
+from typing import Annotated, Any, Collection
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import UserError
 from harness.hardware import parse_device
@@ -78,10 +78,14 @@ MEASUREMENT_PROCEDURE = 3
 
 
 def positive_int(value: int) -> int:
-    """The check of every count that must be at least 1 (a field validator's body)."""
+    """The check of every count that must be at least 1."""
     if value <= 0:
         raise ValueError("must be a positive integer")
     return value
+
+
+# A count of at least 1, with the harness's sentence for a mistake (pydantic's gt=0 says "greater than 0").
+PositiveInt = Annotated[int, AfterValidator(positive_int)]
 
 
 def fields_read(cls: type[RunConfig]) -> list[str]:

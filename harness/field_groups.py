@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from harness.config import FieldGroup, positive_int
+from harness.config import FieldGroup, PositiveInt
 
 
 class ModelFields(FieldGroup):
@@ -72,12 +72,7 @@ class SplitsFields(DataFields, ModelFields):
 
 
 class EpochsFields(FieldGroup):
-    epochs: int = Field(10, description="Timed training epochs.")
-
-    @field_validator("epochs")
-    @classmethod
-    def _positive_epochs(cls, value: int) -> int:
-        return positive_int(value)
+    epochs: PositiveInt = Field(10, description="Timed training epochs.")
 
 
 class WarmupEpochsFields(FieldGroup):
@@ -86,21 +81,11 @@ class WarmupEpochsFields(FieldGroup):
 
 
 class BatchFields(FieldGroup):
-    batch_size: int = Field(64, description="Training batch size (per process).")
-
-    @field_validator("batch_size")
-    @classmethod
-    def _positive_batch(cls, value: int) -> int:
-        return positive_int(value)
+    batch_size: PositiveInt = Field(64, description="Training batch size (per process).")
 
 
 class EvalBatchFields(FieldGroup):
-    eval_batch_size: int = Field(1000, description="Batch size for the test-set evaluation.")
-
-    @field_validator("eval_batch_size")
-    @classmethod
-    def _positive_eval_batch(cls, value: int) -> int:
-        return positive_int(value)
+    eval_batch_size: PositiveInt = Field(1000, description="Batch size for the test-set evaluation.")
 
 
 class TrainingLoopFields(EpochsFields, BatchFields, EvalBatchFields, WarmupEpochsFields):
@@ -212,13 +197,8 @@ class SpeedMethodsFields(ModelFields, ChannelsLastFields, CompilationFields, Pru
 
 
 class TimingRepeatsFields(FieldGroup):
-    timing_repeats: int = Field(
+    timing_repeats: PositiveInt = Field(
         5, description="D12.1/D12.2: repeats of a short measurement inside a cell; median and IQR are logged.")
-
-    @field_validator("timing_repeats")
-    @classmethod
-    def _positive_repeats(cls, value: int) -> int:
-        return positive_int(value)
 
 
 class LaunchFields(FieldGroup):
