@@ -108,3 +108,15 @@ def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_ru
     assert main([*args, "--verify"]) == 0   # resumes: every run is reused, none is run again
     assert "reused run" in capsys.readouterr().out
     assert len(client.search_runs([exp.experiment_id], f"tags.`{KIND}` = 'verify'")) == before
+
+
+def test_a_recipe_that_missed_the_target_has_no_speedup_and_a_multi_field_choice_is_shown_once():
+    from harness.studies.verify import _fmt_speedup, _methods
+
+    assert _fmt_speedup(0.0) == "none (the recipe did not reach the target)"   # not "0x"
+    assert _fmt_speedup(math.inf) == "not reached by the baseline"
+    assert _fmt_speedup(2.5) == "2.5x"
+    params = {"dtype": "bf16", "execution": {"execution": "eager"}, "layout": {"world_size": 1, "threads": 0}}
+    assert _methods(None, params) == "dtype=bf16, execution=eager, world_size=1 threads=0"
+    labels = {"dtype": "bf16", "execution": "execution=eager", "layout": "world_size=1 threads=0"}   # as Optuna keeps them
+    assert _methods(None, labels) == "dtype=bf16, execution=eager, world_size=1 threads=0"

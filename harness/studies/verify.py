@@ -198,6 +198,13 @@ def _fmt(v: float) -> str:
     return "not reached" if math.isinf(v) else f"{v:.3g}"
 
 
+def _fmt_speedup(x: float) -> str:
+    """A speed-up over a baseline; 0 means the recipe did not reach the target (its time is +inf)."""
+    if x == 0:
+        return "none (the recipe did not reach the target)"
+    return "not reached by the baseline" if math.isinf(x) else f"{x:.3g}x"
+
+
 def _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, methods, seeds) -> str:
     by_role: dict[str, list[dict]] = {}
     for r in runs:
@@ -228,24 +235,26 @@ def _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, me
     for role in ("tuned baseline", "baseline"):
         slow = summary[role]["times"]
         lo, hi = bootstrap_ratio(slow, fast)
-        lines.append(f"- best recipe over the {role}: **{_fmt(_ratio(statistics.median(slow), statistics.median(fast)))}x** "
-                     f"(95% bootstrap interval {_fmt(lo)} to {_fmt(hi)})")
+        lines.append(f"- best recipe over the {role}: **{_fmt_speedup(_ratio(statistics.median(slow), statistics.median(fast)))}** "
+                     f"(95% bootstrap interval {_fmt(lo)}x to {_fmt(hi)}x; 0x: a resample whose median did not reach the target)")
     tuned_lo, _ = bootstrap_ratio(summary["tuned baseline"]["times"], fast)
     tuned_x = _ratio(summary["tuned baseline"]["median"], summary["best"]["median"])
     every = summary["best"]["reached"] == summary["best"]["runs"]
     verdict = "MET" if tuned_x >= 2 and tuned_lo > 1.5 and every else "NOT MET"
     lines += ["", f"Goal (at least 2x the tuned baseline, interval's lower bound above 1.5x, every seed reaching the "
-                  f"target): **{verdict}** ({_fmt(tuned_x)}x, lower bound {_fmt(tuned_lo)}x, "
+                  f"target): **{verdict}** ({_fmt_speedup(tuned_x)}, lower bound {_fmt(tuned_lo)}x, "
                   f"{summary['best']['reached']}/{summary['best']['runs']} seeds reached).",
-              f"In the study the best trial took {best.values[0]:.4g} s; in fresh processes its median is "
-              f"{_fmt(summary['best']['median'])} s.", ""]
+              f"In the study the best trial took {best.values[0]:.4g} s; in fresh processes "
+              + (f"its median run did not reach the target" if math.isinf(summary["best"]["median"])
+                 else f"its median is {_fmt(summary['best']['median'])} s") + ".", ""]
     ablation = [r for role, rs in by_role.items() if role.startswith(("alone:", "without:")) for r in rs]
     if methods:
         tuned_median = summary["tuned baseline"]["median"]
         lines += ["## Ablation", "", f"Methods of the best recipe: {', '.join(methods)}. Speed-up: over the tuned "
                   "baseline's median.", "",
                   markdown(pd.DataFrame([{"variant": r["role"], "seed": r["seed"], "time to target s": r[TIME],
-                                          "speedup": _ratio(tuned_median, r[TIME]), "test accuracy": r["test_accuracy"],
+                                          "speedup": _fmt_speedup(_ratio(tuned_median, r[TIME])),
+                                          "test accuracy": r["test_accuracy"],
                                           "changes": r["changes"] or "speed only"} for r in ablation])), ""]
     lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
                  "every run is in the CSV beside this file and in MLflow (tag harness.kind = verify).*")
@@ -253,4 +262,11 @@ def _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, me
 
 
 def _methods(spec: StudySpec, params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in params.items())
+    """`dtype=bf16, execution=eager, world_size=1 threads=0`: a choice that sets fields of its own (a dict,
+    or the study's label of one, "world_size=1 threads=0") shows them, not its own key again."""
+    def shown(key: str, value: Any) -> str:
+        if isinstance(value, dict):
+            return " ".join(f"{k}={v}" for k, v in value.items())
+        return str(value) if "=" in str(value) else f"{key}={value}"
+
+    return ", ".join(shown(k, v) for k, v in params.items())
