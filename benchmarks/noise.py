@@ -5,7 +5,10 @@ experiment's `run(cfg)`) is run 2 x N times, each in a fresh process, interleave
 (round k: A then B), exactly as a sweep's rounds run. Both arms do identical work, so every
 difference between them is noise. Printed:
 
-- the coefficient of variation of train_time_s (all runs, and of the per-round B/A ratio);
+- for each of two clocks of the same runs, the total (train_time_s, the sum of the timed epochs) and
+  the steady one (epoch_time_median_s, the median epoch: a few seconds the host took from the
+  guest, invisible in /proc/stat's steal here, move the sum but not the median):
+- the coefficient of variation (all runs, and of the per-round B/A ratio);
 - the minimum detectable effect at n = 3 and n = 5 rounds: the smallest true speed-up that the
   verdict procedure of a timing check (harness/report/intervals.py: ratio of medians, paired
   bootstrap interval; "faster" only when the whole interval is above 1) calls faster in at least 80%
@@ -49,19 +52,20 @@ RUN_ONE = ("import json, sys\n"
            "from experiments import make_config\n"
            "cfg = make_config(json.loads(sys.argv[1]))\n"
            "metrics = experiments.get(cfg.experiment).run(cfg, None)\n"
-           "print('RESULT ' + json.dumps({'train_time_s': metrics['train_time_s']}))\n")
+           "print('RESULT ' + json.dumps({k: metrics[k] for k in sys.argv[2:]}))\n")
+CLOCKS = ("train_time_s", "epoch_time_median_s")
 DRAWS = 400          # random draws of n rounds per figure
 POWER = 0.80         # a detectable effect is called faster this often
 EFFECTS = [e / 1000 for e in range(5, 501, 5)]   # 0.5% to 50%
 SEED = 4
 
 
-def run_cell(config: dict) -> float:
-    out = subprocess.run([sys.executable, "-c", RUN_ONE, json.dumps(config)], cwd=ROOT, capture_output=True,
+def run_cell(config: dict) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", RUN_ONE, json.dumps(config), *CLOCKS], cwd=ROOT, capture_output=True,
                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=600)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
-            return float(json.loads(line[7:])["train_time_s"])
+            return {k: float(v) for k, v in json.loads(line[7:]).items()}
     raise RuntimeError(f"the cell failed: {(out.stderr or out.stdout).strip().splitlines()[-1:]}")
 
 
@@ -99,6 +103,27 @@ def detectable_effect(a: np.ndarray, b: np.ndarray, n: int, rng: np.random.Gener
     return None
 
 
+def clock_figures(clock: str, a: np.ndarray, b: np.ndarray, rounds: int) -> dict:
+    """One clock's CV, minimum detectable effects and false 'faster' rates, printed and returned."""
+    times = np.concatenate([a, b])
+    cv = float(np.std(times, ddof=1) / np.mean(times))
+    ratio_cv = float(np.std(np.log(b / a), ddof=1)) if len(a) > 1 else float("nan")
+    rng = np.random.default_rng(SEED)
+    out = {"cv": cv, "paired_ratio_cv": ratio_cv}
+    print(f"{clock}: median {np.median(times):.3f} s, CV {cv:.1%} over {len(times)} runs; "
+          f"per-round B/A ratio: CV {ratio_cv:.1%}")
+    for n in (3, 5):
+        if n > rounds:
+            continue
+        mde = detectable_effect(a, b, n, rng)
+        false = false_faster_rate(a, b, n, rng)
+        out[f"mde_n{n}"], out[f"false_faster_n{n}"] = mde, false
+        print(f"  n = {n}: minimum detectable effect "
+              + (f"{mde:.1%}" if mde is not None else "above 50%")
+              + f" (called faster in >= {POWER:.0%} of {DRAWS} draws); false 'faster' on A/A splits {false:.1%}")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="N: rounds of A then B (default 10: 20 runs)")
@@ -116,27 +141,15 @@ def main() -> int:
     for k in range(args.rounds):
         a.append(run_cell(config))
         b.append(run_cell(config))
-        print(f"  round {k}: A {a[-1]:.3f} s, B {b[-1]:.3f} s", flush=True)
+        print(f"  round {k}: " + "; ".join(f"{clock} A {a[-1][clock]:.3f} s, B {b[-1][clock]:.3f} s"
+                                           for clock in CLOCKS), flush=True)
     load = watch.finish()
-    a_, b_ = np.array(a), np.array(b)
-    times = np.concatenate([a_, b_])
-    cv = float(np.std(times, ddof=1) / np.mean(times))
-    ratio_cv = float(np.std(np.log(b_ / a_), ddof=1)) if len(a) > 1 else float("nan")
-    rng = np.random.default_rng(SEED)
     figures = {"rounds": args.rounds, "epochs": args.epochs, "seconds": time.perf_counter() - started,
-               "train_time_cv": cv, "paired_ratio_cv": ratio_cv, "load": load}
+               "load": load, "runs": {"A": a, "B": b}}
     print(f"load during the runs: {', '.join(f'{k} {v:.2f}' for k, v in load.items()) or 'not measured'}")
-    print(f"train_time_s: median {np.median(times):.3f} s, CV {cv:.1%} over {len(times)} runs; "
-          f"per-round B/A ratio: CV {ratio_cv:.1%}")
-    for n in (3, 5):
-        if n > args.rounds:
-            continue
-        mde = detectable_effect(a_, b_, n, rng)
-        false = false_faster_rate(a_, b_, n, rng)
-        figures[f"mde_n{n}"], figures[f"false_faster_n{n}"] = mde, false
-        print(f"n = {n}: minimum detectable effect "
-              + (f"{mde:.1%}" if mde is not None else "above 50%")
-              + f" (called faster in >= {POWER:.0%} of {DRAWS} draws); false 'faster' on A/A splits {false:.1%}")
+    for clock in CLOCKS:
+        figures[clock] = clock_figures(clock, np.array([r[clock] for r in a]), np.array([r[clock] for r in b]),
+                                       args.rounds)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0

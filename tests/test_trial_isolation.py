@@ -15,7 +15,7 @@ from harness.store.tracking import PARENT, Store
 from conftest import mlflow_client
 
 STATE = ("state_threads", "state_interop_threads", "state_compiled_graphs", "state_os_threads",
-         "state_flush_denormal", "state_flush_denormal_pool")
+         "state_flush_denormal", "state_flush_denormal_pool", "state_allocator_returns_memory")
 
 
 def _study(folder, name, *, isolation=None, n_trials=2, extra=""):

@@ -1,0 +1,45 @@
+"""make bench-noise (benchmarks/noise.py): its statistics on fabricated A/A runs whose noise is
+known, so the figures it prints for this machine mean what its docstring says."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+from harness.folders import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location("noise_bench", REPO_ROOT / "benchmarks" / "noise.py")
+noise = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(noise)
+
+
+def _arms(cv: float, rounds: int = 10, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return 20 * np.exp(rng.normal(0, cv, rounds)), 20 * np.exp(rng.normal(0, cv, rounds))
+
+
+def test_identical_arms_are_never_called_faster_and_any_effect_is_detected():
+    a = 20 + 0.01 * np.arange(10)     # both arms the same runs: no noise between them at all
+    rng = np.random.default_rng(0)
+    assert noise.false_faster_rate(a, a.copy(), 5, rng) == 0.0
+    assert noise.detectable_effect(a, a.copy(), 5, rng) == noise.EFFECTS[0]
+
+
+def test_the_detectable_effect_grows_with_the_noise_and_shrinks_with_more_rounds():
+    rng = np.random.default_rng(0)
+    quiet, loud = noise.detectable_effect(*_arms(0.01), 5, rng), noise.detectable_effect(*_arms(0.08), 5, rng)
+    assert quiet is not None and quiet < 0.05
+    assert loud is None or loud > 2 * quiet
+    assert noise.detectable_effect(*_arms(0.03), 5, rng) <= noise.detectable_effect(*_arms(0.03), 3, rng)
+
+
+def test_the_false_faster_rate_stays_near_its_nominal_level_on_pure_noise():
+    rng = np.random.default_rng(0)
+    assert noise.false_faster_rate(*_arms(0.05, rounds=20), 5, rng) <= 0.10
+
+
+def test_each_clock_gets_its_own_figures():
+    figures = noise.clock_figures("epoch_time_median_s", *_arms(0.02), 10)
+    assert set(figures) == {"cv", "paired_ratio_cv", "mde_n3", "false_faster_n3", "mde_n5", "false_faster_n5"}
+    assert 0 < figures["cv"] < 0.1
