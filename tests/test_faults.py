@@ -807,6 +807,55 @@ def test_no_password_in_any_file_written_or_command_line_started(password_server
     assert sorted(r.data.tags.get(OUTCOME) for r in runs if CELL_ID in r.data.tags) == ["ok"] * 3
 
 
+@pytest.mark.slow
+def test_no_password_in_a_studys_files_output_or_the_ui_banner(password_server, study_file, tmp_path, monkeypatch,
+                                                                capsys):
+    from harness.cli import ui_server
+
+    path = study_file("secretstudy", space=LR_SPACE, n_trials=1, base={"epochs": 1})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", password_server.uri)  # given only through the environment
+    args = ["study", str(path), "--no-progress", "--storage", f"sqlite:///{tmp_path / 'work' / 'optuna.db'}"]
+    (tmp_path / "work").mkdir()
+    texts = {}
+    for extra in (["--out", str(tmp_path / "reports")], ["--status"]):
+        capsys.readouterr()
+        assert main([*args, *extra]) == 0
+        said = capsys.readouterr()
+        texts[" ".join(extra)] = said.out + said.err
+    texts["ui banner"] = ui_server._banner(Store(password_server.uri), "http://127.0.0.1:5999")
+    assert "harness:***@127.0.0.1" in texts["ui banner"]
+    # The study's reports, its storage (the study's attributes name the tracking store) and the
+    # server's store (the parent run's params and description).
+    files = {str(p): p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()}
+    assert any("harness:***@127.0.0.1" in text for text in files.values())  # the store was named, redacted
+    assert (tmp_path / "reports" / "secretstudy-full.md").is_file()
+    leaks = [where for where, text in {**texts, **files}.items() if PASSWORD in text]
+    assert not leaks, leaks
+
+
+def test_the_ui_server_and_its_banner_hide_a_database_stores_password(monkeypatch, capsys):
+    from harness.cli import ui_server
+
+    started = []
+
+    class Server:   # what serve() needs of the MLflow server it starts: it ran and stopped
+        def __init__(self, argv, env=None, **_):
+            started.append((argv, env))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(ui_server, "subprocess", SimpleNamespace(Popen=Server))
+    monkeypatch.setattr(ui_server, "_wait_until_answering", lambda *a: None)
+    uri = f"postgresql://harness:{PASSWORD}@127.0.0.1:5432/mlflow"
+    store = SimpleNamespace(uri=uri, experiments=lambda: [("1", "secret")])   # what the banner reads of a store
+    assert ui_server.serve(store, free_port()) == 0
+    banner = capsys.readouterr().out
+    (argv, env), = started
+    assert PASSWORD not in " ".join(argv) and env["MLFLOW_BACKEND_STORE_URI"] == uri
+    assert PASSWORD not in banner and "postgresql://harness:***@127.0.0.1:5432/mlflow" in banner
+
+
 # --- the store deleted mid-sweep ------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_store_deleted_mid_sweep_stops_it_with_one_sentence_and_reports_nothing_ok(tmp_path, uri):
@@ -1074,6 +1123,47 @@ def test_a_sweep_past_max_cells_is_refused_and_a_large_one_says_how_large_first(
     commands._size_of_job(sweepspec.load(str(small)), args)
     said = capsys.readouterr().err
     assert "is a large job: 1 cells, 1000000000 epochs in all" in said and all_runs(uri) == []
+
+
+def test_a_study_past_max_trials_is_refused_before_anything_is_made(study_file, tmp_path, uri, capsys):
+    path = study_file("vast", space=LR_SPACE, n_trials=2, base={"epochs": 1})
+    reports = tmp_path / "reports"
+    args = ["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(reports)]
+    in_process([*args, "--n-trials", "20000"], 2, capsys, "study vast at scale full has 20000 trials",
+               "more than --max-trials 10000", "--n-trials")
+    in_process([*args, "--max-trials", "0"], 2, capsys, "--max-trials must be at least 1 (got 0)")
+    # The cap is the study's, not each worker's: two workers sharing 3 trials are 3 trials.
+    in_process([*args, "--n-trials", "3", "--max-trials", "2", "--workers", "2"], 2, capsys,
+               "has 3 trials, more than --max-trials 2")
+    # Under Slurm it refuses before anything is checked or submitted (here no sbatch is even needed).
+    in_process([*args, "--n-trials", "3", "--max-trials", "2", "--launcher", "slurm"], 2, capsys,
+               "more than --max-trials 2")
+    assert all_runs(uri) == [] and not (tmp_path / "optuna.db").exists() and not reports.exists()
+    # --status runs no trial, so no cap stops it from reading the study (not run yet: its own sentence).
+    in_process([*args, "--n-trials", "20000", "--status"], 2, capsys, "has not been run")
+
+
+def test_a_large_study_says_how_large_before_its_first_trial(study_file, tmp_path, uri, capsys):
+    path = study_file("long", space=LR_SPACE, n_trials=2, base={"epochs": 1})
+    # 10^9 epochs a trial: the estimate comes first; then the study opens and its timeout, already
+    # past, lets no trial start.
+    capsys.readouterr()
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path / "reports"),
+                 "--set", "epochs=1000000000", "--timeout", "1e-9"]) == 0
+    said = capsys.readouterr()
+    assert ("harness: study long (full) is a large job: 2 trials, at most 2000000000 epochs in all; Ctrl-C stops "
+            "it (finished trials are kept) and --max-trials caps it.") in said.err
+    assert "ran 0 trial(s)" in said.out and cells_and_parents(uri)[0] == []
+    # A searched epochs counts at the top of its range; a small study of short trials says nothing.
+    from harness.cli import commands
+    from harness.studies import spec as studyspec
+
+    searched = studyspec.load(str(study_file("searched", space='epochs = { type = "int", low = 1, high = 60000 }\n',
+                                             n_trials=2)))
+    commands._size_of_study(searched, SimpleNamespace(scale="full", n_trials=None, max_trials=10), {})
+    assert "study searched (full) is a large job: 2 trials, at most 120000 epochs in all" in capsys.readouterr().err
+    commands._size_of_study(searched, SimpleNamespace(scale="full", n_trials=1, max_trials=10), {})
+    assert capsys.readouterr().err == ""
 
 
 # --- a study's workers, counted -------------------------------------------------------------------------
