@@ -367,7 +367,7 @@ def cmd_reproduce(args) -> int:
     planned = reproduce.plan(args.scale, args.data_dir)
     out_dir = _out_dir(args.out, REPORTS_DIR)
     store = _store(args)   # a bad URI is one sentence now, not one per sweep
-    return reproduce.reproduce(planned, args.scale, store, out_dir, args.tracking_uri)
+    return reproduce.reproduce(planned, args.scale, store, out_dir)
 
 
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
