@@ -902,6 +902,33 @@ def _finished_cells(db: Path) -> int:
             return 0
 
 
+def test_a_store_deleted_during_a_studys_last_trial_is_named_and_nothing_is_reported(study_file, tmp_path, uri,
+                                                                                     capsys, monkeypatch):
+    """The real file deleted (as `rm mlflow.db*` does) just as the last trial ends: there is no
+    next trial to notice it before, so the study itself checks before its report and summary."""
+    from harness.studies import engine as study_engine
+
+    path = study_file("vanishing", space=LR_SPACE, n_trials=2, base={"epochs": 1})
+    real, finished = study_engine.run_cell, []
+
+    def run_then_delete(*args, **kwargs):
+        result = real(*args, **kwargs)
+        finished.append(result)
+        if len(finished) == 2:
+            for name in ("mlflow.db", "mlflow.db-wal", "mlflow.db-shm"):
+                (tmp_path / name).unlink(missing_ok=True)
+        return result
+
+    monkeypatch.setattr(study_engine, "run_cell", run_then_delete)
+    reports = tmp_path / "reports"
+    capsys.readouterr()
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(reports)]) == 1
+    said = capsys.readouterr()
+    assert_one_sentence(said.err, str(tmp_path / "mlflow.db"), "was deleted", "not kept")
+    assert len(finished) == 2 and "ran 2 trial(s)" not in said.out, said.out  # no summary of trials gone
+    assert not list(reports.glob("*.md")) and _finished_cells(tmp_path / "mlflow.db") == 0
+
+
 def test_a_store_replaced_by_another_file_is_named(tmp_path):
     from harness.errors import StoreGone
 

@@ -225,6 +225,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
         if not run.launches:
             with _storage_faults(db_url):
                 outcome = trials.work(claims, parent)
+            store.check_still_there()  # the last trial went into the store the study opened
         elif (outcome := trials.launch(run, claims, parent, overrides)).stop == StopReason.DETACHED:
             return outcome
         report, paths = trials.report(outcome, parent, out_dir)
