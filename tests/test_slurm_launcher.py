@@ -307,18 +307,23 @@ def test_cells_no_worker_ran_say_that_the_workers_failed(sweep_file, tmp_path):
 
 # --- following the jobs: the bar, with squeue a stand-in ---------------------------------------------
 def _fake_squeue(tmp_path, monkeypatch, answers: list[str]) -> None:
-    """`squeue` first on PATH, giving answers[i] (lines of JOBID|STATE) at its i-th call, the last
-    one from then on."""
+    """`squeue` first on PATH, running the shell lines answers[i] at its i-th call (the last from then
+    on): a `_listing(...)`, or `echo refused >&2; exit 1` for a squeue that does not answer."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for i, answer in enumerate(answers):
-        (tmp_path / f"squeue-{i}").write_text(answer.replace(" ", "\n") + "\n")
+        (tmp_path / f"squeue-{i}").write_text(answer + "\n")
     calls = tmp_path / "squeue-calls"
     script = (f'#!/bin/sh\necho . >> "{calls}"\nn=$(($(wc -l < "{calls}") - 1))\n'
-              f'[ "$n" -ge {len(answers)} ] && n={len(answers) - 1}\ncat "{tmp_path}/squeue-$n"\n')
+              f'[ "$n" -ge {len(answers)} ] && n={len(answers) - 1}\n. "{tmp_path}/squeue-$n"\n')
     (bin_dir / "squeue").write_text(script)
     (bin_dir / "squeue").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def _listing(*lines: str) -> str:
+    """The shell line by which the stand-in squeue lists jobs, one `JOBID|STATE` a line."""
+    return "printf '" + "".join(f"{line}\\n" for line in lines) + "'"
 
 
 def _jobs(tmp_path, array: str, count: int) -> list:
@@ -337,8 +342,8 @@ def _jobs(tmp_path, array: str, count: int) -> list:
 def test_the_slurm_follow_bar_shows_done_of_total_and_the_jobs_states(tmp_path, monkeypatch, capsys):
     from harness.launchers import slurm
 
-    _fake_squeue(tmp_path, monkeypatch, ["7_0|RUNNING 7_1|PENDING", "7_0|RUNNING 7_1|RUNNING",
-                                         "7_0|COMPLETED 7_1|COMPLETED"])
+    _fake_squeue(tmp_path, monkeypatch, [_listing("7_0|RUNNING", "7_1|PENDING"), _listing("7_0|RUNNING", "7_1|RUNNING"),
+                                         _listing("7_0|COMPLETED", "7_1|COMPLETED")])
     monkeypatch.setattr(slurm, "POLL_S", 0.01)
     readings = iter([(0, 4), (2, 4)])
     codes = SlurmLauncher(folder=tmp_path)._follow(_jobs(tmp_path, "7", 2), "7", lambda: next(readings, (4, 4)))
@@ -360,7 +365,7 @@ def test_a_follow_bar_that_cannot_read_the_progress_says_so_once_and_goes_on(tmp
         calls.append(1)
         raise RuntimeError("could not connect to postgresql://harness:s3cret@db/claims: refused")
 
-    _fake_squeue(tmp_path, monkeypatch, ["8_0|RUNNING", "8_0|RUNNING", "8_0|COMPLETED"])
+    _fake_squeue(tmp_path, monkeypatch, [_listing("8_0|RUNNING"), _listing("8_0|RUNNING"), _listing("8_0|COMPLETED")])
     monkeypatch.setattr(slurm, "POLL_S", 0.01)
     assert SlurmLauncher(folder=tmp_path)._follow(_jobs(tmp_path, "8", 1), "8", unreadable) == [0]
     err = capsys.readouterr().err
@@ -382,6 +387,26 @@ def test_a_follow_bar_that_cannot_read_the_progress_says_so_once_and_goes_on(tmp
     bar.close()
     err = capsys.readouterr().err
     assert err.count("database is locked") == 1 and "1/2" in err and "2/2" in err
+
+
+def test_squeue_not_answering_is_said_once_and_the_jobs_are_followed_on(tmp_path, monkeypatch, capsys):
+    from harness.launchers import slurm
+
+    job = _jobs(tmp_path, "9", 1)[0]
+    job.paths.result_pickle.unlink()   # written by the stand-in squeue once the job has ended
+    down = "echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1"
+    _fake_squeue(tmp_path, monkeypatch, [down, down, down, _listing("9_0|RUNNING"),
+                                         f"touch {job.paths.result_pickle}; " + _listing("9_0|COMPLETED")])
+    monkeypatch.setattr(slurm, "POLL_S", 0.01)
+    assert SlurmLauncher(folder=tmp_path)._follow([job], "9", lambda: (0, 1)) == [0]
+    err = capsys.readouterr().err
+    assert err.count("squeue did not answer") == 1, err
+    assert "squeue did not answer (slurm_load_jobs error: Unable to contact slurm controller)" in err
+    assert "jobs: 0 pending, 0 running, 0 done, 0 failed, 1 unknown" in err and "jobs: 0 pending, 1 running" in err
+    # A job whose result is written has ended, whether or not squeue answers.
+    _fake_squeue(tmp_path, monkeypatch, [down])
+    unanswered = []
+    assert slurm.job_states("9", [job], unanswered) == {"9_0": "COMPLETED"} and len(unanswered) == 1
 
 
 class _LauncherThatReadsProgress:

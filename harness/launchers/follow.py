@@ -34,15 +34,19 @@ class FollowBar:
         self.bar.set_postfix_str(workers, refresh=False)
         self.bar.refresh()
 
+    def say(self, line: str) -> None:
+        """A line on stderr above the bar (or alone, with bars off), its URLs' passwords hidden."""
+        tqdm.write(hide_passwords(line), file=sys.stderr)
+
     def _read(self) -> tuple[int, int] | None:
         try:
             done, total = self.progress()
         except Exception as err:  # the database missed a reading; the next poll tries again
             if self.unread is None:
-                self.unread = hide_passwords(first_line(err))
-                tqdm.write(f"harness: warning: the workers' progress cannot be read from the shared database "
-                           f"({self.unread}); the bar shows their last reading until one succeeds, and the "
-                           "workers go on.", file=sys.stderr)
+                self.unread = first_line(err)
+                self.say(f"harness: warning: the workers' progress cannot be read from the shared database "
+                         f"({self.unread}); the bar shows their last reading until one succeeds, and the "
+                         "workers go on.")
             return None
         return done, total
 
