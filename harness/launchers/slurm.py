@@ -9,7 +9,8 @@ shared database and log to the tracking server, exactly as local workers do, so 
 scheduler kills is a dead worker whose claims another takes over. This process follows the jobs
 with a bar (done of total, jobs pending / running / ended) through `squeue` (a cluster without
 accounting has no `sacct`, so submitit's own state watcher cannot be relied on; a squeue that does
-not answer is said once, and a job whose result submitit wrote has ended), and Ctrl-C cancels them. With `detach` it returns the job ids at once and the workers close the parent run.
+not answer is said once, and a job whose result submitit wrote has ended), and Ctrl-C cancels
+them. With `detach` it returns the job ids at once and the workers close the parent run.
 
 Everything that would make the jobs fail on the nodes is refused before anything is submitted
 (`check`): no `sbatch` here, a SQLite database or tracking store (other nodes cannot share it), a
