@@ -440,7 +440,7 @@ def test_the_engines_give_a_launcher_a_progress_it_can_read(sweep_file, study_fi
     run_sweep(spec, store, scale="smoke", db_url=db_url, workers=2, launcher=hidden, show_progress=False)
     assert shown.readings == [(0, 2)] and hidden.readings == [None]
     study = studyspec.load(str(study_file("followedstudy", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n',
-                                          n_trials=3)))
+                                               n_trials=3)))
     launcher = _LauncherThatReadsProgress()
     study_engine.run_study(study, store, db_url, scale="smoke", overrides={}, workers=2, launcher=launcher,
                            show_progress=True, out_dir=tmp_path, log=lambda line: None)
