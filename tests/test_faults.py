@@ -546,9 +546,11 @@ def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_fi
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     dying = textwrap.dedent(f"""\
         import os, optuna
-        from harness.store import Claims
+        from harness.store import Claims, Store
         from harness.studies import engine, spec
         study = engine.open_study(spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
+        store = Store({uri!r})  # the study's parent run, made before any trial as the engine makes it
+        engine.parent_run(store, store.experiment_id("toldthendied"), "toldthendied-full", "full", {{}})
         claims = Claims({url!r})
         claims.claim("study:toldthendied-full", "slot-00000")
         trial = study.ask()
@@ -1081,6 +1083,21 @@ def test_two_stores_in_one_folder_keep_their_own_claims_and_studies(study_file, 
         assert [t.state.name for t in trials] == ["COMPLETE"]  # the second ran its own, resumed none
         cells, _ = cells_and_parents(uri)
         assert [r.data.tags[OUTCOME] for r in cells] == ["ok"]  # each store holds the trial it ran
+
+
+def test_one_study_database_given_to_two_stores_is_refused_by_the_second(study_file, tmp_path, capsys):
+    """The same defect with the database named by hand (or two tracking servers over the project's
+    default mlruns/optuna.db): the second store would resume trials whose runs the first holds."""
+    path = study_file("onedb", space=LR_SPACE, n_trials=1, base={"epochs": 1})
+    first, second = (f"sqlite:///{tmp_path / name / 'mlflow.db'}" for name in ("a", "b"))
+    args = ["study", str(path), "--storage", f"sqlite:///{tmp_path / 'studies.db'}", "--no-progress",
+            "--out", str(tmp_path / "reports")]
+    assert main([*args, "--tracking-uri", first]) == 0
+    in_process([*args, "--tracking-uri", second], 2, capsys, "'onedb-full'", "another tracking store", second,
+               "--storage")
+    assert all_runs(second) == []  # no parent run, no trial in the second store
+    assert main([*args, "--tracking-uri", first, "--n-trials", "2"]) == 0  # its own store resumes it
+    assert [r.data.tags[OUTCOME] for r in cells_and_parents(first)[0]] == ["ok", "ok"]
 
 
 def test_a_study_name_claimed_by_a_file_with_another_space_is_refused(study_file, tmp_path, uri, capsys):
