@@ -177,9 +177,10 @@ def assert_one_sentence_exit_2(argv: list[str], words: list[str], capsys) -> Non
         assert word in err
 
 
-def harness_command(*args: str) -> list[str]:
-    """`harness ARGS` (a sweep or study) as a command line for a real process, without progress bars."""
-    return [sys.executable, "-m", "harness", *args, "--no-progress"]
+def harness_command(*args: str, bars: bool = False) -> list[str]:
+    """`harness ARGS` (a sweep or study) as a command line for a real process, without progress bars
+    unless `bars` (a test of the bars themselves)."""
+    return [sys.executable, "-m", "harness", *args, *([] if bars else ["--no-progress"])]
 
 
 def free_port() -> int:

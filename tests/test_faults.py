@@ -546,9 +546,11 @@ def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_fi
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     dying = textwrap.dedent(f"""\
         import os, optuna
-        from harness.store import Claims
+        from harness.store import Claims, Store
         from harness.studies import engine, spec
         study = engine.open_study(spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
+        store = Store({uri!r})  # the study's parent run, made before any trial as the engine makes it
+        engine.parent_run(store, store.experiment_id("toldthendied"), "toldthendied-full", "full", {{}})
         claims = Claims({url!r})
         claims.claim("study:toldthendied-full", "slot-00000")
         trial = study.ask()
@@ -807,6 +809,55 @@ def test_no_password_in_any_file_written_or_command_line_started(password_server
     assert sorted(r.data.tags.get(OUTCOME) for r in runs if CELL_ID in r.data.tags) == ["ok"] * 3
 
 
+@pytest.mark.slow
+def test_no_password_in_a_studys_files_output_or_the_ui_banner(password_server, study_file, tmp_path, monkeypatch,
+                                                                capsys):
+    from harness.cli import ui_server
+
+    path = study_file("secretstudy", space=LR_SPACE, n_trials=1, base={"epochs": 1})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", password_server.uri)  # given only through the environment
+    args = ["study", str(path), "--no-progress", "--storage", f"sqlite:///{tmp_path / 'work' / 'optuna.db'}"]
+    (tmp_path / "work").mkdir()
+    texts = {}
+    for extra in (["--out", str(tmp_path / "reports")], ["--status"]):
+        capsys.readouterr()
+        assert main([*args, *extra]) == 0
+        said = capsys.readouterr()
+        texts[" ".join(extra)] = said.out + said.err
+    texts["ui banner"] = ui_server._banner(Store(password_server.uri), "http://127.0.0.1:5999")
+    assert "harness:***@127.0.0.1" in texts["ui banner"]
+    # The study's reports, its storage (the study's attributes name the tracking store) and the
+    # server's store (the parent run's params and description).
+    files = {str(p): p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()}
+    assert any("harness:***@127.0.0.1" in text for text in files.values())  # the store was named, redacted
+    assert (tmp_path / "reports" / "secretstudy-full.md").is_file()
+    leaks = [where for where, text in {**texts, **files}.items() if PASSWORD in text]
+    assert not leaks, leaks
+
+
+def test_the_ui_server_and_its_banner_hide_a_database_stores_password(monkeypatch, capsys):
+    from harness.cli import ui_server
+
+    started = []
+
+    class Server:   # what serve() needs of the MLflow server it starts: it ran and stopped
+        def __init__(self, argv, env=None, **_):
+            started.append((argv, env))
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(ui_server, "subprocess", SimpleNamespace(Popen=Server))
+    monkeypatch.setattr(ui_server, "_wait_until_answering", lambda *a: None)
+    uri = f"postgresql://harness:{PASSWORD}@127.0.0.1:5432/mlflow"
+    store = SimpleNamespace(uri=uri, experiments=lambda: [("1", "secret")])   # what the banner reads of a store
+    assert ui_server.serve(store, free_port()) == 0
+    banner = capsys.readouterr().out
+    (argv, env), = started
+    assert PASSWORD not in " ".join(argv) and env["MLFLOW_BACKEND_STORE_URI"] == uri
+    assert PASSWORD not in banner and "postgresql://harness:***@127.0.0.1:5432/mlflow" in banner
+
+
 # --- the store deleted mid-sweep ------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_store_deleted_mid_sweep_stops_it_with_one_sentence_and_reports_nothing_ok(tmp_path, uri):
@@ -851,6 +902,33 @@ def _finished_cells(db: Path) -> int:
                                 "WHERE runs.status = 'FINISHED' AND tags.key = ?", (CELL_ID,)).fetchone()[0]
         except sqlite3.OperationalError:  # no tables: a file no store was built in
             return 0
+
+
+def test_a_store_deleted_during_a_studys_last_trial_is_named_and_nothing_is_reported(study_file, tmp_path, uri,
+                                                                                     capsys, monkeypatch):
+    """The real file deleted (as `rm mlflow.db*` does) just as the last trial ends: there is no
+    next trial to notice it before, so the study itself checks before its report and summary."""
+    from harness.studies import engine as study_engine
+
+    path = study_file("vanishing", space=LR_SPACE, n_trials=2, base={"epochs": 1})
+    real, finished = study_engine.run_cell, []
+
+    def run_then_delete(*args, **kwargs):
+        result = real(*args, **kwargs)
+        finished.append(result)
+        if len(finished) == 2:
+            for name in ("mlflow.db", "mlflow.db-wal", "mlflow.db-shm"):
+                (tmp_path / name).unlink(missing_ok=True)
+        return result
+
+    monkeypatch.setattr(study_engine, "run_cell", run_then_delete)
+    reports = tmp_path / "reports"
+    capsys.readouterr()
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(reports)]) == 1
+    said = capsys.readouterr()
+    assert_one_sentence(said.err, str(tmp_path / "mlflow.db"), "was deleted", "not kept")
+    assert len(finished) == 2 and "ran 2 trial(s)" not in said.out, said.out  # no summary of trials gone
+    assert not list(reports.glob("*.md")) and _finished_cells(tmp_path / "mlflow.db") == 0
 
 
 def test_a_store_replaced_by_another_file_is_named(tmp_path):
@@ -1007,6 +1085,21 @@ def test_two_stores_in_one_folder_keep_their_own_claims_and_studies(study_file, 
         assert [r.data.tags[OUTCOME] for r in cells] == ["ok"]  # each store holds the trial it ran
 
 
+def test_one_study_database_given_to_two_stores_is_refused_by_the_second(study_file, tmp_path, capsys):
+    """The same defect with the database named by hand (or two tracking servers over the project's
+    default mlruns/optuna.db): the second store would resume trials whose runs the first holds."""
+    path = study_file("onedb", space=LR_SPACE, n_trials=1, base={"epochs": 1})
+    first, second = (f"sqlite:///{tmp_path / name / 'mlflow.db'}" for name in ("a", "b"))
+    args = ["study", str(path), "--storage", f"sqlite:///{tmp_path / 'studies.db'}", "--no-progress",
+            "--out", str(tmp_path / "reports")]
+    assert main([*args, "--tracking-uri", first]) == 0
+    in_process([*args, "--tracking-uri", second], 2, capsys, "'onedb-full'", "another tracking store", second,
+               "--storage")
+    assert all_runs(second) == []  # no parent run, no trial in the second store
+    assert main([*args, "--tracking-uri", first, "--n-trials", "2"]) == 0  # its own store resumes it
+    assert [r.data.tags[OUTCOME] for r in cells_and_parents(first)[0]] == ["ok", "ok"]
+
+
 def test_a_study_name_claimed_by_a_file_with_another_space_is_refused(study_file, tmp_path, uri, capsys):
     import optuna
 
@@ -1074,6 +1167,47 @@ def test_a_sweep_past_max_cells_is_refused_and_a_large_one_says_how_large_first(
     commands._size_of_job(sweepspec.load(str(small)), args)
     said = capsys.readouterr().err
     assert "is a large job: 1 cells, 1000000000 epochs in all" in said and all_runs(uri) == []
+
+
+def test_a_study_past_max_trials_is_refused_before_anything_is_made(study_file, tmp_path, uri, capsys):
+    path = study_file("vast", space=LR_SPACE, n_trials=2, base={"epochs": 1})
+    reports = tmp_path / "reports"
+    args = ["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(reports)]
+    in_process([*args, "--n-trials", "20000"], 2, capsys, "study vast at scale full has 20000 trials",
+               "more than --max-trials 10000", "--n-trials")
+    in_process([*args, "--max-trials", "0"], 2, capsys, "--max-trials must be at least 1 (got 0)")
+    # The cap is the study's, not each worker's: two workers sharing 3 trials are 3 trials.
+    in_process([*args, "--n-trials", "3", "--max-trials", "2", "--workers", "2"], 2, capsys,
+               "has 3 trials, more than --max-trials 2")
+    # Under Slurm it refuses before anything is checked or submitted (here no sbatch is even needed).
+    in_process([*args, "--n-trials", "3", "--max-trials", "2", "--launcher", "slurm"], 2, capsys,
+               "more than --max-trials 2")
+    assert all_runs(uri) == [] and not (tmp_path / "optuna.db").exists() and not reports.exists()
+    # --status runs no trial, so no cap stops it from reading the study (not run yet: its own sentence).
+    in_process([*args, "--n-trials", "20000", "--status"], 2, capsys, "has not been run")
+
+
+def test_a_large_study_says_how_large_before_its_first_trial(study_file, tmp_path, uri, capsys):
+    path = study_file("long", space=LR_SPACE, n_trials=2, base={"epochs": 1})
+    # 10^9 epochs a trial: the estimate comes first; then the study opens and its timeout, already
+    # past, lets no trial start.
+    capsys.readouterr()
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path / "reports"),
+                 "--set", "epochs=1000000000", "--timeout", "1e-9"]) == 0
+    said = capsys.readouterr()
+    assert ("harness: study long (full) is a large job: 2 trials, at most 2000000000 epochs in all; Ctrl-C stops "
+            "it (finished trials are kept) and --max-trials caps it.") in said.err
+    assert "ran 0 trial(s)" in said.out and cells_and_parents(uri)[0] == []
+    # A searched epochs counts at the top of its range; a small study of short trials says nothing.
+    from harness.cli import commands
+    from harness.studies import spec as studyspec
+
+    searched = studyspec.load(str(study_file("searched", space='epochs = { type = "int", low = 1, high = 60000 }\n',
+                                             n_trials=2)))
+    commands._size_of_study(searched, SimpleNamespace(scale="full", n_trials=None, max_trials=10), {})
+    assert "study searched (full) is a large job: 2 trials, at most 120000 epochs in all" in capsys.readouterr().err
+    commands._size_of_study(searched, SimpleNamespace(scale="full", n_trials=1, max_trials=10), {})
+    assert capsys.readouterr().err == ""
 
 
 # --- a study's workers, counted -------------------------------------------------------------------------

@@ -58,9 +58,18 @@ def test_failed_sweeps_do_not_stop_the_others_and_a_mistake_stops_them_all(monke
                         lambda store, out: written.append(out) or (out / "REPRODUCTION.md", "made up"))
     store = ["--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--out", str(tmp_path / "out")]
     codes = {"a": 1, "b": 0, "c": 0}
-    monkeypatch.setattr(reproduce, "_run", lambda command: ran.append(command[4]) or codes[command[4]])
+    commands = []
+
+    def run(command, env):   # a stand-in for the sweep's process: its made-up exit status
+        commands.append((command, env))
+        ran.append(command[4])
+        return codes[command[4]]
+
+    monkeypatch.setattr(reproduce, "_run", run)
     assert main(["reproduce", "--data-dir", "D", *store]) == 1
     assert ran == ["a", "b", "c"] and len(written) == 1
+    # The store each sweep writes to travels in its environment, never on its command line (`ps`).
+    assert all("--tracking-uri" not in command and env["MLFLOW_TRACKING_URI"] == store[1] for command, env in commands)
     assert "reproduce: cells failed in a (each recorded" in capsys.readouterr().err
     ran.clear(), written.clear()
     codes["b"] = 2

@@ -58,12 +58,15 @@ def test_smoke_sweep_with_two_worker_jobs_finishes_every_cell_once(slurm_cluster
                                                                    sweep_file, slurm_env):
     path = sweep_file("slurm_smoke", {"sparsity": [0.0, 0.2, 0.4, 0.6]},
                       base={"pruning_backend": "torch-pruning", "epochs": 1, "warmup_epochs": 0})
+    # With its bars on: the launcher follows the jobs with a bar of cells done and the jobs' states.
     out = subprocess.run(harness("sweep", str(path), "--launcher", "slurm", "--workers", "2", "--storage", claims_db,
-                                 "--tracking-uri", mlflow_server, "--slurm-time", "10"),
+                                 "--tracking-uri", mlflow_server, "--slurm-time", "10", bars=True),
                          capture_output=True, text=True, timeout=600, env=slurm_env)
     assert out.returncode == 0, out.stderr[-3000:]
     array, jobs = _array_id(out.stdout)
     assert jobs == 2
+    assert "4/4" in out.stderr and "jobs: 0 pending, 0 running, 2 done, 0 failed" in out.stderr, out.stderr[-3000:]
+    assert "progress cannot be read" not in out.stderr, out.stderr[-3000:]
     assert "4 cells: 4 ok" in out.stdout
     runs = _runs(mlflow_server, "slurm_smoke")
     cells = [r for r in runs if PARENT in r.data.tags]

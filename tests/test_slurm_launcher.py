@@ -303,3 +303,145 @@ def test_cells_no_worker_ran_say_that_the_workers_failed(sweep_file, tmp_path):
                        launcher=_WorkersThatNeverStart(), show_progress=False)
     assert [r.outcome for r in result.results] == [Outcome.NOT_RUN, Outcome.NOT_RUN]
     assert all("2 of 2 worker(s) exited with an error" in r.reason for r in result.results)
+
+
+# --- following the jobs: the bar, with squeue a stand-in ---------------------------------------------
+def _fake_squeue(tmp_path, monkeypatch, answers: list[str]) -> None:
+    """`squeue` first on PATH, running the shell lines answers[i] at its i-th call (the last from then
+    on): a `_listing(...)`, or `echo refused >&2; exit 1` for a squeue that does not answer."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for i, answer in enumerate(answers):
+        (tmp_path / f"squeue-{i}").write_text(answer + "\n")
+    calls = tmp_path / "squeue-calls"
+    script = (f'#!/bin/sh\necho . >> "{calls}"\nn=$(($(wc -l < "{calls}") - 1))\n'
+              f'[ "$n" -ge {len(answers)} ] && n={len(answers) - 1}\n. "{tmp_path}/squeue-$n"\n')
+    (bin_dir / "squeue").write_text(script)
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def _listing(*lines: str) -> str:
+    """The shell line by which the stand-in squeue lists jobs, one `JOBID|STATE` a line."""
+    return "printf '" + "".join(f"{line}\\n" for line in lines) + "'"
+
+
+def _jobs(tmp_path, array: str, count: int) -> list:
+    """Stand-ins for submitit's jobs that each wrote a result (exit code 0)."""
+    from types import SimpleNamespace
+
+    jobs = []
+    for i in range(count):
+        result = tmp_path / f"{array}_{i}_result.pkl"
+        result.write_bytes(b"")
+        jobs.append(SimpleNamespace(job_id=f"{array}_{i}", paths=SimpleNamespace(result_pickle=result),
+                                    result=lambda: 0))
+    return jobs
+
+
+def test_the_slurm_follow_bar_shows_done_of_total_and_the_jobs_states(tmp_path, monkeypatch, capsys):
+    from harness.launchers import slurm
+
+    _fake_squeue(tmp_path, monkeypatch, [_listing("7_0|RUNNING", "7_1|PENDING"), _listing("7_0|RUNNING", "7_1|RUNNING"),
+                                         _listing("7_0|COMPLETED", "7_1|COMPLETED")])
+    monkeypatch.setattr(slurm, "POLL_S", 0.01)
+    readings = iter([(0, 4), (2, 4)])
+    codes = SlurmLauncher(folder=tmp_path)._follow(_jobs(tmp_path, "7", 2), "7", lambda: next(readings, (4, 4)))
+    assert codes == [0, 0]
+    err = capsys.readouterr().err
+    assert "jobs: 1 pending, 1 running, 0 done, 0 failed" in err and "0/4" in err
+    assert "jobs: 0 pending, 2 running" in err and "2/4" in err
+    assert "4/4" in err and "jobs: 0 pending, 0 running, 2 done, 0 failed" in err  # how they ended
+    assert "warning" not in err
+
+
+def test_a_follow_bar_that_cannot_read_the_progress_says_so_once_and_goes_on(tmp_path, monkeypatch, capsys):
+    from harness.launchers import slurm
+    from harness.launchers.follow import FollowBar
+
+    calls = []
+
+    def unreadable():
+        calls.append(1)
+        raise RuntimeError("could not connect to postgresql://harness:s3cret@db/claims: refused")
+
+    _fake_squeue(tmp_path, monkeypatch, [_listing("8_0|RUNNING"), _listing("8_0|RUNNING"), _listing("8_0|COMPLETED")])
+    monkeypatch.setattr(slurm, "POLL_S", 0.01)
+    assert SlurmLauncher(folder=tmp_path)._follow(_jobs(tmp_path, "8", 1), "8", unreadable) == [0]
+    err = capsys.readouterr().err
+    assert len(calls) >= 3 and err.count("progress cannot be read") == 1, err
+    assert "harness:***@db" in err and "s3cret" not in err
+    assert "jobs: 0 pending, 1 running" in err  # the bar still follows the jobs
+    # A reading that fails once, then succeeds: the bar goes on from it.
+    readings = iter([RuntimeError("database is locked"), (1, 2)])
+
+    def flaky():
+        got = next(readings, (2, 2))
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    bar = FollowBar(flaky)
+    bar.update("2 workers running")
+    bar.update("2 workers running")
+    bar.close()
+    err = capsys.readouterr().err
+    assert err.count("database is locked") == 1 and "1/2" in err and "2/2" in err
+
+
+def test_squeue_not_answering_is_said_once_and_the_jobs_are_followed_on(tmp_path, monkeypatch, capsys):
+    from harness.launchers import slurm
+
+    job = _jobs(tmp_path, "9", 1)[0]
+    job.paths.result_pickle.unlink()   # written by the stand-in squeue once the job has ended
+    down = "echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1"
+    _fake_squeue(tmp_path, monkeypatch, [down, down, down, _listing("9_0|RUNNING"),
+                                         f"touch {job.paths.result_pickle}; " + _listing("9_0|COMPLETED")])
+    monkeypatch.setattr(slurm, "POLL_S", 0.01)
+    assert SlurmLauncher(folder=tmp_path)._follow([job], "9", lambda: (0, 1)) == [0]
+    err = capsys.readouterr().err
+    assert err.count("squeue did not answer") == 1, err
+    assert "squeue did not answer (slurm_load_jobs error: Unable to contact slurm controller)" in err
+    assert "jobs: 0 pending, 0 running, 0 done, 0 failed, 1 unknown" in err and "jobs: 0 pending, 1 running" in err
+    # A job whose result is written has ended, whether or not squeue answers.
+    _fake_squeue(tmp_path, monkeypatch, [down])
+    unanswered = []
+    assert slurm.job_states("9", [job], unanswered) == {"9_0": "COMPLETED"} and len(unanswered) == 1
+
+
+class _LauncherThatReadsProgress:
+    """Runs no worker; reads the engine's progress() as a launcher's bar does, and records it."""
+    detach = False
+
+    def __init__(self):
+        self.readings = []
+
+    def cores_per_worker(self, workers):
+        return 1
+
+    def run(self, commands, envs, progress=None):
+        self.readings.append(progress() if progress is not None else None)
+        return [0] * len(commands)
+
+
+def test_the_engines_give_a_launcher_a_progress_it_can_read(sweep_file, study_file, tmp_path):
+    """What the follow bar reads under any launcher: done of total from the shared database, and
+    None only when the user turned bars off (--no-progress)."""
+    from harness.store import Store
+    from harness.studies import engine as study_engine, spec as studyspec
+    from harness.sweeps import spec as sweepspec
+    from harness.sweeps.engine import run_sweep
+
+    store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    db_url = f"sqlite:///{tmp_path / 'claims.db'}"
+    spec = sweepspec.load(str(sweep_file("followed", {"sparsity": [0.0, 0.5]})))
+    shown, hidden = _LauncherThatReadsProgress(), _LauncherThatReadsProgress()
+    run_sweep(spec, store, scale="smoke", db_url=db_url, workers=2, launcher=shown, show_progress=True)
+    run_sweep(spec, store, scale="smoke", db_url=db_url, workers=2, launcher=hidden, show_progress=False)
+    assert shown.readings == [(0, 2)] and hidden.readings == [None]
+    study = studyspec.load(str(study_file("followedstudy", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n',
+                                               n_trials=3)))
+    launcher = _LauncherThatReadsProgress()
+    study_engine.run_study(study, store, db_url, scale="smoke", overrides={}, workers=2, launcher=launcher,
+                           show_progress=True, out_dir=tmp_path, log=lambda line: None)
+    assert launcher.readings == [(0, 3)]

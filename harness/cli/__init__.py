@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
     p.add_argument("--n-trials", type=int, help="finished trials the study should reach (default: the file's, per scale)")
     p.add_argument("--timeout", type=float, help="start no new trial after this many seconds")
+    p.add_argument("--max-trials", type=int, default=10_000,
+                   help="refuse a study whose target (--n-trials, else the file's) is more trials than this, "
+                        "counted for the study as a whole however many --workers or Slurm jobs share them "
+                        "(default 10000); --status and --verify run none and are not capped")
     p.add_argument("--status", action="store_true", help="show trials done, running, failed, pruned and the best so far")
     p.add_argument("--verify", action="store_true", help="re-time the best trial and the baselines over seeds in fresh "
                    "processes, with a tuned-lr baseline and an ablation ([verify] in the study file); resumable")

@@ -144,25 +144,20 @@ def cmd_sweep(args) -> int:
     return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) else 0
 
 
-# Past these a sweep is a large job: it says how large before anything runs.
-LARGE_CELLS, LARGE_EPOCHS = 1_000, 100_000
-
-
 def _size_of_job(spec, args) -> None:
-    """Refuse more cells than --max-cells, and say how large a large job is before it starts (a
-    100,000-cell grid or 10^9 epochs from a typo would otherwise just start)."""
-    from harness.sweeps.spec import expand
+    """Refuse more cells than --max-cells, and say how large a large sweep is before it starts."""
+    from harness.cli import job_size
 
-    if args.max_cells < 1:
-        raise UserError(f"--max-cells must be at least 1 (got {args.max_cells}).")
-    cells = expand(spec, args.scale, _overrides(args, spec.experiment))
-    if len(cells) > args.max_cells:
-        raise UserError(f"sweep {spec.name} at scale {args.scale} has {len(cells)} cells, more than --max-cells "
-                        f"{args.max_cells}; narrow the grid (--set AXIS=[...]) or raise --max-cells.")
-    epochs = sum(getattr(c.config, "epochs", 0) for c in cells if c.config is not None)
-    if len(cells) > LARGE_CELLS or epochs > LARGE_EPOCHS:
-        print(f"harness: sweep {spec.name} ({args.scale}) is a large job: {len(cells)} cells, {epochs} epochs in "
-              "all; Ctrl-C stops it (finished cells are kept) and --max-cells caps it.", file=sys.stderr, flush=True)
+    job_size.check_cap("--max-cells", args.max_cells)
+    job_size.announce(job_size.sweep_size(spec, args.scale, _overrides(args, spec.experiment)), args.max_cells)
+
+
+def _size_of_study(spec, args, overrides) -> None:
+    """The same for a study's trials (--max-trials), before it is opened or any worker starts."""
+    from harness.cli import job_size
+
+    job_size.check_cap("--max-trials", args.max_trials)
+    job_size.announce(job_size.study_size(spec, args.scale, overrides, args.n_trials), args.max_trials)
 
 
 def _max_repeats(args) -> int | None:
@@ -202,6 +197,8 @@ def cmd_study(args) -> int:
     for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
         if value is not None and not (value >= low and math.isfinite(value)):
             raise UserError(f"{name} must be a positive finite number (got {value}).")
+    if role is None and not (args.status or args.verify):  # --status and --verify run no trial of the study
+        _size_of_study(spec, args, overrides)
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = None if args.status else _launcher(args)
     store = _store(args)
@@ -370,7 +367,7 @@ def cmd_reproduce(args) -> int:
     planned = reproduce.plan(args.scale, args.data_dir)
     out_dir = _out_dir(args.out, REPORTS_DIR)
     store = _store(args)   # a bad URI is one sentence now, not one per sweep
-    return reproduce.reproduce(planned, args.scale, store, out_dir, args.tracking_uri)
+    return reproduce.reproduce(planned, args.scale, store, out_dir)
 
 
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,

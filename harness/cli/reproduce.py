@@ -10,6 +10,7 @@ finished cell is reused, the one cut off runs again. Exit 1 at the end when cell
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,23 +40,25 @@ def plan(scale: str, data_dir: str) -> list[Planned]:
             for name in in_document_order(chosen)]
 
 
-def sweep_command(planned: Planned, scale: str, tracking_uri: str | None) -> list[str]:
+def sweep_command(planned: Planned, scale: str) -> list[str]:
+    """One sweep's command line. The store it writes to is not on it (a password would show in
+    `ps`): the sweep reads it from the environment (store_environment)."""
     command = [sys.executable, "-m", "harness", "sweep", planned.sweep, "--scale", scale]
     if planned.data_dir is not None:
         command += ["--set", f"data_dir={planned.data_dir}"]
-    if tracking_uri:
-        command += ["--tracking-uri", tracking_uri]
     return command
 
 
-def reproduce(planned: list[Planned], scale: str, store, out_dir, tracking_uri: str | None) -> int:
-    """Run the planned sweeps one after another, then write the report; the exit status."""
+def reproduce(planned: list[Planned], scale: str, store, out_dir) -> int:
+    """Run the planned sweeps one after another into `store`, then write the report; the exit status."""
     from harness.report.reproduction import write_reproduction
+    from harness.store.uris import store_environment
 
     failed = []
+    env = {**os.environ, **store_environment(store.uri)}   # the store the report then reads
     for item in planned:
         print(f"== reproduce: sweep {item.sweep} at scale {scale}", flush=True)
-        code = _run(sweep_command(item, scale, tracking_uri))
+        code = _run(sweep_command(item, scale), env)
         if code < 0:   # the sweep was killed by a signal: stop here as if it had been interrupted
             return EXIT_INTERRUPTED
         if code >= 2:
@@ -71,10 +74,10 @@ def reproduce(planned: list[Planned], scale: str, store, out_dir, tracking_uri: 
     return 0
 
 
-def _run(command: list[str]) -> int:
+def _run(command: list[str], env: dict[str, str]) -> int:
     """The sweep's exit status. On Ctrl-C the sweep got the signal too: wait while it closes its
     runs (it exits 130), rather than killing it mid-write."""
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, env=env)
     try:
         return process.wait()
     except KeyboardInterrupt:

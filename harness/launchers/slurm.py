@@ -8,8 +8,9 @@ Each array task runs the engine's worker command; the workers claim cells or tri
 shared database and log to the tracking server, exactly as local workers do, so a job the
 scheduler kills is a dead worker whose claims another takes over. This process follows the jobs
 with a bar (done of total, jobs pending / running / ended) through `squeue` (a cluster without
-accounting has no `sacct`, so submitit's own state watcher cannot be relied on), and Ctrl-C
-cancels them. With `detach` it returns the job ids at once and the workers close the parent run.
+accounting has no `sacct`, so submitit's own state watcher cannot be relied on; a squeue that does
+not answer is said once, and a job whose result submitit wrote has ended), and Ctrl-C cancels
+them. With `detach` it returns the job ids at once and the workers close the parent run.
 
 Everything that would make the jobs fail on the nodes is refused before anything is submitted
 (`check`): no `sbatch` here, a SQLite database or tracking store (other nodes cannot share it), a
@@ -137,9 +138,14 @@ class SlurmLauncher:
     def _follow(self, jobs, array: str, progress) -> list[int]:
         bar = FollowBar(progress)
         states: dict[str, str] = {}
+        unanswered: list[str] = []   # what squeue said when it did not answer; the first is shown, once
         try:
             while True:
-                states = job_states(array, jobs)
+                shown = bool(unanswered)
+                states = job_states(array, jobs, unanswered)
+                if unanswered and not shown:
+                    bar.say(f"harness: warning: squeue did not answer ({unanswered[0]}); the jobs' states are "
+                            f"unknown until it does, and it is asked again every {POLL_S:g} s.")
                 if all(s in ENDED for s in states.values()):
                     break
                 bar.update(_summary(states))
@@ -182,20 +188,28 @@ def run_worker(command: list[str], env: dict[str, str]) -> int:
     return proc.wait()
 
 
-def job_states(array: str, jobs) -> dict[str, str]:
+def job_states(array: str, jobs, unanswered: list[str] | None = None) -> dict[str, str]:
     """Each job's Slurm state from squeue (which keeps ended jobs a few minutes); a job squeue no
-    longer lists has COMPLETED when submitit wrote its result, else it is GONE."""
-    out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", array, "-o", "%i|%T"],
-                         capture_output=True, text=True, timeout=60)
-    listed = dict(line.split("|", 1) for line in out.stdout.split() if "|" in line) if out.returncode == 0 else {}
+    longer lists has COMPLETED when submitit wrote its result, else it is GONE. When squeue does not
+    answer, a job without a result is UNKNOWN (no news) and squeue's complaint goes in `unanswered`."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", array, "-o", "%i|%T"],
+                             capture_output=True, text=True, timeout=60)
+        said = out.stderr.strip() or out.stdout.strip() or f"exit status {out.returncode}"
+        answered, complaint = out.returncode == 0, first_line(RuntimeError(said))
+    except (OSError, subprocess.TimeoutExpired) as err:
+        out, answered, complaint = None, False, first_line(err)
+    listed = dict(line.split("|", 1) for line in out.stdout.split() if "|" in line) if answered else {}
+    if not answered and unanswered is not None:
+        unanswered.append(complaint)
     states = {}
     for job in jobs:
         state = listed.get(job.job_id)
         if state is None:
-            if out.returncode != 0:  # squeue did not answer this time: no news
-                state = "UNKNOWN"
+            if job.paths.result_pickle.exists():   # submitit wrote its result: the job has ended
+                state = "COMPLETED"
             else:
-                state = "COMPLETED" if job.paths.result_pickle.exists() else "GONE"
+                state = "GONE" if answered else "UNKNOWN"   # squeue did not answer this time: no news
         states[job.job_id] = state.split()[0]
     return states
 
@@ -205,7 +219,9 @@ def _summary(states: dict[str, str]) -> str:
     running = sum(s in ("RUNNING", "COMPLETING", "CONFIGURING") for s in states.values())
     ended = [s for s in states.values() if s in ENDED]
     failed = sum(s != "COMPLETED" for s in ended)
-    return f"jobs: {pending} pending, {running} running, {len(ended) - failed} done, {failed} failed"
+    unknown = sum(s == "UNKNOWN" for s in states.values())   # squeue did not answer
+    return (f"jobs: {pending} pending, {running} running, {len(ended) - failed} done, {failed} failed"
+            + (f", {unknown} unknown" if unknown else ""))
 
 
 def _exit_code(job, state: str) -> int:

@@ -194,6 +194,19 @@ def parent_run(store: Store, experiment_id: str, study_name: str, scale: str, in
     return found[0].run_id
 
 
+def check_same_store(study, store: Store, experiment_id: str, url: str) -> None:
+    """A study belongs to the MLflow store that holds its runs. One study database shared by two
+    stores (one --storage given to both, or two tracking servers over the project's default
+    mlruns/optuna.db) would otherwise let the second "resume" trials whose runs the first holds."""
+    if not study.get_trials(deepcopy=False):
+        return   # a new study is this store's from its first trial on
+    if store.runs(experiment_id, tags={STUDY: study.study_name}):
+        return
+    raise UserError(f"study '{study.study_name}' in {redact(url)} has trials whose runs another tracking store "
+                    f"holds, not {redact(store.uri)}; pass this store its own --storage, or the --tracking-uri the "
+                    "study was run with.")
+
+
 # --- one invocation -------------------------------------------------------------------------------
 def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any],
               n_trials: int | None = None, timeout: float | None = None, workers: int = 1,
@@ -217,6 +230,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                        seed_salt=role.index if role else (0 if is_sqlite(db_url) else _pid()))
     trials = _Trials(spec, study, store, run.open_experiment(spec.name), scale, fixed, target, timeout,
                      show_progress, log)
+    check_same_store(study, store, trials.experiment_id, db_url)
     if role is not None:
         return run.as_worker(lambda claims: trials.work(claims, role.parent_run_id), _finished_tags,
                              faults=lambda: _storage_faults(db_url))
@@ -225,6 +239,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
         if not run.launches:
             with _storage_faults(db_url):
                 outcome = trials.work(claims, parent)
+            store.check_still_there()  # the last trial went into the store the study opened
         elif (outcome := trials.launch(run, claims, parent, overrides)).stop == StopReason.DETACHED:
             return outcome
         report, paths = trials.report(outcome, parent, out_dir)
