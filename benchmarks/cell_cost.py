@@ -22,8 +22,8 @@ from pathlib import Path
 import experiments
 from harness.store import Store
 from harness.store.claims import Claims
-from harness.sweeps.engine import run_sweep
-from harness.sweeps.spec import SweepSpec
+from harness.sweeps.sweep_engine import run_sweep
+from harness.sweeps.sweep_spec import SweepSpec
 
 # What each timed call counts as.
 PARTS = {

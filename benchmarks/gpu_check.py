@@ -144,7 +144,7 @@ def _harness() -> str:
 def _offline_cells() -> dict[str, tuple[object, set[str]]]:
     """Each sweep's spec and smoke cells (their ids), after checking that none would download anything."""
     import experiments
-    from harness.sweeps import spec as sweepspec
+    from harness.sweeps import sweep_spec
     from harness.config import parse_assignment
 
     def reads_data(cfg) -> bool:  # an experiment that makes its own inputs needs no dataset
@@ -152,8 +152,8 @@ def _offline_cells() -> dict[str, tuple[object, set[str]]]:
 
     expected = {}
     for sweep in SWEEPS:
-        spec = sweepspec.load(sweep.name)
-        cells = sweepspec.expand(spec, "smoke", dict(parse_assignment(s) for s in sweep.sets))
+        spec = sweep_spec.load(sweep.name)
+        cells = sweep_spec.expand(spec, "smoke", dict(parse_assignment(s) for s in sweep.sets))
         online = sorted({c.config.dataset for c in cells
                          if c.config and reads_data(c.config) and c.config.dataset not in OFFLINE_DATASETS})
         if online:

@@ -34,8 +34,8 @@ from harness.cells import SYSTEM_METRICS_INTERVAL_S
 from harness.data import batches, load_splits
 from harness.hardware import usable_core_count
 from harness.models import build_model
-from harness.sweeps.engine import run_sweep
-from harness.sweeps.spec import SweepSpec
+from harness.sweeps.sweep_engine import run_sweep
+from harness.sweeps.sweep_spec import SweepSpec
 from harness.timing import spread
 from harness.store import Store
 from harness.train import make_optimizer, train_epochs

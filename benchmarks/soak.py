@@ -175,7 +175,7 @@ def report(folder: Path, uri: str, jobs: list[Job], kills: Counter, wall: float,
 
     from harness.store import Store
     from harness.store.tracking import CELL_ID
-    from harness.studies import spec as studyspec
+    from harness.studies import study_spec
 
     store = Store(uri)
     finished, duplicates, running = Counter(), 0, []
@@ -187,7 +187,7 @@ def report(folder: Path, uri: str, jobs: list[Job], kills: Counter, wall: float,
             ok = Counter(r.tags[CELL_ID] for r in runs if CELL_ID in r.tags and r.finished_ok)
             finished[name] = len(ok)
             duplicates += sum(1 for n in ok.values() if n > 1)
-    spec = studyspec.load(str(folder / "study_soak.toml"))
+    spec = study_spec.load(str(folder / "study_soak.toml"))
     storage = f"sqlite:///{folder / 'optuna.db'}"
     study_job = next(j for j in jobs if j.name == "study")
     asked = done = 0

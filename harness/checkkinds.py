@@ -1,6 +1,6 @@
 """The kinds of check a sweep file's `[[checks]]` may hold, as typed models: each kind's parameters
 with their defaults, and the one sentence a mistyped entry gets. Sweep files are read against these
-(harness/sweeps/spec.py), so a wrong check stops the sweep before it runs; the report judges them
+(harness/sweeps/sweep_spec.py), so a wrong check stops the sweep before it runs; the report judges them
 (harness/report/checks.py, whose docstring shows each kind in TOML). A new kind is a model here,
 its line in KINDS, and its judge in the report's JUDGES.
 

@@ -201,14 +201,14 @@ def test_the_published_network_has_its_parameter_count():
 
 
 def test_the_sweeps_cpu_scale_starts_with_airbench94_as_published_on_the_cifar10_jpegs():
-    from harness.sweeps import spec as sweepspec
+    from harness.sweeps import sweep_spec
 
-    cells = sweepspec.expand(sweepspec.load("airbench"), "cpu", {"data_dir": "/data/cifar10-jpeg"})
+    cells = sweep_spec.expand(sweep_spec.load("airbench"), "cpu", {"data_dir": "/data/cifar10-jpeg"})
     first = cells[0].config
     assert (first.airbench_rung, first.airbench_epochs, first.epochs, first.batch_size, first.airbench_base_width) \
         == (7, 9.9, 10, 1024, 64)
     assert (first.dataset, first.device, first.dtype, first.channels_last, first.target_accuracy) \
         == ("imagefolder", "cpu", "bf16", True, 0.94)
     assert len(cells) == 3 and {c.config.airbench_rung for c in cells} == {7}   # 3 repeats, in rounds
-    ladder = sweepspec.expand(sweepspec.load("airbench"), "cpu-ladder", {"data_dir": "/data/cifar10-jpeg"})
+    ladder = sweep_spec.expand(sweep_spec.load("airbench"), "cpu-ladder", {"data_dir": "/data/cifar10-jpeg"})
     assert [c.config.airbench_rung for c in ladder] == [7, 6, 5] * 3   # airbench94 first in every round

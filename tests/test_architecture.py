@@ -250,6 +250,6 @@ def test_a_function_local_cycle_fails_the_check(tmp_path, late_import):
 
 def test_a_module_is_on_its_own_floor_before_its_packages():
     layers = [("engines", ["h.sweeps.*"]), ("report", ["h.report.*"]), ("above both", ["h.sweeps.decide"])]
-    assert floor_of("h.sweeps", layers) == floor_of("h.sweeps.engine", layers) == 0
+    assert floor_of("h.sweeps", layers) == floor_of("h.sweeps.sweep_engine", layers) == 0
     assert floor_of("h.sweeps.decide", layers) == 2
     assert floor_of("h.sweepstakes", layers) is None and floor_of("h", layers) is None

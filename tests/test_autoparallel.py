@@ -12,8 +12,8 @@ from experiments.overlap import hidden_share, host_copies
 from experiments import make_config
 from harness.errors import CellSkipped
 from harness.report import checks
-from harness.sweeps import spec as sweepspec
-from harness.sweeps.engine import run_sweep
+from harness.sweeps import sweep_spec
+from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import OUTCOME, REASON
 from conftest import mlflow_client
 
@@ -31,7 +31,7 @@ def test_every_case_without_a_gpu_is_a_skip_naming_what_it_needs(case, gpus):
 @no_gpu
 @pytest.mark.parametrize("name", SWEEPS)
 def test_each_sweep_records_every_cell_as_a_skip_with_its_reason_and_goes_on(name, store):
-    spec = sweepspec.load(name)
+    spec = sweep_spec.load(name)
     result = run_sweep(spec, store, scale="smoke", show_progress=False)
     assert result.results and all(r.outcome == "skipped" for r in result.results)
     for r in result.results:
@@ -40,7 +40,7 @@ def test_each_sweep_records_every_cell_as_a_skip_with_its_reason_and_goes_on(nam
 
 
 def test_the_d12_3_grid_keeps_d2l_s_pair_and_compares_each_other_pair_in_one_memory():
-    cells = sweepspec.expand(sweepspec.load("autoparallel"), "full")
+    cells = sweep_spec.expand(sweep_spec.load("autoparallel"), "full")
     copies = [(c.config.autopar_host_memory, c.config.autopar_copy_stream)
               for c in cells if c.config.autopar_case == "compute_copy"]
     assert copies == [("pageable_then_pinned", "compute"), ("pinned", "compute"), ("pageable", "separate"),
@@ -49,13 +49,13 @@ def test_the_d12_3_grid_keeps_d2l_s_pair_and_compares_each_other_pair_in_one_mem
 
 
 def test_the_exercise_sweeps_vary_what_their_exercise_asks():
-    small = sweepspec.expand(sweepspec.load("autoparallel-small-ops"), "full")
+    small = sweep_spec.expand(sweep_spec.load("autoparallel-small-ops"), "full")
     assert {c.config.autopar_case for c in small} == {"small_ops"}
     assert [c.config.autopar_size for c in small] == sorted(c.config.autopar_size for c in small)
-    both = sweepspec.expand(sweepspec.load("autoparallel-cpu-gpu"), "full")
+    both = sweep_spec.expand(sweep_spec.load("autoparallel-cpu-gpu"), "full")
     assert {(c.config.autopar_case, c.config.autopar_host_memory) for c in both} == {
         ("cpu_gpu", "pageable"), ("cpu_gpu", "pinned")}
-    dependent = sweepspec.expand(sweepspec.load("autoparallel-dependencies"), "full")
+    dependent = sweep_spec.expand(sweep_spec.load("autoparallel-dependencies"), "full")
     assert {c.config.autopar_case for c in dependent} == {"dependencies"} and len(dependent) >= 3
 
 
@@ -69,7 +69,7 @@ def test_hidden_share_is_zero_for_serial_one_for_perfect_overlap_and_flags_d2l_s
 
 
 def test_the_published_gains_are_computed_from_d2l_s_printed_seconds():
-    rows = {r["autopar_case"]: r for r in sweepspec.load("autoparallel").published["rows"]}
+    rows = {r["autopar_case"]: r for r in sweep_spec.load("autoparallel").published["rows"]}
     two, copy = rows["two_devices"], rows["compute_copy"]
     parts = [two["gpu0_time_s"], two["gpu1_time_s"]]
     assert two["overlap_gain"] == round(sum(parts) / two["both_time_s"], 4)
@@ -91,7 +91,7 @@ def test_the_baseline_and_the_overlapped_run_copy_into_the_same_buffers():
 def test_the_d12_3_checks_pass_on_d2l_s_figures_and_fail_on_serial_execution():
     import pandas as pd
 
-    spec = sweepspec.load("autoparallel")
+    spec = sweep_spec.load("autoparallel")
     published = pd.DataFrame(spec.published["rows"])
     verdicts = {v.check: v.verdict for v in checks.evaluate(spec.checks, published)}
     assert verdicts["two GPUs queued without a synchronize: at least 1.5x faster than one after the other (d2l: 1.92x)"] == "PASS"

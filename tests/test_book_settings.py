@@ -17,8 +17,8 @@ from experiments import make_config
 from harness.errors import CellSkipped, UserError
 from harness.models import build_model, count_parameters, fetch_weights, weights_path
 from harness.report import checks, tables as report
-from harness.sweeps import spec as sweepspec
-from harness.sweeps.engine import run_sweep
+from harness.sweeps import sweep_spec
+from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import OUTCOME, REASON
 from conftest import mlflow_client
 
@@ -81,15 +81,15 @@ def test_a_pretrained_cell_without_its_weights_is_skipped_before_any_rank_starts
 
 
 def test_the_t10_2_sweep_asks_for_imagenet_weights_and_records_the_skip(empty_hub, store, tmp_path):
-    spec = sweepspec.load("gpus")
-    assert {c.config.pretrained for c in sweepspec.expand(spec, "full")} == {True}
-    assert {c.config.model for c in sweepspec.expand(spec, "full")} == {"efficientnet_b7"}
-    assert {c.config.pretrained for c in sweepspec.expand(spec, "smoke")} == {False}  # the CNN has none
+    spec = sweep_spec.load("gpus")
+    assert {c.config.pretrained for c in sweep_spec.expand(spec, "full")} == {True}
+    assert {c.config.model for c in sweep_spec.expand(spec, "full")} == {"efficientnet_b7"}
+    assert {c.config.pretrained for c in sweep_spec.expand(spec, "smoke")} == {False}  # the CNN has none
     one = tmp_path / "weights.toml"
     one.write_text('name = "pretrained_weights"\nexperiment = "data_parallel"\n[base]\nmodel = "efficientnet_b0"\n'
                    'pretrained = true\ndataset = "synthetic"\ntrain_limit = 64\ntest_limit = 32\nepochs = 1\n'
                    'batch_size = 32\ndevice = "cpu"\nthreads = 1\n[grid]\nlr = [0.001, 0.01]\n')
-    result = run_sweep(sweepspec.load(str(one)), store, scale="full", show_progress=False)
+    result = run_sweep(sweep_spec.load(str(one)), store, scale="full", show_progress=False)
     assert [r.outcome for r in result.results] == ["skipped", "skipped"]  # and the sweep went on
     tags = mlflow_client(store).get_run(result.results[0].run_id).data.tags
     assert tags[OUTCOME] == "skipped" and "EfficientNet_B0_Weights.DEFAULT" in tags[REASON]
@@ -97,7 +97,7 @@ def test_the_t10_2_sweep_asks_for_imagenet_weights_and_records_the_skip(empty_hu
 
 # --- T7's backend flags ------------------------------------------------------------------------------
 def test_t7_turns_tf32_on_for_every_dtype_as_the_book():
-    cells = sweepspec.expand(sweepspec.load("amp"), "full")
+    cells = sweep_spec.expand(sweep_spec.load("amp"), "full")
     assert {c.config.dtype for c in cells} == {"fp32", "bf16", "fp16"}
     assert all(c.config.allow_tf32 and c.config.cudnn_benchmark and c.config.reduced_precision_reduction
                for c in cells)
@@ -105,7 +105,7 @@ def test_t7_turns_tf32_on_for_every_dtype_as_the_book():
 
 # --- D12.2: the unrounded figures and the sleep -------------------------------------------------------
 def test_d12_2_publishes_the_notes_unrounded_cpu_figures_with_and_without_the_sleep():
-    rows = {(r["device"], r["async_pause_s"]): r for r in sweepspec.load("async").published["rows"]}
+    rows = {(r["device"], r["async_pause_s"]): r for r in sweep_spec.load("async").published["rows"]}
     assert (rows[("cpu", 0.0)]["numpy_time_s"], rows[("cpu", 0.0)]["torch_nosync_time_s"]) == (0.9737, 0.2859)
     assert (rows[("cpu", 5.0)]["numpy_time_s"], rows[("cpu", 5.0)]["torch_nosync_time_s"]) == (0.9414, 0.2103)
 
@@ -132,7 +132,7 @@ def _async_table(published_rows: list[dict]) -> pd.DataFrame:
 
 
 def test_the_sleep_claim_passes_on_the_notes_figures_and_fails_when_the_sleep_changes_nothing():
-    spec = sweepspec.load("async")
+    spec = sweep_spec.load("async")
     claim = [c for c in spec.checks if c.metric == "speedup"]
     rows = spec.published["rows"]
     assert [v.verdict for v in checks.evaluate(claim, _async_table(rows))] == ["PASS"]

@@ -26,9 +26,9 @@ from harness.checkkinds import Check, parse
 from harness.report import checks, tables
 from harness.store import RunRecord
 from harness.store.tracking import OUTCOME
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 
-SWEEPS = sweepspec.available()
+SWEEPS = sweep_spec.available()
 COPIES = ("reversed", "flattened", "spread")
 
 
@@ -44,7 +44,7 @@ def _number(text: str | None):
         return text
 
 
-def _published_runs(spec: sweepspec.SweepSpec) -> list[RunRecord]:
+def _published_runs(spec: sweep_spec.SweepSpec) -> list[RunRecord]:
     """One finished run per published row: its axis values as params, its figures as metrics."""
     axes, time = spec.axes(), spec.report.get("time", "train_time_s")
     runs = []
@@ -58,11 +58,11 @@ def _published_runs(spec: sweepspec.SweepSpec) -> list[RunRecord]:
     return runs
 
 
-def _x(spec: sweepspec.SweepSpec) -> str:
+def _x(spec: sweep_spec.SweepSpec) -> str:
     return spec.report.get("x", spec.axes()[0])
 
 
-def _series(spec: sweepspec.SweepSpec) -> list[str]:
+def _series(spec: sweep_spec.SweepSpec) -> list[str]:
     """The axes that tell one line of the report's plot from another: its `series`, else every axis
     that does not move together with x in a compound grid axis (layout = {world_size, threads})."""
     if spec.report.get("series"):
@@ -76,7 +76,7 @@ def _series(spec: sweepspec.SweepSpec) -> list[str]:
     return [a for a in spec.axes() if a not in together]
 
 
-def _along_x(spec: sweepspec.SweepSpec, runs: list[RunRecord]) -> list[list[RunRecord]]:
+def _along_x(spec: sweep_spec.SweepSpec, runs: list[RunRecord]) -> list[list[RunRecord]]:
     """The runs of each series in the order of x: numbers ascending, names as the grid lists them."""
     x, series = _x(spec), _series(spec)
     listed = [v for v in spec.grid.get(x, []) if not isinstance(v, dict)]
@@ -91,7 +91,7 @@ def _along_x(spec: sweepspec.SweepSpec, runs: list[RunRecord]) -> list[list[RunR
     return [sorted(group, key=position) for group in groups.values()]
 
 
-def _copy(spec: sweepspec.SweepSpec, runs: list[RunRecord], how: str) -> list[RunRecord]:
+def _copy(spec: sweep_spec.SweepSpec, runs: list[RunRecord], how: str) -> list[RunRecord]:
     changed = {run.run_id: dict(run.metrics) for run in runs}
     for line in _along_x(spec, runs):
         for metric in {m for run in line for m in run.metrics}:
@@ -109,7 +109,7 @@ def _copy(spec: sweepspec.SweepSpec, runs: list[RunRecord], how: str) -> list[Ru
     return [RunRecord(r.run_id, r.name, r.status, r.params, changed[r.run_id], r.tags, r.start_time) for r in runs]
 
 
-def _verdicts(spec: sweepspec.SweepSpec, runs: list[RunRecord]) -> list[checks.Verdict]:
+def _verdicts(spec: sweep_spec.SweepSpec, runs: list[RunRecord]) -> list[checks.Verdict]:
     # a document that prints no figure (d2l 12.5) leaves an empty table: its checks must all be on ours
     table = tables.build_table(spec, runs) if runs else pd.DataFrame(columns=spec.axes())
     return checks.evaluate(spec.checks, table, axes=spec.axes())
@@ -117,14 +117,14 @@ def _verdicts(spec: sweepspec.SweepSpec, runs: list[RunRecord]) -> list[checks.V
 
 @pytest.mark.parametrize("name", SWEEPS)
 def test_every_shipped_sweep_states_its_claims_as_checks_in_words(name):
-    spec = sweepspec.load(name)
+    spec = sweep_spec.load(name)
     assert spec.checks, f"{name}: a table with no check is judged by nobody"
     assert all(c.text for c in spec.checks), f"{name}: each check says its claim in words (text)"
 
 
 @pytest.mark.parametrize("name", SWEEPS)
 def test_the_published_rows_pass_every_check_they_can_judge(name):
-    spec = sweepspec.load(name)
+    spec = sweep_spec.load(name)
     verdicts = _verdicts(spec, _published_runs(spec))
     for check, verdict in zip(spec.checks, verdicts):
         expected = checks.NA if check.on == "ours" else checks.PASS
@@ -148,7 +148,7 @@ def _claims_no_effect(check: Check) -> bool:
     return low <= 1 <= high and (check.within is not None or both_ends)
 
 
-def _never_failing(spec: sweepspec.SweepSpec) -> list[str]:
+def _never_failing(spec: sweep_spec.SweepSpec) -> list[str]:
     """The judged checks that no contradicting copy of the published rows makes FAIL, with what each copy gave."""
     runs = _published_runs(spec)
     copies = {how: _verdicts(spec, _copy(spec, runs, how)) for how in COPIES}
@@ -166,14 +166,14 @@ def _never_failing(spec: sweepspec.SweepSpec) -> list[str]:
 
 @pytest.mark.parametrize("name", SWEEPS)
 def test_every_check_fails_on_a_copy_that_contradicts_the_documents(name):
-    never = _never_failing(sweepspec.load(name))
+    never = _never_failing(sweep_spec.load(name))
     assert not never, f"{name}: these checks pass whatever the rows say: " + "; ".join(never)
 
 
 def test_the_checks_this_replaced_would_be_caught():
     """D12.3's old floor of 1.0 on the overlap gain, which serial execution meets, and D12.1's old
     ratio within 25% of 1.2x, which a TorchScript 10% slower than eager met."""
-    autoparallel, hybridize = sweepspec.load("autoparallel"), sweepspec.load("hybridize")
+    autoparallel, hybridize = sweep_spec.load("autoparallel"), sweep_spec.load("hybridize")
     old_floor = autoparallel.model_copy(update={"checks": [
         parse({"kind": "bound", "metric": "overlap_gain", "min": 1.0, "text": "old D12.3 floor"})]})
     old_ratio = hybridize.model_copy(update={"checks": [
@@ -189,7 +189,7 @@ def test_the_checks_this_replaced_would_be_caught():
 def test_the_copies_contradict_a_trend_and_keep_derived_columns():
     """The helpers themselves: threads' times reversed make 16 threads the slowest, so the speed-up
     (derived after the copy) falls below 1; flattened, every speed-up is 1."""
-    spec = sweepspec.load("threads")
+    spec = sweep_spec.load("threads")
     runs = _published_runs(spec)
     reversed_table = tables.build_table(spec, _copy(spec, runs, "reversed"))
     flat_table = tables.build_table(spec, _copy(spec, runs, "flattened"))
@@ -201,16 +201,16 @@ def test_the_copies_contradict_a_trend_and_keep_derived_columns():
 
 def test_a_series_is_reversed_on_its_own():
     """cpu-ddp's lines are its backends: gloo's 4 rows and ccl's 3 are reversed separately."""
-    spec = sweepspec.load("cpu-ddp")
+    spec = sweep_spec.load("cpu-ddp")
     table = tables.build_table(spec, _copy(spec, _published_runs(spec), "reversed")).set_index(["backend", "world_size"])
     assert table.loc[("gloo", 1), "train_time_s"] == 37 and table.loc[("ccl", 2), "train_time_s"] == 35
 
 
-def _grid_points(spec: sweepspec.SweepSpec) -> pd.DataFrame:
+def _grid_points(spec: sweep_spec.SweepSpec) -> pd.DataFrame:
     """Every grid point of every scale, one row each (axis values only)."""
     points = []
     for scale in spec.scales:
-        for cell in sweepspec.expand(spec, scale, repeats=1):
+        for cell in sweep_spec.expand(spec, scale, repeats=1):
             point = {a: getattr(cell.config, a) for a in spec.axes()}
             if point not in points:
                 points.append(point)
@@ -244,14 +244,14 @@ def _fabricated(check: Check, points: pd.DataFrame, agree: bool) -> pd.DataFrame
     return table
 
 
-OURS = [(name, i) for name in SWEEPS for i, c in enumerate(sweepspec.load(name).checks) if c.on == "ours"]
+OURS = [(name, i) for name in SWEEPS for i, c in enumerate(sweep_spec.load(name).checks) if c.on == "ours"]
 
 
 @pytest.mark.parametrize("name, index", OURS)
 def test_a_check_on_our_figures_passes_when_they_agree_and_fails_when_they_contradict(name, index):
     """The checks the published rows cannot judge: fed our own figures, fabricated to agree with the
     claim, and to contradict it."""
-    spec = sweepspec.load(name)
+    spec = sweep_spec.load(name)
     check, points = spec.checks[index], _grid_points(spec)
     agreeing, contradicting = (checks.evaluate([check], _fabricated(check, points, how), axes=spec.axes())[0]
                                for how in (True, False))

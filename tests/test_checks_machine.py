@@ -11,7 +11,7 @@ from harness.report import checks
 from harness.report.machine import MeasuredOn, measured_on
 from harness.store import RunRecord
 from harness.store.tracking import OUTCOME, REASON
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 
 TWO_CORES = {"cpu.cores": "2", "gpu.names": "none", "cpu.native_bf16": "false"}
 TABLE = pd.DataFrame({"threads": [1, 2], "train_time_s": [10.0, 6.0], "speedup": [1.0, 10 / 6]})
@@ -89,7 +89,7 @@ def test_a_check_with_nothing_to_judge_stays_na_and_names_what_is_missing():
 def test_the_report_and_its_summary_count_differs_apart(store, tmp_path, monkeypatch, sweep_file):
     """End to end on the real store: this machine's cores are read back from the cells' fingerprint."""
     from harness.report.reproduction import write_reproduction
-    from harness.sweeps.engine import run_sweep
+    from harness.sweeps.sweep_engine import run_sweep
 
     published = """[published]
 machine = "a machine with a million cores"
@@ -107,8 +107,8 @@ max = 0.0
 text = "trains in no time anywhere"
 """
     path = sweep_file("differs", {"sparsity": [0.0]}, published=published)
-    monkeypatch.setattr(sweepspec, "SWEEPS_DIR", path.parent)
-    run_sweep(sweepspec.load("differs"), store, show_progress=False)
+    monkeypatch.setattr(sweep_spec, "SWEEPS_DIR", path.parent)
+    run_sweep(sweep_spec.load("differs"), store, show_progress=False)
     written, summary = write_reproduction(store, tmp_path / "out")
     assert summary.endswith("checks: measured claims 1 FAIL; stand-ins 1 DIFFERS: machine")
     text = written.read_text()

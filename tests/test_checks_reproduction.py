@@ -4,9 +4,9 @@ import pytest
 from conftest import toml_value
 from harness.errors import UserError
 from harness.report import checks
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 from harness.report.reproduction import write_reproduction
-from harness.sweeps.engine import run_sweep
+from harness.sweeps.sweep_engine import run_sweep
 
 TABLE = pd.DataFrame({
     "sparsity": [0.0, 0.5, 0.8],
@@ -61,8 +61,8 @@ text = "tiny CNN has 9,802 parameters"
 """
     ran = sweep_file("repro_ran", {"sparsity": [0.0, 0.5]}, published=published)
     sweep_file("repro_unrun", {"sparsity": [0.0]})
-    monkeypatch.setattr(sweepspec, "SWEEPS_DIR", ran.parent)
-    run_sweep(sweepspec.load("repro_ran"), store, show_progress=False)
+    monkeypatch.setattr(sweep_spec, "SWEEPS_DIR", ran.parent)
+    run_sweep(sweep_spec.load("repro_ran"), store, show_progress=False)
     path, summary = write_reproduction(store, tmp_path / "out")
     text = path.read_text()
     assert summary == "1 of 2 tables run (not run: repro_unrun); checks: exact facts 1 PASS"
@@ -75,7 +75,7 @@ def test_cells_from_another_machine_are_reported_separately(store, sweep_file, m
     from harness import fingerprint as fp_module
     from harness.report import tables as report
 
-    spec = sweepspec.load(str(sweep_file("two_machines", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("two_machines", {"sparsity": [0.0, 0.5]})))
     run_sweep(spec, store, overrides={"sparsity": [0.0]}, show_progress=False)
     other = {**fp_module.fingerprint(), "fingerprint": "otherbox01", "cpu.model": "Other CPU"}
     monkeypatch.setattr("harness.store.tracking.fingerprint", lambda: other)
@@ -96,7 +96,7 @@ def test_report_of_a_compound_axis_names_unrun_published_rows(store, tmp_path):
     """Published rows with no cell are named by the fields a compound axis varies (regression:
     the grid's axis name is not a column of the table)."""
     from harness.report import tables as report
-    from harness.sweeps.spec import SweepSpec
+    from harness.sweeps.sweep_spec import SweepSpec
 
     from conftest import TINY_BASE
 
@@ -193,7 +193,7 @@ def test_a_mistyped_check_stops_the_sweep_file_with_one_sentence(sweep_file, che
     path = sweep_file("bad_check", {"sparsity": [0.0]},
                       published="[[checks]]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in check.items()))
     with pytest.raises(UserError) as err:
-        sweepspec.load(str(path))
+        sweep_spec.load(str(path))
     message = str(err.value)
     assert words in message and "checks.0" in message and "\n" not in message
 

@@ -129,10 +129,10 @@ def test_ui_on_a_port_in_use_is_one_sentence(uri, capsys):
 
 def test_ui_banner_names_each_runs_table_with_the_model_training_view(store, sweep_file):
     from harness.cli.ui_server import _banner
-    from harness.sweeps import spec as sweepspec
-    from harness.sweeps.engine import run_sweep
+    from harness.sweeps import sweep_spec
+    from harness.sweeps.sweep_engine import run_sweep
 
-    run_sweep(sweepspec.load(str(sweep_file("bannered", {"sparsity": [0.0]}))), store, show_progress=False)
+    run_sweep(sweep_spec.load(str(sweep_file("bannered", {"sparsity": [0.0]}))), store, show_progress=False)
     experiment_id = store.find_experiment("bannered")
     text = _banner(store, "http://127.0.0.1:5999")
     line = next(line for line in text.splitlines() if line.split()[:1] == ["bannered"])

@@ -547,15 +547,15 @@ def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_fi
     dying = textwrap.dedent(f"""\
         import os, optuna
         from harness.store import Claims, Store
-        from harness.studies import engine, spec
-        study = engine.open_study(spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
+        from harness.studies import study_engine, study_spec
+        study = study_engine.open_study(study_spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
         store = Store({uri!r})  # the study's parent run, made before any trial as the engine makes it
-        engine.parent_run(store, store.experiment_id("toldthendied"), "toldthendied-full", "full", {{}})
+        study_engine.parent_run(store, store.experiment_id("toldthendied"), "toldthendied-full", "full", {{}})
         claims = Claims({url!r})
         claims.claim("study:toldthendied-full", "slot-00000")
         trial = study.ask()
-        trial.set_user_attr(engine.OWNER_ATTR, f"{{claims.host}}|{{claims.pid}}|{{claims.pid_start:.2f}}|{{claims.owner}}")
-        trial.set_user_attr(engine.SLOT_ATTR, "slot-00000")
+        trial.set_user_attr(study_engine.OWNER_ATTR, f"{{claims.host}}|{{claims.pid}}|{{claims.pid_start:.2f}}|{{claims.owner}}")
+        trial.set_user_attr(study_engine.SLOT_ATTR, "slot-00000")
         study.tell(trial, 0.5)
         os._exit(0)  # dies here: the slot is never released
         """)
@@ -629,16 +629,16 @@ class _RecordingLauncher:
 
 
 def test_workers_get_the_store_locations_through_the_environment_not_argv(sweep_file, study_file, tmp_path):
-    from harness.studies import engine as study_engine, spec as studyspec
-    from harness.sweeps import spec as sweepspec
-    from harness.sweeps.engine import run_sweep
+    from harness.studies import study_engine, study_spec
+    from harness.sweeps import sweep_spec
+    from harness.sweeps.sweep_engine import run_sweep
 
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     db_url = f"sqlite:///{tmp_path / 'claims.db'}"
     sweep, study = _RecordingLauncher(), _RecordingLauncher()
-    run_sweep(sweepspec.load(str(sweep_file("envs", {"sparsity": [0.0, 0.5]}))), store, scale="smoke",
+    run_sweep(sweep_spec.load(str(sweep_file("envs", {"sparsity": [0.0, 0.5]}))), store, scale="smoke",
               db_url=db_url, workers=2, launcher=sweep, show_progress=False)
-    spec = studyspec.load(str(study_file("envstudy", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n')))
+    spec = study_spec.load(str(study_file("envstudy", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n')))
     study_engine.run_study(spec, store, db_url, scale="smoke", overrides={}, workers=2, launcher=study,
                            show_progress=False,
                            out_dir=tmp_path, log=lambda line: None)
@@ -908,7 +908,7 @@ def test_a_store_deleted_during_a_studys_last_trial_is_named_and_nothing_is_repo
                                                                                      capsys, monkeypatch):
     """The real file deleted (as `rm mlflow.db*` does) just as the last trial ends: there is no
     next trial to notice it before, so the study itself checks before its report and summary."""
-    from harness.studies import engine as study_engine
+    from harness.studies import study_engine
 
     path = study_file("vanishing", space=LR_SPACE, n_trials=2, base={"epochs": 1})
     real, finished = study_engine.run_cell, []
@@ -1162,9 +1162,9 @@ def test_a_sweep_past_max_cells_is_refused_and_a_large_one_says_how_large_first(
     from harness.cli import commands
 
     args = SimpleNamespace(scale="full", sets=["epochs=1000000000"], max_cells=10)
-    from harness.sweeps import spec as sweepspec
+    from harness.sweeps import sweep_spec
 
-    commands._size_of_job(sweepspec.load(str(small)), args)
+    commands._size_of_job(sweep_spec.load(str(small)), args)
     said = capsys.readouterr().err
     assert "is a large job: 1 cells, 1000000000 epochs in all" in said and all_runs(uri) == []
 
@@ -1200,9 +1200,9 @@ def test_a_large_study_says_how_large_before_its_first_trial(study_file, tmp_pat
     assert "ran 0 trial(s)" in said.out and cells_and_parents(uri)[0] == []
     # A searched epochs counts at the top of its range; a small study of short trials says nothing.
     from harness.cli import commands
-    from harness.studies import spec as studyspec
+    from harness.studies import study_spec
 
-    searched = studyspec.load(str(study_file("searched", space='epochs = { type = "int", low = 1, high = 60000 }\n',
+    searched = study_spec.load(str(study_file("searched", space='epochs = { type = "int", low = 1, high = 60000 }\n',
                                              n_trials=2)))
     commands._size_of_study(searched, SimpleNamespace(scale="full", n_trials=None, max_trials=10), {})
     assert "study searched (full) is a large job: 2 trials, at most 120000 epochs in all" in capsys.readouterr().err

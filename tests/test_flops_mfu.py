@@ -266,10 +266,10 @@ def _epochs_trained(metrics: dict, cfg) -> float:
 
 def test_a_sweep_report_shows_mfu_beside_the_time(sweep_file, store):
     from harness.report import tables
-    from harness.sweeps import spec as sweepspec
-    from harness.sweeps.engine import run_sweep
+    from harness.sweeps import sweep_spec
+    from harness.sweeps.sweep_engine import run_sweep
 
-    spec = sweepspec.load(str(sweep_file("mfu_report", {"sparsity": [0.0, 0.5]},
+    spec = sweep_spec.load(str(sweep_file("mfu_report", {"sparsity": [0.0, 0.5]},
                                          base={"pruning_backend": "torch-pruning"})))
     run_sweep(spec, store, scale="smoke", show_progress=False)
     built = tables.build(store, spec, "smoke")
@@ -296,12 +296,12 @@ def test_a_committed_mfu_is_recomputed_from_its_csv_row_and_the_peak_the_report_
     import pandas as pd
 
     from harness.report.reproduction import write_reproduction
-    from harness.sweeps import spec as sweepspec
-    from harness.sweeps.engine import run_sweep
+    from harness.sweeps import sweep_spec
+    from harness.sweeps.sweep_engine import run_sweep
 
     path = sweep_file("mfu_recompute", {"sparsity": [0.0, 0.5]}, base={"pruning_backend": "torch-pruning"})
-    monkeypatch.setattr(sweepspec, "SWEEPS_DIR", path.parent)
-    run_sweep(sweepspec.load("mfu_recompute"), store, scale="smoke", show_progress=False)
+    monkeypatch.setattr(sweep_spec, "SWEEPS_DIR", path.parent)
+    run_sweep(sweep_spec.load("mfu_recompute"), store, scale="smoke", show_progress=False)
     written, _ = write_reproduction(store, tmp_path / "out")
     page = written.read_text()
     printed = {key: float(value) for key, value in

@@ -11,10 +11,10 @@ from experiments import formats
 from experiments import make_config
 from harness.errors import CellSkipped
 from harness.report import checks, tables as report
-from harness.sweeps import spec as sweepspec
-from harness.sweeps.engine import run_sweep
+from harness.sweeps import sweep_spec
+from harness.sweeps.sweep_engine import run_sweep
 
-BOOK = {r["number_format"]: r for r in sweepspec.load("formats").published["rows"]}
+BOOK = {r["number_format"]: r for r in sweep_spec.load("formats").published["rows"]}
 FIELDS = ("sign_bits", "exponent_bits", "mantissa_bits", "format_bits", "storage_bytes")
 
 
@@ -82,7 +82,7 @@ def test_tf32_measured_on_an_ampere_gpu_has_the_book_s_bits():
 
 
 def test_every_figure_of_the_table_is_an_exact_check_with_its_claim():
-    spec = sweepspec.load("formats")
+    spec = sweep_spec.load("formats")
     exact = {(c.where["number_format"], c.metric): c.expected for c in spec.checks if c.where}
     for name, row in BOOK.items():
         for metric in ("exponent_bits", "mantissa_bits", "storage_bytes"):
@@ -91,7 +91,7 @@ def test_every_figure_of_the_table_is_an_exact_check_with_its_claim():
 
 
 def test_the_checks_pass_on_the_book_s_table_and_fail_on_a_changed_figure():
-    spec = sweepspec.load("formats")
+    spec = sweep_spec.load("formats")
     table = pd.DataFrame(spec.published["rows"])
     assert {v.verdict for v in checks.evaluate(spec.checks, table)} == {"PASS"}
     wrong = table.assign(mantissa_bits=table.mantissa_bits.where(table.number_format != "bf16", 10))
@@ -101,7 +101,7 @@ def test_the_checks_pass_on_the_book_s_table_and_fail_on_a_changed_figure():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the tf32 cell runs")
 def test_the_sweep_records_the_bits_and_the_report_gives_exact_verdicts(store, tmp_path):
-    spec = sweepspec.load("formats")
+    spec = sweep_spec.load("formats")
     result = run_sweep(spec, store, scale="smoke", show_progress=False)
     assert [r.outcome for r in result.results] == ["ok", "ok", "ok", "ok", "skipped"]
     built = report.build(store, spec, "smoke")

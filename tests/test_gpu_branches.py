@@ -17,7 +17,7 @@ import experiments.dp_scratch as dp_scratch
 import experiments.hybridize as hybridize
 from harness import hardware, precision, timing
 from harness.report import tables as report
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 from experiments import make_config
 from harness.data import DeviceBatches, Split, synthetic
 from harness.distributed import ddp_train, placement
@@ -200,7 +200,7 @@ def test_a_single_process_launch_asks_torchrun_for_one_process(tmp_path):
 # --- 6. T10.2: one 1-GPU cell, and every lr_scaling series has its speed-up --------------------------
 @pytest.mark.parametrize("scale", ["smoke", "quick", "full"])
 def test_the_gpu_sweep_runs_one_gpu_once(scale):
-    cells = sweepspec.expand(sweepspec.load("gpus"), scale)
+    cells = sweep_spec.expand(sweep_spec.load("gpus"), scale)
     ids = [c.cell_id for c in cells]
     assert len(ids) == len(set(ids))
     first_round = [c for c in cells if c.config.repeat == 0]   # every round repeats the grid
@@ -210,7 +210,7 @@ def test_the_gpu_sweep_runs_one_gpu_once(scale):
 
 
 def test_each_lr_scaling_series_is_sped_up_over_the_one_gpu_cell(store):
-    spec = sweepspec.load("gpus").model_copy(update={"name": "gpus-series-baseline"})
+    spec = sweep_spec.load("gpus").model_copy(update={"name": "gpus-series-baseline"})
     experiment = store.experiment_id(spec.name)
     tags = {SWEEP: spec.name, SCALE: "smoke"}
     parent = store.start_run(experiment, "parent", tags)

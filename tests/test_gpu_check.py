@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 from harness.folders import REPO_ROOT
 from harness.store import Outcome
 from harness.store.tracking import CELL_ID, SCALE, SWEEP
@@ -37,7 +37,7 @@ def test_a_sweep_that_would_download_is_refused_before_anything_runs(monkeypatch
 
 def test_the_sweep_line_comes_from_the_store(store, capsys):
     sweep = gpu_check.Sweep("gpus", "T10.2", [])
-    spec = sweepspec.load("gpus").model_copy(update={"name": "gpu-check-line"})  # its own MLflow experiment
+    spec = sweep_spec.load("gpus").model_copy(update={"name": "gpu-check-line"})  # its own MLflow experiment
     experiment = store.experiment_id(spec.name)
     tags = {SWEEP: spec.name, SCALE: "smoke"}
     parent = store.start_run(experiment, "parent", tags)

@@ -9,9 +9,9 @@ from harness.invocation import Invocation, Stopped, set_arguments
 from harness.launchers import WorkerRole
 from harness.store import Outcome, Store
 from harness.store.tracking import DESCRIPTION
-from harness.studies import engine as study_engine, spec as studyspec
-from harness.sweeps import spec as sweepspec
-from harness.sweeps.engine import run_sweep
+from harness.studies import study_engine, study_spec
+from harness.sweeps import sweep_spec
+from harness.sweeps.sweep_engine import run_sweep
 
 LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
 
@@ -69,7 +69,7 @@ def test_study_workers_open_the_study_their_launcher_named(study_file, tmp_path)
     """A study whose trials would each take every core gives each worker a share (threads): the
     worker parses that back from its command line and must name the study as the launcher did (a
     digest of the overrides), or each worker would run a study of its own."""
-    spec = studyspec.load(str(study_file("shared", space=LR, base={"threads": 0})))
+    spec = study_spec.load(str(study_file("shared", space=LR, base={"threads": 0})))
     store, db_url = _stores(tmp_path)
     launcher = _Recording(cores=3)
     outcome = study_engine.run_study(spec, store, db_url, scale="full", overrides={"epochs": "1"}, workers=2,
@@ -87,9 +87,9 @@ def test_sweep_and_study_workers_run_the_same_worker_protocol(sweep_file, study_
     --no-progress --worker INDEX:TOKEN:PARENT` and the same environment keys."""
     store, db_url = _stores(tmp_path)
     sweep, study = _Recording(), _Recording()
-    run_sweep(sweepspec.load(str(sweep_file("protocol", {"sparsity": [0.0, 0.5]}))), store, scale="smoke",
+    run_sweep(sweep_spec.load(str(sweep_file("protocol", {"sparsity": [0.0, 0.5]}))), store, scale="smoke",
               db_url=db_url, workers=2, launcher=sweep, show_progress=False)
-    spec = studyspec.load(str(study_file("protocol", space=LR)))
+    spec = study_spec.load(str(study_file("protocol", space=LR)))
     study_engine.run_study(spec, store, db_url, scale="smoke", overrides={}, workers=2, launcher=study,
                            show_progress=False, out_dir=tmp_path, log=lambda line: None)
     for kind, launcher in (("sweep", sweep), ("study", study)):

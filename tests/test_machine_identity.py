@@ -7,9 +7,9 @@ import pytest
 
 from harness import calibration, fingerprint
 from harness.cli.summary import sweep_summary
-from harness.sweeps import engine
-from harness.sweeps import spec as sweepspec
-from harness.sweeps.engine import run_sweep
+from harness.sweeps import sweep_engine
+from harness.sweeps import sweep_spec
+from harness.sweeps.sweep_engine import run_sweep
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -62,13 +62,13 @@ def test_the_speed_index_is_a_positive_rate_and_drift_is_symmetric():
 
 
 def test_a_resumed_sweep_on_a_machine_of_another_speed_names_its_reused_cells(store, sweep_file, monkeypatch):
-    spec = sweepspec.load(str(sweep_file("drift", {"sparsity": [0.0, 0.5]})))
-    monkeypatch.setattr(engine, "measure_speed", lambda: 10.0)
+    spec = sweep_spec.load(str(sweep_file("drift", {"sparsity": [0.0, 0.5]})))
+    monkeypatch.setattr(sweep_engine, "measure_speed", lambda: 10.0)
     first = run_sweep(spec, store, scale="smoke", show_progress=False)
     assert [r.metrics["speed_index"] for r in first.results] == [10.0, 10.0]
-    monkeypatch.setattr(engine, "measure_speed", lambda: 10.5)   # within the noise floor: nothing to say
+    monkeypatch.setattr(sweep_engine, "measure_speed", lambda: 10.5)   # within the noise floor: nothing to say
     assert run_sweep(spec, store, scale="smoke", show_progress=False).drifted() == []
-    monkeypatch.setattr(engine, "measure_speed", lambda: 6.0)    # a slower day
+    monkeypatch.setattr(sweep_engine, "measure_speed", lambda: 6.0)    # a slower day
     resumed = run_sweep(spec, store, scale="smoke", show_progress=False)
     assert [r.outcome for r in resumed.results] == ["reused", "reused"] and len(resumed.drifted()) == 2
     summary = sweep_summary(resumed)
@@ -94,10 +94,10 @@ def test_a_table_whose_cells_ran_at_different_speeds_says_so():
 def test_the_report_says_when_its_ratios_mix_machine_speeds(store, sweep_file, monkeypatch):
     from harness.report import tables
 
-    spec = sweepspec.load(str(sweep_file("mixed_speed", {"sparsity": [0.0, 0.5]})))
-    monkeypatch.setattr(engine, "measure_speed", lambda: 10.0)
+    spec = sweep_spec.load(str(sweep_file("mixed_speed", {"sparsity": [0.0, 0.5]})))
+    monkeypatch.setattr(sweep_engine, "measure_speed", lambda: 10.0)
     run_sweep(spec, store, scale="smoke", show_progress=False, select=lambda c: c.config.sparsity == 0.0)
-    monkeypatch.setattr(engine, "measure_speed", lambda: 5.0)
+    monkeypatch.setattr(sweep_engine, "measure_speed", lambda: 5.0)
     run_sweep(spec, store, scale="smoke", show_progress=False)
     built = tables.build(store, spec, "smoke")
     assert "**Machine speed differs across cells**" in built.markdown and "100% apart" in built.markdown
@@ -107,10 +107,10 @@ def test_the_report_says_when_its_ratios_mix_machine_speeds(store, sweep_file, m
 def test_workers_log_the_speed_index_their_launcher_measured(sweep_file, tmp_path):
     """Two worker processes run the cells: each cell carries the parent's speed_index (its tag)."""
     from harness.store import Store
-    from harness.sweeps.engine import PARENT_SPEED_TAG
+    from harness.sweeps.sweep_engine import PARENT_SPEED_TAG
 
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    spec = sweepspec.load(str(sweep_file("worker_speed", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("worker_speed", {"sparsity": [0.0, 0.5]})))
     result = run_sweep(spec, store, scale="smoke", workers=2, show_progress=False)
     assert [r.outcome for r in result.results] == ["ok", "ok"]
     parent = next(r for r in store.sweep_runs(store.find_experiment("worker_speed"), "worker_speed", parents=True))

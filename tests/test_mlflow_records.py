@@ -6,13 +6,13 @@ from conftest import mlflow_client
 
 from experiments import make_config
 from harness.dataset_record import describe
-from harness.sweeps import spec as sweepspec
-from harness.sweeps.engine import run_sweep
+from harness.sweeps import sweep_spec
+from harness.sweeps.sweep_engine import run_sweep
 
 
 def test_every_training_cell_logs_its_dataset_and_system_metrics_when_asked(store, sweep_file, monkeypatch):
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.02")  # a tiny cell outlives a few samples
-    spec = sweepspec.load(str(sweep_file("records", {"sparsity": [0.0]}, base={"train_limit": 1024, "epochs": 3})))
+    spec = sweep_spec.load(str(sweep_file("records", {"sparsity": [0.0]}, base={"train_limit": 1024, "epochs": 3})))
     spec.system_metrics = True
     result = run_sweep(spec, store, show_progress=False)
     run = mlflow_client(store).get_run(result.results[0].run_id)
@@ -64,7 +64,7 @@ def test_workers_get_the_command_lines_system_metrics_choice(store, sweep_file):
             self.commands.extend(commands)
             return [0] * len(commands)
 
-    spec = sweepspec.load(str(sweep_file("forwarded", {"sparsity": [0.0]})))
+    spec = sweep_spec.load(str(sweep_file("forwarded", {"sparsity": [0.0]})))
     spec.system_metrics = True
     launcher = Recording()
     run_sweep(spec, store, workers=2, launcher=launcher, show_progress=False)

@@ -9,10 +9,10 @@ import torch
 
 from experiments import dp_scratch
 from harness.report import tables as report
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 from experiments import make_config
 from harness.errors import CellSkipped, UserError
-from harness.sweeps.engine import run_sweep
+from harness.sweeps.sweep_engine import run_sweep
 
 LAYOUT_SWEEP = """\
 name = "{name}"
@@ -49,19 +49,19 @@ rows = [
 def _spec(tmp_path, name="layouts"):
     path = tmp_path / f"{name}.toml"
     path.write_text(LAYOUT_SWEEP.format(name=name))
-    return sweepspec.load(str(path))
+    return sweep_spec.load(str(path))
 
 
 def test_a_compound_axis_varies_fields_together_and_a_scale_can_replace_it(tmp_path):
     spec = _spec(tmp_path)
-    full = sweepspec.expand(spec, "full")
+    full = sweep_spec.expand(spec, "full")
     assert [(c.config.world_size, c.config.threads, c.config.batch_size) for c in full] == [
         (1, 1, 32), (1, 1, 16), (1, 2, 32), (1, 2, 16)]
     assert full[2].label == "world_size=1 threads=2 batch_size=32"
-    assert len(sweepspec.expand(spec, "smoke")) == 6
+    assert len(sweep_spec.expand(spec, "smoke")) == 6
     assert spec.axes() == ["world_size", "threads", "batch_size"]
     with pytest.raises(UserError, match="grid axis 'layout'"):
-        sweepspec.expand(spec, "full", {"threads": 4})
+        sweep_spec.expand(spec, "full", {"threads": 4})
 
 
 def test_report_gives_speedup_and_efficiency_per_series_with_skips_listed(tmp_path, store, monkeypatch):

@@ -4,9 +4,9 @@ import pytest
 from harness.cli import main
 from harness.report import tables as report, writeback
 from harness.store.tracking import EXPERIMENT_TAG_LIMIT, RunRecord, Store
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 from harness.errors import UserError
-from harness.sweeps.engine import run_sweep
+from harness.sweeps.sweep_engine import run_sweep
 from conftest import mlflow_client
 
 PUBLISHED = """[published]
@@ -20,7 +20,7 @@ rows = [
 
 
 def test_report_sets_ours_beside_the_published_figures(store, sweep_file, tmp_path):
-    spec = sweepspec.load(str(sweep_file("rep_table", {"sparsity": [0.0, 0.5]}, repeats=2, published=PUBLISHED)))
+    spec = sweep_spec.load(str(sweep_file("rep_table", {"sparsity": [0.0, 0.5]}, repeats=2, published=PUBLISHED)))
     run_sweep(spec, store, show_progress=False)
     built = report.build(store, spec)
     t = built.table.set_index("sparsity")
@@ -39,7 +39,7 @@ def test_report_sets_ours_beside_the_published_figures(store, sweep_file, tmp_pa
 
 
 def test_report_of_a_sweep_not_run_says_how_to_run_it(store, sweep_file):
-    spec = sweepspec.load(str(sweep_file("never_run", {"sparsity": [0.0]})))
+    spec = sweep_spec.load(str(sweep_file("never_run", {"sparsity": [0.0]})))
     with pytest.raises(UserError, match="make sweep-never_run SCALE=smoke"):
         report.build(store, spec)
 
@@ -48,7 +48,7 @@ def test_a_sweep_leaves_its_table_in_the_experiment_and_its_speedups_on_the_cell
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     path = sweep_file("story", {"sparsity": [0.0, 0.5]}, repeats=2, published=PUBLISHED)
     assert main(["sweep", str(path), "--scale", "smoke", "--tracking-uri", uri, "--no-progress"]) == 0
-    store, spec = Store(uri), sweepspec.load(str(path))
+    store, spec = Store(uri), sweep_spec.load(str(path))
     experiment = mlflow_client(store).get_experiment_by_name("story")
     built = report.build(store, spec)
     note = experiment.tags["mlflow.note.content"]
@@ -76,7 +76,7 @@ def test_a_sweep_leaves_its_table_in_the_experiment_and_its_speedups_on_the_cell
 
 
 def test_cells_get_their_grid_points_efficiency_when_the_sweep_counts_workers(store, sweep_file):
-    spec = sweepspec.load(str(sweep_file("eff", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("eff", {"sparsity": [0.0, 0.5]})))
     table = pd.DataFrame({"sparsity": [0.0, 0.5], "speedup": [1.0, 1.6], "efficiency": [1.0, 0.8]})
     runs = [RunRecord(f"run{i}", f"sparsity={s}", "FINISHED", {"sparsity": s}, {}, {}, 0)
             for i, s in enumerate(["0.5", "0.0", "0.5"])]
@@ -134,7 +134,7 @@ def test_the_report_and_its_ui_links_point_at_the_parent_holding_the_cells(store
     from harness.store import Outcome
     from harness.store.tracking import KIND, SCALE, SWEEP
 
-    spec = sweepspec.load(str(sweep_file("rep_holder", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("rep_holder", {"sparsity": [0.0, 0.5]})))
     first = run_sweep(spec, store, show_progress=False)
     experiment_id = store.find_experiment("rep_holder")
     empty = store.start_run(experiment_id, "rep_holder (full)", {SWEEP: "rep_holder", SCALE: "full", KIND: "sweep"})

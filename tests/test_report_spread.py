@@ -5,7 +5,7 @@ import pytest
 
 from harness.report import tables as report
 from harness.store.tracking import CELL_ID, RunRecord
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 from harness.timing import spread
 
 # Repeats of two grid points. sparsity 0.0: four repeats; sparsity 0.5: three (its fourth failed
@@ -33,7 +33,7 @@ def _runs() -> list[RunRecord]:
 
 
 def test_the_table_holds_the_median_and_iqr_of_each_grid_points_repeats(sweep_file):
-    spec = sweepspec.load(str(sweep_file("spread", {"sparsity": [0.0, 0.5]}, repeats=4)))
+    spec = sweep_spec.load(str(sweep_file("spread", {"sparsity": [0.0, 0.5]}, repeats=4)))
     table = report.build_table(spec, _runs()).set_index("sparsity")
     for sparsity in TIMES:
         row = table.loc[sparsity]
@@ -54,7 +54,7 @@ def test_a_cells_own_spread_of_its_repeats_agrees_with_the_report():
 
 
 def test_one_repeat_has_no_spread(sweep_file):
-    spec = sweepspec.load(str(sweep_file("single", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("single", {"sparsity": [0.0, 0.5]})))
     one_each = [r for r in _runs() if r.params["repeat"] == "0"]
     table = report.build_table(spec, one_each).set_index("sparsity")
     assert list(table["train_time_s"]) == [30.0, 9.0]

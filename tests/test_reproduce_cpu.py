@@ -19,7 +19,7 @@ from harness.distributed import placement
 from harness.errors import CellSkipped
 from harness.folders import REPO_ROOT
 from harness.cli import reproduce
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 
 CIFAR_FOLDERS = {"imagefolder", "imagefolder_grey28"}   # real CIFAR-10 JPEGs, as RGB or in grey at 28x28
 GPU_ONLY_EXPERIMENTS = {"autoparallel"}
@@ -87,11 +87,11 @@ def test_every_sweep_of_reproduce_cpu_has_a_cpu_scale_that_validates(planned):
     names, with_data = planned
     assert len(names) == len(set(names)) >= 12
     for name in names:
-        spec = sweepspec.load(name)
+        spec = sweep_spec.load(name)
         assert "cpu" in spec.scales, f"sweep {name} has no [scales.cpu]"
         needs_data = experiments.get(spec.experiment).needs_dataset
         assert (name in with_data) == needs_data, f"{name}: DATA_DIR given {name in with_data}, needed {needs_data}"
-        cells = sweepspec.expand(spec, "cpu", {"data_dir": "DATA"} if needs_data else {})
+        cells = sweep_spec.expand(spec, "cpu", {"data_dir": "DATA"} if needs_data else {})
         assert all(c.config is not None for c in cells), [c.error for c in cells if c.error]
         for cell in cells:  # a sweep whose grid varies the device (async) keeps its cuda row, a skip here
             assert cell.config.device == "cpu" or "device" in spec.axes(), f"{name} {cell.label}: {cell.config.device}"
@@ -101,7 +101,7 @@ def test_every_sweep_of_reproduce_cpu_has_a_cpu_scale_that_validates(planned):
 
 def test_every_sweep_file_with_a_cpu_scale_is_reproduced(planned):
     names, _ = planned
-    with_cpu = [n for n in sweepspec.available() if "cpu" in sweepspec.load(n).scales]
+    with_cpu = [n for n in sweep_spec.available() if "cpu" in sweep_spec.load(n).scales]
     assert sorted(with_cpu) == sorted(names)
 
 
@@ -109,7 +109,7 @@ def test_a_sweep_left_out_of_reproduce_cpu_is_one_a_cpu_cannot_run(planned):
     """A new sweep file must be placed: given a cpu scale (that puts it in the plan), or be one of the
     GPU-only experiments (D12.3 queues work on GPUs; on a CPU there is nothing to overlap)."""
     names, _ = planned
-    left_out = {n: sweepspec.load(n).experiment for n in sweepspec.available() if n not in names}
+    left_out = {n: sweep_spec.load(n).experiment for n in sweep_spec.available() if n not in names}
     assert all(experiment in GPU_ONLY_EXPERIMENTS for experiment in left_out.values()), left_out
 
 
@@ -117,7 +117,7 @@ def test_fashion_mnist_tables_use_grey_cifar_and_say_so(planned):
     names, _ = planned
     stand_ins = 0
     for name in names:
-        spec = sweepspec.load(name)
+        spec = sweep_spec.load(name)
         if spec.base.get("dataset") != "fashion_mnist":
             continue
         stand_ins += 1
@@ -137,11 +137,11 @@ def test_cells_two_cores_cannot_hold_are_skips_and_the_rest_run(planned, monkeyp
     monkeypatch.setattr(placement, "backend_problem",
                         lambda backend: "oneCCL bindings missing" if backend == "ccl" else None)
     for name in names:
-        spec = sweepspec.load(name)
+        spec = sweep_spec.load(name)
         if spec.experiment not in ("data_parallel", "dp_scratch"):
             continue
         runs, skips = [], []
-        for cell in sweepspec.expand(spec, "cpu", {"data_dir": "DATA"}):
+        for cell in sweep_spec.expand(spec, "cpu", {"data_dir": "DATA"}):
             try:
                 placement.check_can_run(cell.config)
                 runs.append(cell.label)
@@ -158,8 +158,8 @@ def test_cells_two_cores_cannot_hold_are_skips_and_the_rest_run(planned, monkeyp
     ("gpus", "world_size", [3, 4, 5, 6, 7, 8]),
 ])
 def test_the_documents_axis_is_kept_so_the_report_shows_the_skips(name, axis, full_only):
-    spec = sweepspec.load(name)
-    values = {getattr(c.config, axis) for c in sweepspec.expand(spec, "cpu", {"data_dir": "DATA"})}
+    spec = sweep_spec.load(name)
+    values = {getattr(c.config, axis) for c in sweep_spec.expand(spec, "cpu", {"data_dir": "DATA"})}
     assert set(full_only) <= values
 
 

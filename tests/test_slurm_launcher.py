@@ -187,12 +187,12 @@ def test_a_worker_takes_over_the_cell_of_a_sibling_that_dies(sweep_file, tmp_pat
     dies (a cancelled job) runs B itself; the dead worker's RUNNING run is closed as interrupted."""
     from harness.store import Claims, Store
     from harness.store.tracking import CELL_ID, OUTCOME, PARENT, SWEEP
-    from harness.sweeps import spec as sweepspec
-    from harness.sweeps.engine import run_sweep
-    from harness.sweeps.spec import expand
+    from harness.sweeps import sweep_spec
+    from harness.sweeps.sweep_engine import run_sweep
+    from harness.sweeps.sweep_spec import expand
 
     path = sweep_file("sibling", {"sparsity": [0.0, 0.5]}, base={"pruning_backend": "torch-pruning"})
-    spec = sweepspec.load(str(path))
+    spec = sweep_spec.load(str(path))
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     url = f"sqlite:///{tmp_path / 'claims.db'}"
     cells = expand(spec, "smoke", {})
@@ -238,16 +238,16 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
 
     from harness.store import Claims, Store
     from harness.store.tracking import OUTCOME
-    from harness.studies import engine, spec as studyspec
+    from harness.studies import study_engine, study_spec
 
-    spec = studyspec.load(str(study_file("sib", space='lr = { type = "float", low = 0.001, high = 0.1, log = true }\n',
+    spec = study_spec.load(str(study_file("sib", space='lr = { type = "float", low = 0.001, high = 0.1, log = true }\n',
                                          n_trials=2)))
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     url = f"sqlite:///{tmp_path / 'claims.db'}"
     name = spec.study_name("full", {})
-    study = engine.open_study(spec, name, url, create=True)
+    study = study_engine.open_study(spec, name, url, create=True)
     experiment_id = store.experiment_id(spec.name)
-    parent = engine.parent_run(store, experiment_id, name, "full", {})
+    parent = study_engine.parent_run(store, experiment_id, name, "full", {})
     token_holder = Claims(url)
     sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     threading.Thread(target=sibling.wait, daemon=True).start()
@@ -259,20 +259,20 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
                                  (sibling.pid, psutil.Process(sibling.pid).create_time()))
         orphan = study.ask()
         orphan.suggest_float("lr", 0.001, 0.1, log=True)
-        orphan.set_user_attr(engine.OWNER_ATTR, f"{held.host}|{sibling.pid}|0|{held.owner}")
-        orphan_run = store.start_run(experiment_id, "orphan", {engine.STUDY: name, engine.TRIAL: str(orphan.number)},
-                                     parent)
+        orphan.set_user_attr(study_engine.OWNER_ATTR, f"{held.host}|{sibling.pid}|0|{held.owner}")
+        orphan_run = store.start_run(experiment_id, "orphan",
+                                     {study_engine.STUDY: name, study_engine.TRIAL: str(orphan.number)}, parent)
         role = WorkerRole(0, token_holder.token, parent)
-        outcome = engine.run_study(spec, store, url, scale="full", overrides={}, role=role, show_progress=False,
+        outcome = study_engine.run_study(spec, store, url, scale="full", overrides={}, role=role, show_progress=False,
                                    log=lambda line: None)
     finally:
         sibling.kill()
         held.close()
         token_holder.close()
-    assert outcome.stop is engine.StopReason.TARGET_REACHED and outcome.ran == 2
+    assert outcome.stop is study_engine.StopReason.TARGET_REACHED and outcome.ran == 2
     trials = optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
     assert trials[orphan.number].state == TrialState.FAIL
-    retried = [t for t in trials if t.user_attrs.get(engine.RETRY_OF) == orphan.number]
+    retried = [t for t in trials if t.user_attrs.get(study_engine.RETRY_OF) == orphan.number]
     assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
     assert retried[0].params == trials[orphan.number].params
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 2
@@ -294,10 +294,10 @@ class _WorkersThatNeverStart:
 
 def test_cells_no_worker_ran_say_that_the_workers_failed(sweep_file, tmp_path):
     from harness.store import Outcome, Store
-    from harness.sweeps import spec as sweepspec
-    from harness.sweeps.engine import run_sweep
+    from harness.sweeps import sweep_spec
+    from harness.sweeps.sweep_engine import run_sweep
 
-    spec = sweepspec.load(str(sweep_file("nostart", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("nostart", {"sparsity": [0.0, 0.5]})))
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     result = run_sweep(spec, store, scale="smoke", db_url=f"sqlite:///{tmp_path / 'claims.db'}", workers=2,
                        launcher=_WorkersThatNeverStart(), show_progress=False)
@@ -428,18 +428,18 @@ def test_the_engines_give_a_launcher_a_progress_it_can_read(sweep_file, study_fi
     """What the follow bar reads under any launcher: done of total from the shared database, and
     None only when the user turned bars off (--no-progress)."""
     from harness.store import Store
-    from harness.studies import engine as study_engine, spec as studyspec
-    from harness.sweeps import spec as sweepspec
-    from harness.sweeps.engine import run_sweep
+    from harness.studies import study_engine, study_spec
+    from harness.sweeps import sweep_spec
+    from harness.sweeps.sweep_engine import run_sweep
 
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     db_url = f"sqlite:///{tmp_path / 'claims.db'}"
-    spec = sweepspec.load(str(sweep_file("followed", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("followed", {"sparsity": [0.0, 0.5]})))
     shown, hidden = _LauncherThatReadsProgress(), _LauncherThatReadsProgress()
     run_sweep(spec, store, scale="smoke", db_url=db_url, workers=2, launcher=shown, show_progress=True)
     run_sweep(spec, store, scale="smoke", db_url=db_url, workers=2, launcher=hidden, show_progress=False)
     assert shown.readings == [(0, 2)] and hidden.readings == [None]
-    study = studyspec.load(str(study_file("followedstudy", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n',
+    study = study_spec.load(str(study_file("followedstudy", space='lr = { type = "float", low = 1e-3, high = 1e-1 }\n',
                                                n_trials=3)))
     launcher = _LauncherThatReadsProgress()
     study_engine.run_study(study, store, db_url, scale="smoke", overrides={}, workers=2, launcher=launcher,

@@ -20,13 +20,13 @@ import experiments.amp
 import experiments.asynchronous
 import experiments.hybridize
 from harness.report import tables as report
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 from harness.cli import main
 from experiments import make_config
 from harness.errors import UserError
 from harness.models import D2lMLP, TinyCNN
 from harness.precision import Precision, backend_flags, native_support
-from harness.sweeps.engine import run_sweep
+from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import NOTE_PREFIX
 from conftest import mlflow_client
 
@@ -152,7 +152,7 @@ def test_amp_sweep_logs_dtype_scaler_and_the_emulated_note(store, tmp_path, monk
     monkeypatch.setattr("harness.precision.cpu_flags", lambda: {"avx2"})
     path = tmp_path / "amp_t.toml"
     path.write_text(AMP_SWEEP.format(name="amp_t"))
-    spec = sweepspec.load(str(path))
+    spec = sweep_spec.load(str(path))
     result = run_sweep(spec, store, scale="smoke", show_progress=False)
     assert [r.outcome for r in result.results] == ["ok", "ok", "ok"], [r.reason for r in result.results]
     by_dtype = {r.cell.config.dtype: r for r in result.results}
@@ -251,8 +251,8 @@ metrics = ["per_call_us", "max_abs_diff_vs_eager", "warnings_captured"]
 def test_hybridize_sweep_keeps_the_jit_warning_off_the_screen_and_on_the_run(store, tmp_path, capfd):
     path = tmp_path / "hyb_t.toml"
     path.write_text(HYB_SWEEP)
-    spec = sweepspec.load(str(path))
-    assert len(sweepspec.expand(spec, "smoke")) == 2 and len(sweepspec.expand(spec, "full")) == 4
+    spec = sweep_spec.load(str(path))
+    assert len(sweep_spec.expand(spec, "smoke")) == 2 and len(sweep_spec.expand(spec, "full")) == 4
     result = run_sweep(spec, store, scale="smoke", show_progress=False)
     assert [r.outcome for r in result.results] == ["ok", "ok"], [r.reason for r in result.results]
     assert "deprecated" not in capfd.readouterr().err

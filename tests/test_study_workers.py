@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from conftest import free_port, harness_command as harness
-from harness.studies.engine import RETRY_OF, STUDY
+from harness.studies.study_engine import RETRY_OF, STUDY
 from harness.store.tracking import OUTCOME, PARENT
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]

@@ -3,32 +3,32 @@
 import pytest
 from conftest import assert_one_sentence_exit_2
 
-from harness.studies import spec as studyspec
+from harness.studies import study_spec
 from harness.cli import main
 from harness.errors import UserError
 
 LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
 
 
-@pytest.mark.parametrize("name", studyspec.available())
+@pytest.mark.parametrize("name", study_spec.available())
 def test_shipped_studies_load_and_every_range_end_is_a_valid_config(name):
-    spec = studyspec.load(name)
+    spec = study_spec.load(name)
     assert spec.space and spec.n_trials["smoke"] > 0
     for scale in ("smoke", "quick", "full"):
         spec.fixed(scale)
 
 
 def test_shipped_studies_are_hidden_from_sweeps_and_named_either_way():
-    from harness.sweeps import spec as sweepspec
+    from harness.sweeps import sweep_spec
 
-    assert not any(n.startswith("study") for n in sweepspec.available())
-    assert studyspec.load("lr_batch").path == studyspec.load("study_lr_batch").path
-    tradeoff = studyspec.load("sparsity_tradeoff")
+    assert not any(n.startswith("study") for n in sweep_spec.available())
+    assert study_spec.load("lr_batch").path == study_spec.load("study_lr_batch").path
+    tradeoff = study_spec.load("sparsity_tradeoff")
     assert tradeoff.metrics == ["test_accuracy", "train_time_s"] and tradeoff.multi_objective
 
 
 def test_space_kinds_and_study_names(study_file):
-    spec = studyspec.load(str(study_file("kinds", space=LR + 'batch_size = { type = "int", low = 16, high = 64 }\n'
+    spec = study_spec.load(str(study_file("kinds", space=LR + 'batch_size = { type = "int", low = 16, high = 64 }\n'
                                                        'optimizer = { choices = ["adam", "sgd"] }\n')))
     assert [p.type for p in spec.space.values()] == ["float", "int", "categorical"]
     assert spec.space["lr"].log
@@ -65,7 +65,7 @@ def test_space_kinds_and_study_names(study_file):
 def test_bad_study_files_are_one_sentence(study_file, kwargs, words):
     path = study_file("bad", **kwargs)
     with pytest.raises(UserError) as err:
-        studyspec.load(str(path))
+        study_spec.load(str(path))
     for word in words:
         assert word in str(err.value)
 
@@ -111,13 +111,13 @@ def test_a_direction_changed_after_the_study_exists_is_refused(study_file, uri, 
     assert "was created to ['maximize']" in err and "['minimize']" in err
 
 
-@pytest.mark.parametrize("name", studyspec.available())
+@pytest.mark.parametrize("name", study_spec.available())
 def test_a_shipped_pruner_can_stop_a_smoke_trial_before_its_last_epoch(name):
     """A pruner allowed to act only after the last epoch saves nothing: its "pruned" trial trained
     fully and lost its result."""
     from experiments import make_config
 
-    spec = studyspec.load(name)
+    spec = study_spec.load(name)
     if spec.pruner.name not in ("median", "percentile"):
         pytest.skip(f"study {name} has no median/percentile pruner")
     epochs = make_config(spec.fixed("smoke", {})).epochs
@@ -130,14 +130,14 @@ def test_sampler_and_pruner_defaults_are_one_model_each_and_logged_as_before(stu
     """No [sampler] is TPE, no [pruner] is none; the parent run's params read as they always did."""
     from harness.studies import search
 
-    plain = studyspec.load(str(study_file("plain", space=LR)))
+    plain = study_spec.load(str(study_file("plain", space=LR)))
     assert plain.sampler == search.TPE() and plain.sampler.n_startup_trials == 5 and not plain.pruner.active
     assert (plain.sampler.as_logged(), plain.pruner.as_logged()) == ({"name": "tpe"}, {"name": "none"})
-    shipped = studyspec.load("lr_batch")
+    shipped = study_spec.load("lr_batch")
     assert str(shipped.sampler.as_logged()) == "{'name': 'tpe', 'seed': 0, 'n_startup_trials': 5}"
     assert str(shipped.pruner.as_logged()) == ("{'name': 'median', 'metric': 'epoch_test_accuracy', "
                                                "'n_startup_trials': 3, 'n_warmup_steps': 1}")
-    unnamed = studyspec.load(str(study_file("unnamed", space=LR, extra="[sampler]\nseed = 7\n")))
+    unnamed = study_spec.load(str(study_file("unnamed", space=LR, extra="[sampler]\nseed = 7\n")))
     assert isinstance(unnamed.sampler, search.TPE) and unnamed.sampler.seed == 7
 
 
@@ -169,12 +169,12 @@ def test_every_experiment_says_which_way_is_better_for_the_metrics_it_reports():
 
     for name in experiments.names():
         experiment = experiments.get(name)
-        reported = {m for m in FORMER_SENSE if experiment.has_metric(m) or m in studyspec.HARNESS_METRICS
+        reported = {m for m in FORMER_SENSE if experiment.has_metric(m) or m in study_spec.HARNESS_METRICS
                     or (m in PER_EPOCH and experiment.needs_dataset)}
-        assert {m: studyspec.sense_of(experiment, m) for m in reported} == {m: FORMER_SENSE[m] for m in reported}, name
+        assert {m: study_spec.sense_of(experiment, m) for m in reported} == {m: FORMER_SENSE[m] for m in reported}, name
 
 
 def test_a_study_asking_the_worse_way_is_refused(study_file):
     path = study_file("worse_way", space=LR, metrics=("train_time_s",), directions=("maximize",))
     with pytest.raises(UserError, match="train_time_s, which is better when lower; the direction should be minimize"):
-        studyspec.load(str(path))
+        study_spec.load(str(path))

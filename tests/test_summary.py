@@ -3,7 +3,7 @@
 from harness.cells import Cell, CellResult
 from harness.cli.summary import sweep_summary
 from harness.store import Outcome
-from harness.sweeps.engine import SweepResult
+from harness.sweeps.sweep_engine import SweepResult
 
 
 def _result(outcome, metrics, **values):

@@ -6,9 +6,9 @@ import pytest
 from conftest import assert_one_sentence_exit_2
 
 import experiments.pruning
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 from harness.errors import UserError
-from harness.sweeps.engine import run_sweep
+from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import CELL_ID, OUTCOME, REASON
 from conftest import mlflow_client
 
@@ -18,7 +18,7 @@ def _cells(store, name):
 
 
 def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sweep_file):
-    spec = sweepspec.load(str(sweep_file("logged", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("logged", {"sparsity": [0.0, 0.5]})))
     result = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in result.results] == ["ok", "ok"]
     runs = _cells(store, "logged")
@@ -48,7 +48,7 @@ def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sw
 
 
 def test_running_again_reuses_finished_cells_and_records_nothing_twice(store, sweep_file):
-    spec = sweepspec.load(str(sweep_file("again", {"sparsity": [0.0, 0.3]})))
+    spec = sweep_spec.load(str(sweep_file("again", {"sparsity": [0.0, 0.3]})))
     first = run_sweep(spec, store, show_progress=False)
     second = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in second.results] == ["reused", "reused"]
@@ -65,14 +65,14 @@ def test_running_again_reuses_finished_cells_and_records_nothing_twice(store, sw
 
 def test_a_bad_value_in_the_grid_stops_the_sweep_before_any_run(store, sweep_file):
     # A cell recorded as failed for a value no run could take would sit in every later report.
-    spec = sweepspec.load(str(sweep_file("badcell", {"sparsity": [0.0, 1.5, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("badcell", {"sparsity": [0.0, 1.5, 0.5]})))
     with pytest.raises(UserError, match=r"cell 'sparsity=1\.5'.*\[0, 1\)"):
         run_sweep(spec, store, show_progress=False)
     assert store.find_experiment("badcell") is None  # nothing created: no parent, no cell
 
 
 def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep_file, monkeypatch):
-    spec = sweepspec.load(str(sweep_file("crash", {"sparsity": [0.0, 0.5]})))
+    spec = sweep_spec.load(str(sweep_file("crash", {"sparsity": [0.0, 0.5]})))
     real = experiments.pruning.EXPERIMENT
 
     def flaky(cfg, on_epoch=None):
@@ -92,9 +92,9 @@ def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep
 
 
 def test_a_run_left_running_by_a_dead_process_is_closed(store, sweep_file):
-    spec = sweepspec.load(str(sweep_file("stale", {"sparsity": [0.0]})))
+    spec = sweep_spec.load(str(sweep_file("stale", {"sparsity": [0.0]})))
     exp_id = store.experiment_id("stale")
-    cell = sweepspec.expand(spec)[0]
+    cell = sweep_spec.expand(spec)[0]
     tags = {"harness.sweep": "stale", "harness.scale": "full"}
     dead = {"harness.pid": "999999999"}  # no such process
     parent = store.start_run(exp_id, "stale (full)", tags)
@@ -109,17 +109,17 @@ def test_a_run_left_running_by_a_dead_process_is_closed(store, sweep_file):
 
 
 def test_repeats_expand_and_scales_override(sweep_file):
-    spec = sweepspec.load(str(sweep_file("rep", {"sparsity": [0.0, 0.5]}, repeats=3)))
-    cells = sweepspec.expand(spec, "smoke")
+    spec = sweep_spec.load(str(sweep_file("rep", {"sparsity": [0.0, 0.5]}, repeats=3)))
+    cells = sweep_spec.expand(spec, "smoke")
     assert len(cells) == 6 and len({c.cell_id for c in cells}) == 6
     assert {c.config.epochs for c in cells} == {1}
     # in rounds (A B, A B, A B), never A A A B B B: drift of the machine spreads over every point
     assert [c.label for c in cells[:3]] == ["sparsity=0.0 r0", "sparsity=0.5 r0", "sparsity=0.0 r1"]
     assert [c.config.repeat for c in cells] == [0, 0, 1, 1, 2, 2]
     with pytest.raises(UserError, match="unknown scale 'huge'"):
-        sweepspec.expand(spec, "huge")
+        sweep_spec.expand(spec, "huge")
     with pytest.raises(UserError, match="epochs"):
-        sweepspec.expand(spec, "full", {"epochs": 0})
+        sweep_spec.expand(spec, "full", {"epochs": 0})
 
 
 @pytest.mark.parametrize("grid, base", [
@@ -136,11 +136,11 @@ def test_a_scale_setting_a_field_its_experiment_never_reads_is_refused(sweep_fil
     path = sweep_file("ignored_scale", {"sparsity": [0.0]})
     path.write_text(path.read_text().replace("[scales.smoke]\nepochs = 1\n", "[scales.smoke]\nmatrix_size = 8\n"))
     with pytest.raises(UserError, match=f"sweep file {path}: experiment 'pruning' does not read 'matrix_size'"):
-        sweepspec.load(str(path))
+        sweep_spec.load(str(path))
 
 
-@pytest.mark.parametrize("name", sweepspec.available())
-@pytest.mark.parametrize("scale", sweepspec.SCALES)
+@pytest.mark.parametrize("name", sweep_spec.available())
+@pytest.mark.parametrize("scale", sweep_spec.SCALES)
 def test_shipped_sweeps_expand_to_valid_cells_at_every_scale(name, scale):
-    cells = sweepspec.expand(sweepspec.load(name), scale)
+    cells = sweep_spec.expand(sweep_spec.load(name), scale)
     assert cells and all(c.config is not None for c in cells), [c.error for c in cells]

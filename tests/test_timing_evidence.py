@@ -16,8 +16,8 @@ from harness.errors import UserError
 from harness.report import checks, intervals, render, tables
 from harness.store import RunRecord
 from harness.store.tracking import CELL_ID, OUTCOME
-from harness.sweeps import spec as sweepspec
-from harness.sweeps.engine import run_sweep
+from harness.sweeps import sweep_spec
+from harness.sweeps.sweep_engine import run_sweep
 
 
 def _runs(times: dict[float, list[float]], accuracy: float = 0.5) -> list[RunRecord]:
@@ -34,7 +34,7 @@ def _runs(times: dict[float, list[float]], accuracy: float = 0.5) -> list[RunRec
 
 @pytest.fixture
 def spec(sweep_file):
-    return sweepspec.load(str(sweep_file("evidence", {"sparsity": [0.0, 0.5]}, repeats=3)))
+    return sweep_spec.load(str(sweep_file("evidence", {"sparsity": [0.0, 0.5]}, repeats=3)))
 
 
 def test_medians_and_iqr_over_repeats_are_the_hand_computed_ones(spec):
@@ -48,7 +48,7 @@ def test_medians_and_iqr_over_repeats_are_the_hand_computed_ones(spec):
 
 
 def test_one_repeat_prints_no_spread_and_no_interval(sweep_file):
-    one = sweepspec.load(str(sweep_file("single", {"sparsity": [0.0, 0.5]})))
+    one = sweep_spec.load(str(sweep_file("single", {"sparsity": [0.0, 0.5]})))
     table = tables.build_table(one, _runs({0.0: [10.0], 0.5: [5.0]}))
     assert table["train_time_iqr_s"].isna().all() and table["speedup_hi"].isna().all()
     markdown = render.table_markdown(SimpleNamespace(table=table, spec=one))
@@ -154,31 +154,31 @@ def test_the_summary_counts_kinds_of_evidence_apart():
                                            "1 inconclusive; 1 N/A")
 
 
-@pytest.mark.parametrize("name", sweepspec.available())
+@pytest.mark.parametrize("name", sweep_spec.available())
 def test_shipped_training_sweeps_repeat_three_times_off_smoke(name):
     import experiments
 
-    spec = sweepspec.load(name)
+    spec = sweep_spec.load(name)
     trains = experiments.get(spec.experiment).needs_dataset   # the others time repeats inside one cell
     assert [spec.repeats_at(s) for s in spec.scales] == [1 if s == "smoke" or not trains else 3 for s in spec.scales]
 
 
 def test_a_quick_sweep_runs_every_point_three_times():
-    sparsity = sweepspec.load("sparsity")
-    assert len(sweepspec.expand(sparsity, "quick")) == 27
+    sparsity = sweep_spec.load("sparsity")
+    assert len(sweep_spec.expand(sparsity, "quick")) == 27
 
 
 def test_a_scale_may_set_its_own_repeats(sweep_file):
     path = sweep_file("scaled", {"sparsity": [0.0]})
     path.write_text(path.read_text().replace("[scales.smoke]\n", "[scales.smoke]\nrepeats = 2\n"))
-    spec = sweepspec.load(str(path))
-    assert spec.repeats_at("smoke") == 2 and [c.config.repeat for c in sweepspec.expand(spec, "smoke")] == [0, 1]
+    spec = sweep_spec.load(str(path))
+    assert spec.repeats_at("smoke") == 2 and [c.config.repeat for c in sweep_spec.expand(spec, "smoke")] == [0, 1]
 
 
 def test_repeats_are_the_same_configuration_and_unrun_points_are_listed(store, sweep_file, tmp_path):
     """The issue's example, shrunk: the same sweep plain and with --set model=cnn is two tables, each
     with its own parameter count, never one row of 'repeats 2' mixing them."""
-    spec = sweepspec.load(str(sweep_file("variants", {"sparsity": [0.0, 0.5, 0.8]})))
+    spec = sweep_spec.load(str(sweep_file("variants", {"sparsity": [0.0, 0.5, 0.8]})))
     run_sweep(spec, store, scale="smoke", show_progress=False, select=lambda c: c.config.sparsity < 0.8)
     run_sweep(spec, store, scale="smoke", overrides={"model": "cnn", "sparsity": [0.5]}, show_progress=False)
     reports = tables.build_all(store, spec, "smoke")
@@ -214,7 +214,7 @@ text = "any speed-up at all"
 """
     path = sweep_file("decide", {"sparsity": [0.0, 0.5, 0.8]}, published=published)
     path.write_text(path.read_text().replace("repeats = 1\n", "repeats = 3\n"))
-    spec = sweepspec.load(str(path))
+    spec = sweep_spec.load(str(path))
     run_sweep(spec, store, scale="quick", show_progress=False, repeats=1)
     report = tables.build(store, spec, "quick")
     assert report.verdicts[0].verdict == checks.INCONCLUSIVE   # n = 1
@@ -231,7 +231,7 @@ def test_a_sweep_name_claimed_by_two_files_is_refused(sweep_file, tmp_path):
     first = sweep_file("twice", {"sparsity": [0.0]})
     (tmp_path / "copy.toml").write_text(first.read_text())
     with pytest.raises(UserError, match="sweep name 'twice' is claimed by both"):
-        sweepspec.load(str(first))
+        sweep_spec.load(str(first))
 
 
 def test_a_check_row_that_matches_no_grid_point_is_refused_at_load(sweep_file):
@@ -244,7 +244,7 @@ text = "a row nobody runs"
 """
     path = sweep_file("norow", {"sparsity": [0.0, 0.5]}, published=wrong)
     with pytest.raises(UserError, match="where sparsity = 0.55, which no grid point or published row has"):
-        sweepspec.load(str(path))
+        sweep_spec.load(str(path))
 
 
 def test_max_repeats_needs_until_decided_and_two_runs(sweep_file, capsys):

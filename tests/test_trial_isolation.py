@@ -96,14 +96,14 @@ def test_an_isolated_trial_is_pruned_by_the_study_process(tmp_path):
 
 
 def test_isolation_defaults_to_process_for_a_clocked_objective_and_a_bad_value_is_one_sentence(tmp_path, capsys):
-    from harness.studies import spec
+    from harness.studies import study_spec
 
-    assert spec.load("speed_recipe").trial_isolation == "process"
-    assert spec.load(str(_study(tmp_path, "timed"))).trial_isolation == "process"
-    assert spec.load(str(_study(tmp_path, "off", isolation="none"))).trial_isolation == "none"
+    assert study_spec.load("speed_recipe").trial_isolation == "process"
+    assert study_spec.load(str(_study(tmp_path, "timed"))).trial_isolation == "process"
+    assert study_spec.load(str(_study(tmp_path, "off", isolation="none"))).trial_isolation == "none"
     untimed = _study(tmp_path, "accuracy")
     untimed.write_text(untimed.read_text().replace('"train_time_s"', '"test_accuracy"').replace('"minimize"', '"maximize"'))
-    assert spec.load(str(untimed)).trial_isolation == "none"
+    assert study_spec.load(str(untimed)).trial_isolation == "none"
     bad = _study(tmp_path, "bad", isolation="thread")
     assert main(["study", str(bad), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]) == 2
     err = capsys.readouterr().err.strip()

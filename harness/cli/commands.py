@@ -108,10 +108,10 @@ def cmd_sweep(args) -> int:
     from harness.launchers import WorkerRole
     from harness.report import overview
     from harness.store import Outcome, resolve_db_url
-    from harness.sweeps import spec as sweepspec
-    from harness.sweeps.engine import run_sweep
+    from harness.sweeps import sweep_spec
+    from harness.sweeps.sweep_engine import run_sweep
 
-    spec = sweepspec.load(args.sweep)
+    spec = sweep_spec.load(args.sweep)
     if args.system_metrics is not None:
         spec.system_metrics = args.system_metrics
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
@@ -189,9 +189,9 @@ def _until_decided(spec, store, args, max_repeats):
 def cmd_study(args) -> int:
     from harness.launchers import WorkerRole
     from harness.store import resolve_db_url
-    from harness.studies import engine, spec as studyspec
+    from harness.studies import study_engine, study_spec
 
-    spec = studyspec.load(args.study)
+    spec = study_spec.load(args.study)
     overrides = _overrides(args, spec.experiment)
     workers, role = _workers(args), WorkerRole.decode(args.worker)
     for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
@@ -204,7 +204,7 @@ def cmd_study(args) -> int:
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
     if args.status:
-        print(engine.status(spec, store, db_url, scale=args.scale, overrides=overrides))
+        print(study_engine.status(spec, store, db_url, scale=args.scale, overrides=overrides))
         return 0
     if args.verify:
         from harness.studies import verify
@@ -215,7 +215,7 @@ def cmd_study(args) -> int:
         verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
                           show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
         return 0
-    outcome = engine.run_study(spec, store, db_url, scale=args.scale, overrides=overrides,
+    outcome = study_engine.run_study(spec, store, db_url, scale=args.scale, overrides=overrides,
                                n_trials=args.n_trials, timeout=args.timeout, workers=workers, launcher=launcher,
                                role=role, show_progress=not args.no_progress, out_dir=out_dir,
                                log=lambda line: print(line, flush=True))
@@ -227,7 +227,7 @@ def cmd_report(args) -> int:
     from harness.folders import REPORTS_DIR
     from harness.report import overview, tables
     from harness.report.reproduction import write_reproduction
-    from harness.sweeps import spec as sweepspec
+    from harness.sweeps import sweep_spec
 
     out_dir = _out_dir(args.out, REPORTS_DIR)
     _existing_store(args)
@@ -235,7 +235,7 @@ def cmd_report(args) -> int:
         path, summary = write_reproduction(_store(args), out_dir)
         print(f"written: {path}\nsummary: {summary}")
         return 0
-    spec = sweepspec.load(args.sweep)
+    spec = sweep_spec.load(args.sweep)
     store = _store(args)
     reports = tables.build_all(store, spec, args.scale)
     written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir)
@@ -256,9 +256,9 @@ def _existing_store(args) -> None:
     if path is None or path.is_file():
         return
     if args.sweep is not None:
-        from harness.sweeps import spec as sweepspec
+        from harness.sweeps import sweep_spec
 
-        name = sweepspec.load(args.sweep).name
+        name = sweep_spec.load(args.sweep).name
         raise UserError(f"sweep '{name}' has not been run: there is no tracking store at {path} (`harness report` "
                         f"creates none); check --tracking-uri, or run `make sweep-{name} SCALE=smoke` first.")
     raise UserError(f"there is no tracking store at {path}; `harness report` reads one and creates none: check "
@@ -269,18 +269,18 @@ def cmd_list(args) -> int:
     import experiments
     from harness.data import DATASETS
     from harness.models import MODELS
-    from harness.studies import spec as studyspec
-    from harness.sweeps import spec as sweepspec
+    from harness.studies import study_spec
+    from harness.sweeps import sweep_spec
 
     print("experiments:")
     for name in experiments.names():
         print(f"  {name:<16} {experiments.get(name).title}")
     print("sweeps (harness sweep NAME --scale smoke|quick|full):")
-    for name in sweepspec.available():
-        print(f"  {name:<16} {sweepspec.load(name).title}")
+    for name in sweep_spec.available():
+        print(f"  {name:<16} {sweep_spec.load(name).title}")
     print("studies (harness study NAME --scale smoke|quick|full [--n-trials N] [--workers K]):")
-    for name in studyspec.available():
-        print(f"  {name:<16} {studyspec.load(name).title}")
+    for name in study_spec.available():
+        print(f"  {name:<16} {study_spec.load(name).title}")
     print("models:")
     for name, spec in MODELS.items():
         print(f"  {name:<16} {spec.description}")

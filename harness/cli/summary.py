@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from harness.report.tables import cell_note, format_value
 from harness.store import RunRecord
-from harness.sweeps.engine import SweepResult
+from harness.sweeps.sweep_engine import SweepResult
 
 
 def sweep_summary(result: SweepResult, metrics: list[str] | None = None, notes: list[dict] | None = None) -> str:

@@ -17,7 +17,7 @@ from harness import ui_links
 from harness.errors import UserError
 from harness.report import tables, writeback
 from harness.store import Store
-from harness.sweeps.spec import SweepSpec
+from harness.sweeps.sweep_spec import SweepSpec
 
 # The description's copy of the plot: MLflow crops (never scales) an image wider than the description,
 # which is about 780 px wide with the UI's assistant panel open on a 1500 px window.

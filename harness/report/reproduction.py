@@ -24,7 +24,7 @@ from harness.report.order import in_document_order
 from harness.store import Store, redact
 from harness.store.tracking import NOTE_PREFIX
 from harness.store.uris import hide_password
-from harness.sweeps import spec as sweepspec
+from harness.sweeps import sweep_spec
 
 # The CPU flags that decide what a CPU computes natively (harness/precision.py) and how fast.
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
@@ -35,7 +35,7 @@ CLAIM_LIMIT = 150
 
 def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path, str]:
     """Write REPRODUCTION.md and the plots; return its path and its summary line."""
-    specs = {name: sweepspec.load(name) for name in sweepspec.available()}
+    specs = {name: sweep_spec.load(name) for name in sweep_spec.available()}
     built, not_run = {}, {}
     path = out_dir / "REPRODUCTION.md"
     out_dir.mkdir(parents=True, exist_ok=True)

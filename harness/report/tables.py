@@ -19,7 +19,7 @@ from harness.report.intervals import iqr
 from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.paths import inside
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, SCALE
-from harness.sweeps.spec import SweepSpec
+from harness.sweeps.sweep_spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
 MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/flops.py)
@@ -312,7 +312,7 @@ def _replicates(table: pd.DataFrame, cells: pd.DataFrame, axes: list[str], metri
 
 def _with_unrun_points(spec: SweepSpec, scale: str, table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     """The grid points of the scale that no finished cell has, as rows noted "not run"."""
-    from harness.sweeps.spec import expand
+    from harness.sweeps.sweep_spec import expand
 
     try:
         planned = expand(spec, scale, repeats=1)

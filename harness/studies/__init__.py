@@ -1,1 +1,2 @@
-"""Optuna studies: the study files' model (spec), the ask/tell engine, and the study report."""
+"""Optuna studies: the study files' model (study_spec), the ask/tell engine (study_engine), and the
+study report (study_report)."""

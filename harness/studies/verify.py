@@ -37,9 +37,9 @@ from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, KIND, SCALE
-from harness.studies import baseline as study_baseline, engine, isolation
-from harness.studies.report import markdown
-from harness.studies.spec import StudySpec
+from harness.studies import baseline as study_baseline, isolation, study_engine
+from harness.studies.study_report import markdown
+from harness.studies.study_spec import StudySpec
 
 VERIFY = "verify"
 ROLE = "harness.verify_role"    # tag: which part of the verification a run is (best, baseline, tuned, ...)
@@ -83,7 +83,7 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
         raise UserError(f"study {spec.name} has no baseline that sets a target for {TIME}; --verify re-times "
                         "a time-to-accuracy study's best trial against its baseline.")
     name = spec.study_name(scale, overrides)
-    study = engine.open_study(spec, name, db_url, create=False)
+    study = study_engine.open_study(spec, name, db_url, create=False)
     base, target = study_baseline.finished(study), study_baseline.target(study)
     if base is None or target is None:
         raise UserError(f"study {name} has no complete baseline trial yet; run the study first.")
@@ -166,8 +166,8 @@ def _run(store: Store, experiment_id: str, spec: StudySpec, name: str, scale: st
     label = f"verify {variant.role} seed {seed}: " + " ".join(
         spec.space[k].optuna_value(p) if spec.space[k].compound else f"{k}={p}" for k, p in variant.params.items())
     cell = Cell.build(values, label)
-    tags = {engine.STUDY: name, SCALE: scale, KIND: VERIFY, ROLE: variant.role}
-    done = [r for r in store.runs(experiment_id, tags={engine.STUDY: name, KIND: VERIFY, CELL_ID: cell.cell_id})
+    tags = {study_engine.STUDY: name, SCALE: scale, KIND: VERIFY, ROLE: variant.role}
+    done = [r for r in store.runs(experiment_id, tags={study_engine.STUDY: name, KIND: VERIFY, CELL_ID: cell.cell_id})
             if r.finished_ok]
     if done:
         metrics, run_id = done[0].metrics, done[0].run_id

@@ -1,1 +1,1 @@
-"""Grid sweeps: the sweep files' model (spec) and the engine that runs their cells."""
+"""Grid sweeps: the sweep files' model (sweep_spec) and the engine that runs their cells (sweep_engine)."""

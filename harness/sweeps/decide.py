@@ -15,8 +15,8 @@ import pandas as pd
 from harness.cells import Cell
 from harness.report import checks, tables
 from harness.store import Outcome, Store
-from harness.sweeps.engine import SweepResult, run_sweep
-from harness.sweeps.spec import SweepSpec
+from harness.sweeps.sweep_engine import SweepResult, run_sweep
+from harness.sweeps.sweep_spec import SweepSpec
 
 DEFAULT_MAX_REPEATS = 10
 

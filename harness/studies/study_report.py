@@ -18,7 +18,7 @@ from harness import ui_links
 from harness.folders import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
-from harness.studies.spec import StudySpec
+from harness.studies.study_spec import StudySpec
 
 
 class TrialStatus(StrEnum):

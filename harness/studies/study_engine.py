@@ -42,10 +42,10 @@ from harness.store.tracking import KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite
 from harness.studies import baseline, isolation
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
-from harness.studies.spec import NOT_REACHED, StudySpec
+from harness.studies.study_spec import NOT_REACHED, StudySpec
 
 if TYPE_CHECKING:
-    from harness.studies.report import StudyReport
+    from harness.studies.study_report import StudyReport
 
 STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
 RETRIES_ATTR = "harness.retries"    # how many times these parameters were queued again
@@ -314,7 +314,7 @@ class _Trials:
     def report(self, outcome: StudyOutcome, parent: str, out_dir: Path | None) -> tuple[StudyReport, list[Path]]:
         """The study's report (best trials, Pareto front), written beside the parent run; the
         outcome's count of finished trials is the study's from then on."""
-        from harness.studies import report as study_report
+        from harness.studies import study_report
 
         report = study_report.build(self.spec, self.study)
         outcome.finished = report.counts["complete"] + report.counts["pruned"]
@@ -350,7 +350,7 @@ def _what_ran(run: Invocation, spec: StudySpec, name: str, scale: str, target: i
 
 
 def status(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any]) -> str:
-    from harness.studies import report as study_report
+    from harness.studies import study_report
 
     from harness.studies.liveness import running_trials, status_text
 

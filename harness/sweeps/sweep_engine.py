@@ -32,7 +32,7 @@ from harness.store.claims import DONE, FAILED, RUNNING
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.tracking import KIND, PARENT, SCALE, SWEEP
 from harness.store.uris import resolve_db_url
-from harness.sweeps.spec import SweepSpec, expand
+from harness.sweeps.sweep_spec import SweepSpec, expand
 
 Log = Callable[[str], None]
 PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
