@@ -85,6 +85,22 @@ def test_a_pruned_trial_is_recorded_as_pruned_not_failed(study_file, tmp_path):
     assert run.data.tags["harness.reason"].startswith("pruned after epoch 1:")  # epochs count from 1
 
 
+def test_the_engine_counts_the_trials_it_ran_by_their_trial_status(study_file, tmp_path):
+    """What became of each trial the engine ran is a TrialStatus (not a string that equals one): the
+    outcome's counts are keyed by it, and its summary line prints the plain words."""
+    from harness.studies import study_engine, study_spec
+    from harness.studies.trial_status import TrialStatus
+
+    path = study_file("statuses", space=LR, n_trials=2, base={"epochs": 3, "eval_every_epoch": True},
+                      extra='[pruner]\nname = "threshold"\nlower = 1.01\nmetric = "epoch_test_accuracy"\n')
+    outcome = study_engine.run_study(study_spec.load(str(path)), Store(f"sqlite:///{tmp_path / 'mlflow.db'}"),
+                                     f"sqlite:///{tmp_path / 'optuna.db'}", scale="full", overrides={},
+                                     show_progress=False, out_dir=tmp_path, log=lambda line: None)
+    assert outcome.states == {TrialStatus.PRUNED: 2}
+    assert all(type(state) is TrialStatus for state in outcome.states)
+    assert outcome.finished == 2 and outcome.line().startswith("ran 2 trial(s) (2 pruned); stopped: target reached")
+
+
 def test_multi_objective_study_logs_its_pareto_front(study_file, tmp_path):
     path = study_file("pareto", space=LR + 'sparsity = { type = "float", low = 0.0, high = 0.8 }\n', n_trials=5,
                       metrics=("test_accuracy", "train_time_s"), directions=("maximize", "minimize"),

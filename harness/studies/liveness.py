@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.store.process import process_alive, this_process
+from harness.studies.trial_status import TrialStatus
 
 # Trial user attributes the study engine writes when it asks for a trial, and read here.
 OWNER_ATTR = "harness.owner"   # "host|pid|start|claims owner" of the worker process that asked for it
@@ -61,7 +62,7 @@ def status_text(report, running: list[Running]) -> str:
     if not gone:
         return report.text
     live = len(running) - len(gone)
-    lines[0] = lines[0].replace(f"{report.counts['running']} running",
+    lines[0] = lines[0].replace(f"{report.counts[TrialStatus.RUNNING]} running",
                                 f"{live} running, {len(gone)} interrupted (process gone)")
     names = ", ".join(f"trial {r.number} (process {r.pid} on {r.host})" for r in gone)
     lines.insert(1, f"interrupted: {names}; the next `harness study` on this study fails and requeues "

@@ -43,6 +43,7 @@ from harness.store.uris import hide_password, is_sqlite
 from harness.studies import baseline, isolation
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies.study_spec import NOT_REACHED, StudySpec
+from harness.studies.trial_status import TrialStatus
 
 if TYPE_CHECKING:
     from harness.studies.study_report import StudyReport
@@ -78,7 +79,7 @@ class StudyOutcome:
     target: int
     stop: StopReason
     ran: int = 0                                       # trials this process ran
-    states: Counter = field(default_factory=Counter)   # their Optuna states (complete, pruned, fail)
+    states: Counter[TrialStatus] = field(default_factory=Counter)   # their states (complete, pruned, fail)
     last_failure: str | None = None
     finished: int = 0                                  # the study's finished trials at the end
     parent_run_id: str = ""
@@ -170,11 +171,9 @@ def _check_space(study, spec: StudySpec, study_name: str, url: str) -> None:
                         f"{spec.path}; give this file another name, or pass another --storage.")
 
 
-def counts(study) -> dict[str, int]:
-    from optuna.trial import TrialState
-
-    states = [t.state for t in study.get_trials(deepcopy=False)]
-    return {s.name.lower(): states.count(s) for s in TrialState}
+def counts(study) -> dict[TrialStatus, int]:
+    states = [t.state.name.lower() for t in study.get_trials(deepcopy=False)]
+    return {s: states.count(s) for s in TrialStatus}
 
 
 # --- the MLflow side ------------------------------------------------------------------------------
@@ -288,7 +287,8 @@ class _Trials:
         with _storage_faults(run.db_url):
             _label_study(spec, self.study, store, self.experiment_id, parent)
         done = counts(self.study)
-        self.log(f"study {name}: target {self.target} finished trials, {done['complete'] + done['pruned']} already; "
+        already = done[TrialStatus.COMPLETE] + done[TrialStatus.PRUNED]
+        self.log(f"study {name}: target {self.target} finished trials, {already} already; "
                  f"storage {redact(run.db_url)}; MLflow parent run {parent}")
         return parent, what
 
@@ -317,7 +317,7 @@ class _Trials:
         from harness.studies import study_report
 
         report = study_report.build(self.spec, self.study)
-        outcome.finished = report.counts["complete"] + report.counts["pruned"]
+        outcome.finished = report.counts[TrialStatus.COMPLETE] + report.counts[TrialStatus.PRUNED]
         outcome.parent_run_id = parent
         return report, study_report.write(self.spec, report, self.store, parent, out_dir)
 
@@ -328,7 +328,7 @@ def _count_workers_trials(outcome: StudyOutcome, study, before: set[int]) -> Non
     for trial in study.get_trials(deepcopy=False):
         if trial.number not in before and trial.state.is_finished():
             outcome.ran += 1
-            outcome.states[trial.state.name.lower()] += 1
+            outcome.states[TrialStatus(trial.state.name.lower())] += 1
 
 
 def _label_study(spec: StudySpec, study, store: Store, experiment_id: str, parent: str) -> None:
@@ -411,7 +411,7 @@ def _loop(spec: StudySpec, study, store: Store, experiment_id: str, claims: Clai
                                    execute=trials.execute)
         outcome.ran += 1
         outcome.states[state] += 1
-        if state == "fail":
+        if state == TrialStatus.FAIL:
             fails_in_a_row += 1
             outcome.last_failure = reason
             if fails_in_a_row >= MAX_FAILS_IN_A_ROW:
@@ -444,7 +444,7 @@ def _claim_slot(claims: Claims, namespace: str, slots: list[str], held: dict[str
 
 def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims: Claims, namespace: str,
                slot: str, *, scale: str, fixed: dict[str, Any], parent: str, show_progress: bool,
-               log: Log, execute=None) -> tuple[str, str | None]:
+               log: Log, execute=None) -> tuple[TrialStatus, str | None]:
     """Ask for a trial, run it as a cell, tell Optuna how it ended; returns its state and reason."""
     from optuna.trial import TrialState
 
@@ -498,17 +498,17 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
         shown = ", ".join(f"{m}={v:.4g}" if abs(v) != float("inf") else f"{m}: not reached"
                           for m, v in zip(spec.metrics, values))
         log(f"  trial {trial.number} complete: {shown}")
-        return "complete", None
+        return TrialStatus.COMPLETE, None
     if result.outcome == Outcome.PRUNED:
         study.tell(trial, state=TrialState.PRUNED)
         claims.release(namespace, slot, DONE, note=f"trial {trial.number}")
         log(f"  trial {trial.number} pruned: {result.reason}")
-        return "pruned", result.reason
+        return TrialStatus.PRUNED, result.reason
     study.tell(trial, state=TrialState.FAIL)
     claims.drop(namespace, slot)  # a failed trial does not use up a slot
     reason = f"{result.outcome}: {result.reason}"
     log(f"  trial {trial.number} failed: {reason}")
-    return "fail", reason
+    return TrialStatus.FAIL, reason
 
 
 def objective(metric: str, direction: str, metrics: dict[str, float]) -> float | None:

@@ -7,7 +7,6 @@ metrics (MFU) beside the objectives; a target a trial never reached reads "not r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 import math
@@ -19,15 +18,7 @@ from harness.folders import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
 from harness.studies.study_spec import StudySpec
-
-
-class TrialStatus(StrEnum):
-    """A trial's state as the harness counts and prints it: Optuna's TrialState names, lower case."""
-    COMPLETE = "complete"   # told its objective values
-    PRUNED = "pruned"       # stopped early by the pruner; counts as finished
-    FAIL = "fail"           # failed (its slot goes to the next trial)
-    RUNNING = "running"
-    WAITING = "waiting"     # queued (a baseline, a dead worker's trial asked again)
+from harness.studies.trial_status import TrialStatus
 
 
 @dataclass
