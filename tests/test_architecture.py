@@ -1,6 +1,7 @@
 """The layering the code promises (docs/ARCHITECTURE.md), checked on the source: one door to
 MLflow, a store that imports nothing above it, no private name imported across modules, every
-module on a floor of LAYERS, and neither an import cycle nor an import up the floors.
+module on a floor of LAYERS, no two modules of the harness of one name, and neither an import
+cycle nor an import up the floors.
 
 Imports are read at any depth: one inside a function (or a method, an `if`, a `try`, a
 TYPE_CHECKING block) counts as much as one at the top of the file. It runs later, but it makes
@@ -148,6 +149,20 @@ def floor_of(module: str, layers=LAYERS) -> int | None:
     return None if best is None else best[1]
 
 
+def names_used_twice(root: Path, sources: list[Path]) -> dict[str, list[str]]:
+    """Each module name (the last part: a file's stem, a package's folder) that two or more of
+    `sources` share, with their files. Two modules named alike read alike at every import
+    (`from harness.sweeps import spec`, `from harness.studies import spec`), so a file needing both
+    renames one of them on the spot, and a reader has to look up which is which."""
+    files: dict[str, list[str]] = {}
+    for path in sources:
+        if path.name == "__main__.py":   # every package may have one; it is run, never imported by name
+            continue
+        name = path.parent.name if path.name == "__init__.py" else path.stem
+        files.setdefault(name, []).append(str(path.relative_to(root)))
+    return {name: paths for name, paths in sorted(files.items()) if len(paths) > 1}
+
+
 def arrows_up(graph: Graph, layers=LAYERS) -> list[str]:
     """Each import of a module on a higher floor, as one line naming the file and line."""
     found = []
@@ -214,6 +229,12 @@ def test_the_known_exceptions_still_exist():
     assert not stale, f"no longer imported, remove from KNOWN_EXCEPTIONS: {stale}"
 
 
+def test_no_two_modules_of_the_harness_share_a_name():
+    twice = names_used_twice(ROOT, sorted(ROOT.glob("harness/**/*.py")))
+    assert not twice, "give each module a name of its own across harness/: " + "; ".join(
+        f"{name}: {', '.join(paths)}" for name, paths in twice.items())
+
+
 # --- the checker itself, on a package made for it -----------------------------------------------------
 @pytest.mark.parametrize("late_import", [
     "def helper():\n    from pkg.high import VALUE\n    return VALUE\n",
@@ -253,3 +274,24 @@ def test_a_module_is_on_its_own_floor_before_its_packages():
     assert floor_of("h.sweeps", layers) == floor_of("h.sweeps.sweep_engine", layers) == 0
     assert floor_of("h.sweeps.decide", layers) == 2
     assert floor_of("h.sweepstakes", layers) is None and floor_of("h", layers) is None
+
+
+def test_a_name_used_twice_is_found_for_files_and_packages_alike(tmp_path):
+    """The shape the harness had before its modules got names of their own: spec.py and engine.py in
+    both sweeps/ and studies/, and studies/report.py beside the report/ package. Each clash is found;
+    the __init__.py and __main__.py every package may have are none."""
+    files = ["h/__init__.py", "h/__main__.py", "h/cli/__init__.py", "h/cli/__main__.py",
+             "h/report/__init__.py", "h/report/tables.py", "h/studies/__init__.py", "h/studies/engine.py",
+             "h/studies/report.py", "h/studies/spec.py", "h/sweeps/__init__.py", "h/sweeps/engine.py",
+             "h/sweeps/spec.py", "h/sweeps/decide.py"]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    sources = sorted(tmp_path.glob("h/**/*.py"))
+    found = {name: sorted(paths) for name, paths in names_used_twice(tmp_path, sources).items()}
+    assert found == {"engine": [str(Path("h/studies/engine.py")), str(Path("h/sweeps/engine.py"))],
+                     "report": [str(Path("h/report/__init__.py")), str(Path("h/studies/report.py"))],
+                     "spec": [str(Path("h/studies/spec.py")), str(Path("h/sweeps/spec.py"))]}
+    for name in ("h/studies/engine.py", "h/studies/report.py", "h/studies/spec.py"):
+        (tmp_path / name).rename((tmp_path / name).with_name("study_" + Path(name).name))
+    assert names_used_twice(tmp_path, sorted(tmp_path.glob("h/**/*.py"))) == {}
