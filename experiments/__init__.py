@@ -160,10 +160,17 @@ def make_config(values: Mapping[str, Any]) -> "RunConfig":
         raise UserError(describe_validation_error(err, name, cls, all_fields())) from None
 
 
-def check_keys(keys: Iterable[str]) -> None:
-    """UserError when a key is no field of any experiment's config."""
+def check_keys(keys: Iterable[str], *, read_by: str | None = None) -> None:
+    """UserError when a key is no field of any experiment's config. A key experiment `read_by` reads
+    is a field without asking the others: only another key imports every experiment module."""
     from harness.config import unknown_key_sentence
 
+    keys = list(keys)
+    if read_by in REGISTRY:
+        reads = get(read_by).reads
+        keys = [k for k in keys if k not in reads]
+    if not keys:
+        return
     known = all_fields()
     unknown = [k for k in keys if k not in known]
     if unknown:

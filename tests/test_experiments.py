@@ -185,3 +185,26 @@ def test_validating_a_config_imports_its_own_experiment_module_only():
             "print(sorted(m for m in sys.modules if m.startswith('experiments.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "['experiments.amp']"
+
+
+def test_starting_a_sweep_or_a_study_with_keys_its_experiment_reads_imports_that_experiment_only():
+    """Reading a sweep file, expanding its cells with a --set value, reading a study file and its
+    fixed settings ask no other experiment anything while every key is one the file's experiment
+    reads; only a key it does not read imports them all (to tell another experiment's field from a
+    typo), and the sentences are the ones they were."""
+    code = ("import sys; from harness.sweeps import sweep_spec; from harness.studies import study_spec; "
+            "sweep_spec.expand(sweep_spec.load('sparsity'), 'smoke', {'epochs': 1}); "
+            "study_spec.load('lr_batch').fixed('smoke', {'epochs': 1}); "
+            "print(sorted(m for m in sys.modules if m.startswith('experiments.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "['experiments.pruning']"
+
+    from harness.sweeps import sweep_spec
+
+    spec = sweep_spec.load("sparsity")
+    with pytest.raises(UserError) as err:
+        sweep_spec.expand(spec, "smoke", {"backend": "gloo"})   # another experiment's field
+    assert str(err.value).startswith(f"sweep file {spec.path}: experiment 'pruning' does not read 'backend'; it reads:")
+    with pytest.raises(UserError) as err:
+        sweep_spec.expand(spec, "smoke", {"epochs": 1, "sparsty": 0.5})
+    assert str(err.value).startswith("unknown config key 'sparsty'; did you mean 'sparsity'")

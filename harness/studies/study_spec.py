@@ -214,7 +214,7 @@ class StudySpec(SpecFile):
     def fixed(self, scale: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The settings every trial shares at a scale; searched parameters are left out."""
         overrides = dict(overrides or {})
-        check_keys(overrides)
+        check_keys(overrides, read_by=self.experiment)
         self.check_read(overrides)
         searched = self.searched_fields()
         for key, value in overrides.items():
@@ -291,7 +291,7 @@ def check(spec: StudySpec) -> None:
                             f"{'higher' if sense == 'maximize' else 'lower'}; the direction should be {sense}.")
     if len(set(spec.metrics)) != len(spec.metrics):
         raise UserError(f"study file {where} names a metric twice in {spec.metrics}.")
-    check_keys(spec.searched_fields())
+    check_keys(spec.searched_fields(), read_by=spec.experiment)
     spec.check_read(spec.searched_fields())
     spec.check_fields()
     for metric in spec.report.get("metrics", []):

@@ -172,7 +172,7 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     applies to every cell. `repeats` replaces the scale's count (--until-decided adds rounds)."""
     overrides = dict(overrides or {})
     rounds = repeats or spec.repeats_at(scale)
-    check_keys(overrides)
+    check_keys(overrides, read_by=spec.experiment)
     spec.check_read(overrides)
     scale_values = spec.scale_values(scale)
     grid = {**spec.grid, **spec.scale_grids.get(scale, {})}
