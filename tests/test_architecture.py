@@ -277,21 +277,27 @@ def test_a_module_is_on_its_own_floor_before_its_packages():
 
 
 def test_a_name_used_twice_is_found_for_files_and_packages_alike(tmp_path):
-    """The shape the harness had before its modules got names of their own: spec.py and engine.py in
-    both sweeps/ and studies/, and studies/report.py beside the report/ package. Each clash is found;
-    the __init__.py and __main__.py every package may have are none."""
-    files = ["h/__init__.py", "h/__main__.py", "h/cli/__init__.py", "h/cli/__main__.py",
-             "h/report/__init__.py", "h/report/tables.py", "h/studies/__init__.py", "h/studies/engine.py",
-             "h/studies/report.py", "h/studies/spec.py", "h/sweeps/__init__.py", "h/sweeps/engine.py",
-             "h/sweeps/spec.py", "h/sweeps/decide.py"]
-    for name in files:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("")
-    sources = sorted(tmp_path.glob("h/**/*.py"))
-    found = {name: sorted(paths) for name, paths in names_used_twice(tmp_path, sources).items()}
-    assert found == {"engine": [str(Path("h/studies/engine.py")), str(Path("h/sweeps/engine.py"))],
-                     "report": [str(Path("h/report/__init__.py")), str(Path("h/studies/report.py"))],
-                     "spec": [str(Path("h/studies/spec.py")), str(Path("h/sweeps/spec.py"))]}
-    for name in ("h/studies/engine.py", "h/studies/report.py", "h/studies/spec.py"):
-        (tmp_path / name).rename((tmp_path / name).with_name("study_" + Path(name).name))
-    assert names_used_twice(tmp_path, sorted(tmp_path.glob("h/**/*.py"))) == {}
+    """The shape the harness had before its modules got names of their own: a spec and an engine
+    module in both the sweeps and the studies package, and a report module of the studies beside the
+    report package. Each clash is found; the __init__.py and __main__.py every package may have are
+    none."""
+    layout = {"": ["__init__", "__main__"], "cli": ["__init__", "__main__"], "report": ["__init__", "tables"],
+              "studies": ["__init__", "engine", "report", "spec"], "sweeps": ["__init__", "decide", "engine", "spec"]}
+    for package, modules in layout.items():
+        for module in modules:
+            (tmp_path / "h" / package).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "h" / package / f"{module}.py").write_text("")
+
+    def found() -> dict[str, list[str]]:
+        twice = names_used_twice(tmp_path, sorted(tmp_path.glob("h/**/*.py")))
+        return {name: sorted(paths) for name, paths in twice.items()}
+
+    def at(package: str, module: str) -> str:
+        return str(Path("h", package, f"{module}.py"))
+
+    assert found() == {"engine": [at("studies", "engine"), at("sweeps", "engine")],
+                       "report": [at("report", "__init__"), at("studies", "report")],
+                       "spec": [at("studies", "spec"), at("sweeps", "spec")]}
+    for module in ("engine", "report", "spec"):
+        (tmp_path / at("studies", module)).rename(tmp_path / at("studies", f"study_{module}"))
+    assert found() == {}   # the sweeps keep theirs: one module of each name is no clash
