@@ -94,7 +94,8 @@ def execute(experiment, cfg, on_epoch):
     raise AssertionError("the first SIGTERM raised nothing")
 
 cell = Cell.build({"experiment": "pruning", "model": "tiny_cnn", "dataset": "synthetic", "train_limit": 64,
-                   "test_limit": 32, "epochs": 2, "threads": 1}, "sparsity=0")
+                   "test_limit": 32, "epochs": 2, "warmup_epochs": 0, "threads": 1,
+                   "pruning_backend": "torch-pruning"}, "sparsity=0")
 with sigterm_as_interrupt():
     try:
         run_cell(store, experiment_id, cell, tags={}, show_epochs=False, execute=execute)
