@@ -11,8 +11,8 @@ again there (within an epoch of the signal); that lost one is not printed.
 One stop can come as several signals, and the closing the first one starts must not be cut by the
 next: inside `stops_held()` a stop signal is only remembered. A worker's PR_SET_PDEATHSIG fires each
 time it is handed to another parent, and a launcher killed with SIGKILL dies thread by thread (its
-main thread, then the claims heartbeat, torch's pool...): each thread's exit hands the worker to the
-next live one and sends SIGTERM again, milliseconds apart on a loaded machine. A user's second
+main thread, the claims heartbeat and the others): each thread's exit hands the worker to the next
+live one and sends SIGTERM again, a few milliseconds apart on a loaded machine. A user's second
 Ctrl-C, or the launcher passing one on after its grace period, is the same. A second
 KeyboardInterrupt raised inside the store writes that close the cut run left it RUNNING."""
 

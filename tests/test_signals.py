@@ -106,6 +106,7 @@ print(json.dumps([(r.status, r.outcome, sorted(r.params)[:1]) for r in store.run
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("at", ["closing", "opening"])
 def test_a_stop_sent_again_while_a_cell_run_is_opened_or_closed_leaves_it_closed(at, tmp_path):
     done = subprocess.run([sys.executable, "-c", TWICE, f"sqlite:///{tmp_path / 'mlflow.db'}", at],
