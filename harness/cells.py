@@ -17,7 +17,7 @@ from experiments import make_config
 from harness import hardware
 from harness.config import RunConfig
 from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
-from harness.signals import raise_if_stopped
+from harness.signals import raise_if_stopped, stops_held
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
 
@@ -86,8 +86,10 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     experiment = experiments.get(cell.config.experiment) if cell.config is not None else None
     if experiment is not None:
         tags[CLOCK] = experiment.clock
-    run_id = store.start_run(experiment_id, cell.label, tags, parent_id)
+    with stops_held():   # a KeyboardInterrupt once the run exists but before its id is ours would leave it RUNNING
+        run_id = store.start_run(experiment_id, cell.label, tags, parent_id)
     try:
+        raise_if_stopped()   # a stop that came while the run was being opened closes it as interrupted
         if experiment is None:
             store.log_params(run_id, cell.values)
             store.end_run(run_id, Outcome.FAILED, cell.error)

@@ -20,6 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 from harness.errors import StoreFault, StoreGone, UserError, first_line
 from harness.fingerprint import fingerprint
+from harness.signals import stops_held
 from harness.store import probe, shared_db
 from harness.store.faults import guarded
 from harness.store.outcome import Outcome
@@ -200,19 +201,21 @@ class Store:
         """Close a run after a fault (the store refused a write, Ctrl-C): the whole record when the
         store takes it (again after making room), else the status alone (one small update can fit
         where a batch of tags does not). False when it takes neither; the next invocation then
-        closes the run as interrupted (reap_stale_runs)."""
+        closes the run as interrupted (reap_stale_runs). A stop signal meanwhile (the same stop sent
+        again) waits until the run is closed: raised in the middle, it would leave the run RUNNING."""
         def whole() -> None:
             self.end_run(run_id, outcome, reason, tags=tags)
 
         def status_alone() -> None:
             self._client.set_terminated(run_id, Outcome(outcome).mlflow_status)
 
-        for close in (whole, whole, status_alone):
-            try:
-                close()
-                return True
-            except StoreFault:
-                self._make_room()
+        with stops_held():
+            for close in (whole, whole, status_alone):
+                try:
+                    close()
+                    return True
+                except StoreFault:
+                    self._make_room()
         return False
 
     def _make_room(self) -> None:
