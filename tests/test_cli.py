@@ -50,6 +50,7 @@ def uri(tmp_path_factory):
     (["sweep", "../no/such.toml"], ["../no/such.toml (= /", "no/such.toml)"]),
     (["run", "pruning", "--set", "dataset=imagefolder", "--set", "data_dir=../no/such"], ["../no/such (= /"]),
     (["run", "pruning", "--device", "tpu"], ["device", "cuda:N"]),
+    (["ui", "--port", "70000"], ["--port must be between 1 and 65535", "70000"]),
 ])
 def test_user_mistakes_end_in_one_sentence_and_exit_2(args, words, uri, capsys):
     assert_one_sentence_exit_2([*args, "--tracking-uri", uri], words, capsys)
