@@ -32,6 +32,7 @@ import requests
 
 import experiments
 from conftest import free_port, skip_unless_ci
+from harness import ui_links
 from harness.cli import main
 from harness.store.tracking import PARENT, RunRecord, Store
 
@@ -410,7 +411,7 @@ def test_the_compare_view_of_two_pruning_cells_lists_only_what_pruning_reads(bro
     first, last = ui.cells[0], ui.cells[-1]
     runs = json.dumps([first.run_id, last.run_id])
     browser.get(f"{ui.base}/#/compare-runs?runs={urllib.parse.quote(runs)}"
-                f"&experiments={urllib.parse.quote(json.dumps([ui.experiment_id]))}")
+                f"&experiments={urllib.parse.quote(json.dumps([ui.experiment_id]))}&{ui_links.WORKFLOW}")  # model training
     body = _wait_for_text(browser, first.name, last.name, "train_time_s", "test_accuracy", "speedup", "param_count")
 
     def params() -> list[str] | None:  # the names in the Parameters table, once it is drawn
