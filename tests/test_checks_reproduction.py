@@ -258,7 +258,7 @@ def test_reproduction_md_says_at_its_top_which_tables_are_smoke():
     from harness.report.reproduction import caveats
 
     def table(scale):
-        return SimpleNamespace(spec=sweepspec.load("sparsity"), scale=scale, table=pd.DataFrame({"sparsity": [0.0]}),
+        return SimpleNamespace(spec=sweep_spec.load("sparsity"), scale=scale, table=pd.DataFrame({"sparsity": [0.0]}),
                                problems=[], runs=[], verdicts=[])
 
     (line,) = caveats([table("smoke")], {}, {})

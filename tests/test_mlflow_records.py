@@ -75,7 +75,7 @@ def test_system_metrics_are_on_by_default_only_where_a_gpu_is(sweep_file, monkey
     """Unset in the file and on the command line: on where a CUDA GPU is (was it busy?), off elsewhere."""
     from harness import hardware
 
-    spec = sweepspec.load(str(sweep_file("defaulted", {"sparsity": [0.0]})))
+    spec = sweep_spec.load(str(sweep_file("defaulted", {"sparsity": [0.0]})))
     assert spec.system_metrics is None
     for gpus, on in ((0, False), (1, True)):
         monkeypatch.setattr(hardware, "gpu_count", lambda: gpus)

@@ -88,7 +88,7 @@ def test_a_smoke_report_of_the_shipped_t61_sweep_judges_the_machinery_and_says_s
     capsys.readouterr()
     assert main(["report", "sparsity", "--tracking-uri", uri, "--out", str(tmp_path / "reports")]) == 0
     printed = capsys.readouterr().out
-    (built,) = report.build_all(Store(uri), sweepspec.load("sparsity"), "smoke")
+    (built,) = report.build_all(Store(uri), sweep_spec.load("sparsity"), "smoke")
     by_kind = {v.kind: v for v in built.verdicts}
     assert by_kind["exact"].verdict == checks.PASS    # 1,059,306 parameters at 50%
     others = [v for v in built.verdicts if v.kind != "exact"]
