@@ -46,8 +46,8 @@ class Cell:
 
     @classmethod
     def build(cls, values: dict[str, Any], label: str) -> "Cell":
-        """A cell whose values are validated now; invalid values are kept as the cell's error, so
-        the cell is recorded as failed with the reason and the sweep goes on."""
+        """A cell whose values are validated now; invalid values are kept as the cell's error: a sweep
+        refuses its grid for it before any run (sweeps.sweep_spec.expand), a study records the trial as failed."""
         cell = cls(values, label)
         try:
             cell.config = make_config(values)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Iterable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -53,7 +53,8 @@ class SpecFile(BaseModel):
     def scale_values(self, scale: str) -> dict[str, Any]:
         """The scale's own settings (its `grid` table, if any, left out)."""
         if scale not in self.scales:
-            raise UserError(f"unknown scale '{scale}'; choose one of {', '.join(self.scales)}.")
+            raise UserError(f"unknown scale '{scale}'; {did_you_mean(scale, self.scales)}choose one of "
+                            f"{', '.join(self.scales)}.")
         return {k: v for k, v in self.scales[scale].items() if k != "grid"}
 
     def fixed(self, scale: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -91,7 +92,7 @@ def read(path: Path, model: type[Spec]) -> Spec:
     try:
         return model(**raw, path=path)
     except ValidationError as err:
-        raise UserError(describe(err, path, kind)) from None
+        raise UserError(describe(err, path, kind, model.model_fields)) from None
     except TypeError as err:  # a top-level key named like a keyword argument
         raise UserError(f"{kind} file {path}: {err}.") from None
 
@@ -108,12 +109,14 @@ def _numbers(node: Any, key: str = ""):
         yield key, node
 
 
-def describe(err: ValidationError, path: Path, kind: str) -> str:
-    """The first mistake pydantic found, as one sentence."""
+def describe(err: ValidationError, path: Path, kind: str, keys: Iterable[str] = ()) -> str:
+    """The first mistake pydantic found, as one sentence; `keys`: the file's top-level keys, for the
+    "did you mean" of a mistyped one."""
     item = err.errors()[0]
     key = ".".join(str(p) for p in item["loc"]) or "the file"
     if item["type"] == "extra_forbidden":
-        return f"{kind} file {path}: unknown key '{key}'."
+        hint = did_you_mean(key, [k for k in keys if k != "path"]) if len(item["loc"]) == 1 else ""
+        return f"{kind} file {path}: unknown key '{key}'" + (f"; {hint.strip()}" if hint else ".")
     if item["type"] == "missing":
         return f"{kind} file {path} lacks the required key '{key}'."
     message = item["msg"].removeprefix("Value error, ")

@@ -250,3 +250,17 @@ def test_a_check_keeps_its_numbers_as_written():
     exact = checkkinds.parse({"kind": "exact", "metric": "param_count", "expected": 1059306})
     assert isinstance(exact.expected, int) and exact.name == "exact check of param_count"
     assert checkkinds.parse(exact) is exact
+
+
+def test_reproduction_md_says_at_its_top_which_tables_are_smoke():
+    from types import SimpleNamespace
+
+    from harness.report.reproduction import caveats
+
+    def table(scale):
+        return SimpleNamespace(spec=sweep_spec.load("sparsity"), scale=scale, table=pd.DataFrame({"sparsity": [0.0]}),
+                               problems=[], runs=[], verdicts=[])
+
+    (line,) = caveats([table("smoke")], {}, {})
+    assert line.startswith("- **Smoke** (T6.1 `sparsity`): smoke checks the machinery, not the claims;"), line
+    assert caveats([table("quick")], {}, {}) == ["- none"]

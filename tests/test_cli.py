@@ -41,9 +41,16 @@ def uri(tmp_path_factory):
     (["sweep", "sparsty"], ["unknown sweep 'sparsty'", "did you mean 'sparsity'?"]),
     (["study", "lr_bach"], ["unknown study 'lr_bach'", "did you mean 'lr_batch'?"]),
     (["run", "pruning", "--set", "sparsty=0.5"], ["unknown config key 'sparsty'", "did you mean 'sparsity'?"]),
+    (["sweep", "sparsity", "--scale", "smok"], ["unknown scale 'smok'", "did you mean 'smoke'?"]),
+    (["study", "lr_batch", "--scale", "quik"], ["unknown scale 'quik'", "did you mean 'quick'?"]),
+    (["sweep", "sparsity", "--scale", "smoke", "--set", "sparsty=[0.1,0.2]"],
+     ["unknown config key 'sparsty'", "did you mean 'sparsity'?"]),
+    (["study", "lr_batch", "--scale", "smoke", "--set", "optimiser=adam"],
+     ["unknown config key 'optimiser'", "did you mean 'optimizer'?"]),
     (["sweep", "../no/such.toml"], ["../no/such.toml (= /", "no/such.toml)"]),
     (["run", "pruning", "--set", "dataset=imagefolder", "--set", "data_dir=../no/such"], ["../no/such (= /"]),
     (["run", "pruning", "--device", "tpu"], ["device", "cuda:N"]),
+    (["ui", "--port", "70000"], ["--port must be between 1 and 65535", "70000"]),
 ])
 def test_user_mistakes_end_in_one_sentence_and_exit_2(args, words, uri, capsys):
     assert_one_sentence_exit_2([*args, "--tracking-uri", uri], words, capsys)
@@ -115,6 +122,40 @@ def test_a_bad_value_inside_a_grid_list_stops_the_sweep_before_any_run(value, wo
     store = Store(uri)
     experiment_id = store.find_experiment("sparsity")
     assert experiment_id is None or store.runs(experiment_id) == []  # no parent run, no failed cell
+
+
+def test_the_readmes_relative_data_dir_is_shown_resolved_and_no_sweep_run_is_made(tmp_path, capsys, monkeypatch):
+    """The README's `DATA_DIR=../shared/data/cifar10-jpeg`, on a machine without it: the sentence says
+    where the relative path led, and the sweep makes neither a parent run nor a cell."""
+    from harness.store.tracking import Store
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert_one_sentence_exit_2(["sweep", "sparsity", "--scale", "smoke", "--set", "dataset=imagefolder",
+                                "--set", "data_dir=../shared/data/cifar10-jpeg", "--tracking-uri", uri],
+                               [f"../shared/data/cifar10-jpeg (= {tmp_path.parent / 'shared/data/cifar10-jpeg'})"],
+                               capsys)
+    store = Store(uri)
+    experiment_id = store.find_experiment("sparsity")
+    assert experiment_id is None or store.runs(experiment_id) == []
+
+
+def test_a_mistyped_key_of_a_sweep_file_gets_a_did_you_mean(sweep_file, tmp_path, capsys):
+    path = sweep_file("typo", {"sparsity": [0.0]})
+    path.write_text(path.read_text().replace("repeats = 1\n", "repeat = 3\n"))
+    assert_one_sentence_exit_2(["sweep", str(path), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"],
+                               [f"sweep file {path}: unknown key 'repeat'; did you mean 'repeats'?"], capsys)
+
+
+@pytest.mark.parametrize("target", ["ui", "dashboard"])
+def test_make_ui_and_dashboard_take_port_and_the_store(target):
+    from pathlib import Path
+
+    store = "sqlite:////tmp/elsewhere/mlflow.db"
+    dry = " ".join(subprocess.run(["make", "-n", target, "PORT=5123", f"TRACKING_URI={store}"],
+                                  cwd=Path(__file__).parent.parent, capture_output=True, text=True,
+                                  check=True).stdout.split())
+    assert f"harness {target} --port 5123 " in dry and f"--tracking-uri {store}" in dry
 
 
 def test_ui_on_a_port_in_use_is_one_sentence(uri, capsys):

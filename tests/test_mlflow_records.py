@@ -69,3 +69,16 @@ def test_workers_get_the_command_lines_system_metrics_choice(store, sweep_file):
     launcher = Recording()
     run_sweep(spec, store, workers=2, launcher=launcher, show_progress=False)
     assert launcher.commands and all("--system-metrics" in c for c in launcher.commands)
+
+
+def test_system_metrics_are_on_by_default_only_where_a_gpu_is(sweep_file, monkeypatch):
+    """Unset in the file and on the command line: on where a CUDA GPU is (was it busy?), off elsewhere."""
+    from harness import hardware
+
+    spec = sweep_spec.load(str(sweep_file("defaulted", {"sparsity": [0.0]})))
+    assert spec.system_metrics is None
+    for gpus, on in ((0, False), (1, True)):
+        monkeypatch.setattr(hardware, "gpu_count", lambda: gpus)
+        assert spec.system_metrics_on() is on
+    spec.system_metrics = False   # the file's (or --no-system-metrics') choice wins
+    assert spec.system_metrics_on() is False

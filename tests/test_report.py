@@ -75,6 +75,32 @@ def test_a_sweep_leaves_its_table_in_the_experiment_and_its_speedups_on_the_cell
     assert len(mlflow_client(store).get_metric_history(cells[0].run_id, "speedup")) == 1
 
 
+@pytest.mark.slow
+def test_a_smoke_report_of_the_shipped_t61_sweep_judges_the_machinery_and_says_so_at_its_top(tmp_path, capsys):
+    """The newcomer's first `make sweep-sparsity SCALE=smoke` then `make report-sparsity` (two grid
+    points, fewer digits): the figures' claims are N/A with the reason, the exact parameter count is
+    still judged (and holds), and no check is a FAIL."""
+    from harness.report import checks
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    shrunk = ["--set", "sparsity=[0.0,0.5]", "--set", "train_limit=256", "--set", "test_limit=128"]
+    assert main(["sweep", "sparsity", "--scale", "smoke", *shrunk, "--tracking-uri", uri, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["report", "sparsity", "--tracking-uri", uri, "--out", str(tmp_path / "reports")]) == 0
+    printed = capsys.readouterr().out
+    (built,) = report.build_all(Store(uri), sweep_spec.load("sparsity"), "smoke")
+    by_kind = {v.kind: v for v in built.verdicts}
+    assert by_kind["exact"].verdict == checks.PASS    # 1,059,306 parameters at 50%
+    others = [v for v in built.verdicts if v.kind != "exact"]
+    assert others and all(v.verdict == checks.NA for v in others)
+    # each with its reason: smoke's own, or the document's scale a check is judged at only
+    assert all(v.detail == checks.SMOKE_REASON or "judged at scale full only" in v.detail for v in others)
+    assert sum(v.detail == checks.SMOKE_REASON for v in others) >= 5
+    assert "FAIL" not in {v.label for v in built.verdicts} and "**FAIL**" not in printed
+    top = printed.split("\n| ")[0]   # the lines above the first table
+    assert "**Smoke checks the machinery, not the claims**" in top, top
+
+
 def test_cells_get_their_grid_points_efficiency_when_the_sweep_counts_workers(store, sweep_file):
     spec = sweep_spec.load(str(sweep_file("eff", {"sparsity": [0.0, 0.5]})))
     table = pd.DataFrame({"sparsity": [0.0, 0.5], "speedup": [1.0, 1.6], "efficiency": [1.0, 0.8]})

@@ -1,5 +1,7 @@
 """Studies in one process against real SQLite stores (MLflow and Optuna), on the tiny CNN."""
 
+import re
+
 import optuna
 import pandas as pd
 import pytest
@@ -37,6 +39,10 @@ def test_trials_are_child_runs_named_like_grid_cells_and_a_rerun_continues(study
     assert study.metric_names == ["test_accuracy"]
     assert study.user_attrs["mlflow_parent_run_id"] == parents[0].info.run_id
     assert study.user_attrs["mlflow_experiment_id"] == parents[0].info.experiment_id
+    # every MLflow link the study writes opens the model-training view (harness/ui_links.py)
+    links = re.findall(r"\]\((#/[^)]+)\)", store.experiment_description(parents[0].info.experiment_id))
+    assert links and all(link.endswith("?workflowType=machine_learning") for link in links), links
+    assert study.user_attrs["mlflow_runs_table"].endswith("/runs?workflowType=machine_learning")
     for run in children:
         assert run.data.tags[PARENT] == parents[0].info.run_id
         assert run.data.tags[OUTCOME] == "ok" and run.data.tags[CELL_ID]

@@ -86,6 +86,7 @@ def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_
     requeued = next(t.number for t in _trials("killed-full", url) if t.user_attrs.get(RETRY_OF) == killed)
     assert f"trial {killed} was interrupted (its process {proc.pid} on" in rerun.stdout, rerun.stdout
     assert f"requeued as trial {requeued}" in rerun.stdout
+    assert f"trial {requeued} runs again the parameters of trial {killed}, which was interrupted" in rerun.stdout
     parent = next(r for r in MlflowClient(uri).search_runs(
         [MlflowClient(uri).get_experiment_by_name("killed").experiment_id], f"tags.`{STUDY}` = 'killed-full'")
         if PARENT not in r.data.tags)

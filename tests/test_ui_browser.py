@@ -2,8 +2,8 @@
 a real headless Chromium (Debian's chromium + chromedriver, through Selenium). Each test does what
 the walkthrough in docs/MLFLOW_UI.md tells a user to do, and checks what the page shows: the
 experiment's overview holds the table beside the published figures, the sweep unfolds to its
-cells, the chart view charts the cells' metrics (no bookkeeping), and the compare view lists only
-the params the experiment reads.
+cells (each naming its data in the Dataset column), the chart view charts the cells' metrics (no
+bookkeeping), and the compare view lists only the params the experiment reads.
 
 Needs `make install-system` (which .ci/run calls). Outside CI the test skips, saying why, when the
 browser is missing; under CI=true a missing browser is a failure, never a silent skip.
@@ -32,6 +32,7 @@ import requests
 
 import experiments
 from conftest import free_port, skip_unless_ci
+from harness import ui_links
 from harness.cli import main
 from harness.store.tracking import PARENT, RunRecord, Store
 
@@ -294,6 +295,43 @@ def test_the_url_harness_ui_prints_opens_the_runs_table_in_a_fresh_profile(ui):
     assert [p.run_id for p in parents] == [ui.parent.run_id] or os.environ.get("HARNESS_UI_STORE")
 
 
+def test_each_cells_dataset_column_shows_the_data_it_trained_on(ui):
+    """MLflow's Dataset column (shown by default, so in a fresh profile) names each cell's data and
+    its digest, as the cell logged them (harness/dataset_record.py)."""
+    from conftest import mlflow_client
+
+    logged = {}
+    for cell in ui.cells:
+        (given,) = mlflow_client(ui.store).get_run(cell.run_id).inputs.dataset_inputs
+        assert given.dataset.name.startswith(cell.params["dataset"]) and len(given.dataset.digest) == 16
+        logged[cell.name] = f"{given.dataset.name} ({given.dataset.digest})"
+    fresh = _start_browser()
+    try:
+        _open_experiment(fresh, ui)
+        _unfold_the_sweep(fresh, ui)
+        shown = _settled(lambda: fresh.execute_script("""
+            const head = [...document.querySelectorAll('.ag-header-cell')].find(e => e.innerText.trim() === 'Dataset');
+            if (!head) return null;
+            const column = head.getAttribute('col-id'), rows = {}, found = {};
+            for (const cell of document.querySelectorAll('.ag-cell')) {
+              if (cell.getAttribute('col-id') !== column) continue;
+              const row = cell.closest('.ag-row').getAttribute('row-index');
+              rows[row] = [...cell.querySelectorAll('[title]')].map(e => e.title);
+            }
+            for (const name of arguments[0]) {
+              const label = [...document.querySelectorAll('.ag-row a, .ag-row span')]
+                .find(e => e.innerText.trim() === name);
+              if (label) found[name] = rows[label.closest('.ag-row').getAttribute('row-index')] || [];
+            }
+            return found;""", list(logged)),
+            lambda found: bool(found) and all(found.get(name) for name in logged),
+            what="the Dataset column of each cell's row")
+        for name, record in logged.items():
+            assert record in shown[name], (name, shown)
+    finally:
+        fresh.quit()
+
+
 def test_the_experiments_overview_shows_the_table_beside_the_published_figures(browser, ui):
     _open_experiment(browser, ui)
     _click(browser, EXPAND_DESCRIPTION)
@@ -310,10 +348,10 @@ def test_the_experiments_overview_shows_the_table_beside_the_published_figures(b
         assert column in header, header
     by_sparsity = {float(r[0]): dict(zip(header, r)) for r in rows}
     assert by_sparsity[0.0]["book accuracy"] == "47.10%"  # the book's figure beside ours
-    for cell in ui.cells:  # our figures, as measured by the cells (one repeat each)
+    for cell in ui.cells:  # our figures, as measured by the cells (repeats run the same seed)
         row = by_sparsity[float(cell.params["sparsity"])]
         assert row["accuracy"] == _percent(cell.metrics["test_accuracy"])
-        assert row["speed-up"].endswith("x")
+        assert row["speed-up"].split()[0].endswith("x")   # with repeats, its interval follows: "1.37x [1.2, 1.5]"
     plot = _settled(lambda: browser.execute_script("""
         const img = [...document.querySelectorAll('img')].find(i => i.src.includes('get-artifact'));
         const link = [...document.querySelectorAll('a')].find(a => a.href.includes('/artifacts/report/'));
@@ -373,7 +411,7 @@ def test_the_compare_view_of_two_pruning_cells_lists_only_what_pruning_reads(bro
     first, last = ui.cells[0], ui.cells[-1]
     runs = json.dumps([first.run_id, last.run_id])
     browser.get(f"{ui.base}/#/compare-runs?runs={urllib.parse.quote(runs)}"
-                f"&experiments={urllib.parse.quote(json.dumps([ui.experiment_id]))}")
+                f"&experiments={urllib.parse.quote(json.dumps([ui.experiment_id]))}&{ui_links.WORKFLOW}")  # model training
     body = _wait_for_text(browser, first.name, last.name, "train_time_s", "test_accuracy", "speedup", "param_count")
 
     def params() -> list[str] | None:  # the names in the Parameters table, once it is drawn

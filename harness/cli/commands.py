@@ -182,7 +182,7 @@ def _until_decided(spec, store, args, max_repeats):
                                db_url=resolve_db_url(args.storage, store.uri), show_progress=not args.no_progress,
                                log=lambda line: print(line, flush=True))
     for extra in rounds:
-        print(sweep_summary(extra, spec.report.get("metrics")))
+        print(sweep_summary(extra, spec.report.get("metrics"), spec.report.get("notes", [])))
     return rounds[-1] if rounds else None
 
 

@@ -57,6 +57,8 @@ def _stop(server: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
 
 
 def _check_port_free(port: int) -> None:
+    if not 1 <= port <= 65535:  # socket.bind would raise OverflowError, no OSError, for these
+        raise UserError(f"--port must be between 1 and 65535 (got {port}).")
     with socket.socket() as probe:
         try:
             probe.bind((HOST, port))

@@ -118,6 +118,10 @@ def table_caveats(r) -> list[str]:
 
 def caveats(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
     lines = []
+    smoke = [label(r.spec) for r in reports if r.scale == "smoke"]
+    if smoke:  # a newcomer's first report: its N/A are the scale's, not failures to reproduce
+        lines.append(f"- **Smoke** ({', '.join(smoke)}): {checks.SMOKE_REASON}; at scale smoke only the exact "
+                     "checks are judged, the claims about the documents' figures are N/A.")
     stand_ins: dict[str, list[str]] = {}
     for r in reports:
         for note in r.spec.report.get("notes", []):

@@ -466,6 +466,7 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
         tags = {STUDY: study.study_name, SCALE: scale, KIND: "trial", TRIAL: str(trial.number)}
         if RETRY_OF in trial.user_attrs:
             tags[RETRY_OF] = str(trial.user_attrs[RETRY_OF])
+            log(f"  trial {trial.number} runs again the parameters of trial {tags[RETRY_OF]}, which was interrupted")
         prune_on = spec.pruner.metric
 
         def report(epoch: int, metrics: dict[str, float]) -> None:
