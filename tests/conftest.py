@@ -4,6 +4,7 @@ run the real engine on the tiny CNN and synthetic data in a second or two."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -46,6 +47,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def empty_store_template(tmp_path_factory):
+    """One SQLite store migrated for real in this session; every new SQLite store the harness makes
+    after it, here or in a process a test starts, is a copy (harness/store/tracking.py, EMPTY_STORE_ENV)
+    instead of MLflow's migrations once more: a second or more each, for a hundred fresh stores. A test
+    of the migrations themselves unsets it (monkeypatch.delenv)."""
+    import sqlite3
+
+    from harness.store.tracking import EMPTY_STORE_ENV, Store
+
+    folder = tmp_path_factory.mktemp("empty-store")
+    os.environ.pop(EMPTY_STORE_ENV, None)
+    built = folder / "built" / "mlflow.db"
+    Store(f"sqlite:///{built}")
+    template = folder / "mlflow.db"
+    # A copy through SQLite (the built store's client left it in WAL mode), kept as one plain file.
+    with contextlib.closing(sqlite3.connect(built)) as source, contextlib.closing(sqlite3.connect(template)) as copy:
+        source.backup(copy)
+        copy.execute("PRAGMA journal_mode = DELETE").fetchone()
+    os.environ[EMPTY_STORE_ENV] = str(template)
+    yield template
+    os.environ.pop(EMPTY_STORE_ENV, None)
 
 
 @pytest.fixture(scope="session")

@@ -394,7 +394,10 @@ def test_10_disk_full_mid_sweep_then_space_freed_loses_nothing(tmp_path, uri):
 
 
 @pytest.mark.slow
-def test_10_a_store_created_on_a_full_disk_leaves_nothing_and_works_once_space_is_freed(tmp_path, uri):
+def test_10_a_store_created_on_a_full_disk_leaves_nothing_and_works_once_space_is_freed(tmp_path, uri, monkeypatch):
+    from harness.store.tracking import EMPTY_STORE_ENV
+
+    monkeypatch.delenv(EMPTY_STORE_ENV, raising=False)  # MLflow's own migrations cut short, not a copy
     path = tiny_sweep(tmp_path, "newstore", [0.0])
     args = ["sweep", str(path), "--tracking-uri", uri, "--no-progress"]
     full = harness(*args, file_size_limit=200_000)  # far less than MLflow's migrated schema

@@ -1,12 +1,14 @@
 """Several worker processes on one study or one grid, and a study killed mid-trial then resumed:
 real processes, real SQLite and PostgreSQL databases, a real `mlflow server`."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 
 import optuna
 import pytest
@@ -203,11 +205,22 @@ def mlflow_server(tmp_path, request):
         backend = request.getfixturevalue("postgres_db")
     except pytest.skip.Exception:
         backend = f"sqlite:///{tmp_path / 'server.db'}"
+    with serving_mlflow(backend, tmp_path / "artifacts") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving_mlflow(backend: str, artifacts: Path):
+    """A real `mlflow server` on 127.0.0.1 over `backend`, its artifacts in `artifacts`; yields its URL.
+    Its log goes to a file beside them: a pipe nobody reads would stall a server that serves many tests."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
-                             "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    log = artifacts.with_name("mlflow-server.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+                                 "--artifacts-destination", str(artifacts), "--host", "127.0.0.1",
+                                 "--port", str(port), "--workers", "1"],
+                                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         import requests
@@ -220,7 +233,7 @@ def mlflow_server(tmp_path, request):
             except requests.RequestException:
                 pass
             if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"mlflow server did not start: {proc.stderr.read()[-2000:] if proc.poll() is not None else 'timeout'}")
+                pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:] if proc.poll() is not None else 'timeout'}")
             time.sleep(0.5)
         yield url
     finally:
