@@ -257,3 +257,19 @@ def slurm_cluster():
     if reason:
         skip_unless_ci(reason + "; `.ci/slurm.sh start` starts a one-node cluster (root)")
     return sorted({p.rstrip("*") for p in out.stdout.split()[0::2]})
+
+
+# dp_scratch's DDP branch: two gloo ranks in torchrun processes, seconds of start-up each time. One
+# run without a warm-up serves the tests that read different things from it (test_parallel_sweeps:
+# the ranks end on one device's parameters; test_warmup: a warm-up changes none of its figures).
+DP_SCRATCH_DDP = {"experiment": "dp_scratch", "model": "lenet_d2l", "dataset": "digits", "train_limit": 128,
+                  "test_limit": 64, "epochs": 2, "batch_size": 32, "lr": 0.2, "threads": 1, "world_size": 2,
+                  "dp_impl": "ddp", "backend": "gloo"}
+
+
+@pytest.fixture(scope="session")
+def dp_scratch_ddp_without_warmup() -> dict:
+    """The metrics of DP_SCRATCH_DDP run with warmup_epochs=0 (read them, do not change them)."""
+    from experiments import dp_scratch, make_config
+
+    return dp_scratch.run(make_config({**DP_SCRATCH_DDP, "warmup_epochs": 0}))
