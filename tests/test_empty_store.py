@@ -12,9 +12,13 @@ from harness.store.tracking import EMPTY_STORE_ENV, Store
 
 
 def _read(db: Path) -> tuple[list, list, tuple]:
-    """The schema, the migration stamp and MLflow's Default experiment (its artifacts, its creation)."""
+    """The schema, the migration stamp and MLflow's Default experiment (its artifacts, its creation).
+    Each statement is read as its set of lines: MLflow's migrations write a table's constraints in an
+    order that differs from one build to the next in one process."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        schema = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+        schema = [(kind, name, table, sorted(line.strip().rstrip(",") for line in (sql or "").splitlines()))
+                  for kind, name, table, sql in
+                  conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")]
         revision = conn.execute("SELECT version_num FROM alembic_version").fetchall()
         default = conn.execute("SELECT artifact_location, creation_time FROM experiments "
                                "WHERE experiment_id = 0").fetchone()
