@@ -16,9 +16,9 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from conftest import free_port, harness_command as harness
-from harness.cli import main
 from harness.studies.engine import RETRY_OF, STUDY
 from harness.store.tracking import OUTCOME, PARENT
+from harness.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
