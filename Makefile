@@ -78,11 +78,12 @@ install-system: ## Debian packages the browser test needs (chromium, chromedrive
 	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then echo "chromium and chromedriver present"; \
 	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
 
-test: ## the whole test suite (slow and multi-process tests included; about 10 minutes on 2 cores)
-	$(BIN)/pytest -q
+# --durations: every log ends with the slowest tests and their seconds, so a slow one is seen where it grew.
+test: ## the whole test suite (slow and multi-process tests included; 18 minutes on 2 cores in the last CI run)
+	$(BIN)/pytest -q --durations=30
 
 test-fast: ## the suite without the tests marked slow
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -m "not slow" --durations=15
 
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ...
 	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(call overrides,sweeps/$*.toml) $(call nccl_on_cuda,$*) $(STORE)

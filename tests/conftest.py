@@ -4,6 +4,7 @@ run the real engine on the tiny CNN and synthetic data in a second or two."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -46,6 +47,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def empty_store_template(tmp_path_factory):
+    """One SQLite store migrated for real in this session; every new SQLite store the harness makes
+    after it, here or in a process a test starts, is a copy (harness/store/tracking.py, EMPTY_STORE_ENV)
+    instead of MLflow's migrations once more: a second or more each, for a hundred fresh stores. A test
+    of the migrations themselves unsets it (monkeypatch.delenv)."""
+    import sqlite3
+
+    from harness.store.tracking import EMPTY_STORE_ENV, Store
+
+    folder = tmp_path_factory.mktemp("empty-store")
+    os.environ.pop(EMPTY_STORE_ENV, None)
+    built = folder / "built" / "mlflow.db"
+    Store(f"sqlite:///{built}")
+    template = folder / "mlflow.db"
+    # A copy through SQLite (the built store's client left it in WAL mode), kept as one plain file.
+    with contextlib.closing(sqlite3.connect(built)) as source, contextlib.closing(sqlite3.connect(template)) as copy:
+        source.backup(copy)
+        copy.execute("PRAGMA journal_mode = DELETE").fetchone()
+    os.environ[EMPTY_STORE_ENV] = str(template)
+    yield template
+    os.environ.pop(EMPTY_STORE_ENV, None)
 
 
 @pytest.fixture(scope="session")
@@ -233,3 +258,19 @@ def slurm_cluster():
     if reason:
         skip_unless_ci(reason + "; `.ci/slurm.sh start` starts a one-node cluster (root)")
     return sorted({p.rstrip("*") for p in out.stdout.split()[0::2]})
+
+
+# dp_scratch's DDP branch: two gloo ranks in torchrun processes, seconds of start-up each time. One
+# run without a warm-up serves the tests that read different things from it (test_parallel_sweeps:
+# the ranks end on one device's parameters; test_warmup: a warm-up changes none of its figures).
+DP_SCRATCH_DDP = {"experiment": "dp_scratch", "model": "lenet_d2l", "dataset": "digits", "train_limit": 128,
+                  "test_limit": 64, "epochs": 2, "batch_size": 32, "lr": 0.2, "threads": 1, "world_size": 2,
+                  "dp_impl": "ddp", "backend": "gloo"}
+
+
+@pytest.fixture(scope="session")
+def dp_scratch_ddp_without_warmup() -> dict:
+    """The metrics of DP_SCRATCH_DDP run with warmup_epochs=0 (read them, do not change them)."""
+    from experiments import dp_scratch, make_config
+
+    return dp_scratch.run(make_config({**DP_SCRATCH_DDP, "warmup_epochs": 0}))

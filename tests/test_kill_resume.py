@@ -9,13 +9,14 @@ import time
 
 import pytest
 
+from harness.cli import main
 from harness.store.tracking import OUTCOME, Store
 from conftest import mlflow_client
 
 pytestmark = pytest.mark.slow
 
 
-def test_sigkill_mid_cell_then_rerun(sweep_file, tmp_path):
+def test_sigkill_mid_cell_then_rerun(sweep_file, tmp_path, capsys):
     # The book's CNN on synthetic data: a few seconds per cell, long enough to be killed inside one.
     path = sweep_file("killme", {"sparsity": [0.0, 0.5, 0.8]},
                       base={"model": "cnn", "train_limit": 512, "epochs": 8, "warmup_epochs": 0})
@@ -45,14 +46,15 @@ def test_sigkill_mid_cell_then_rerun(sweep_file, tmp_path):
     finished_before = {r.tags["harness.cell_id"]: r.run_id
                        for r in store.sweep_runs(exp, "killme") if r.status == "FINISHED"}
 
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    capsys.readouterr()
+    assert main(command[3:]) == 0   # the same command, here: a rerun needs no second start-up of torch and MLflow
+    said = capsys.readouterr().out
     cells = store.sweep_runs(exp, "killme")
     assert len(cells) == 3 and {r.tags[OUTCOME] for r in cells} == {"ok"}
     assert all(r.status == "FINISHED" for r in cells)
     for cell_id, run_id in finished_before.items():  # kept, not rerun
         assert any(r.run_id == run_id for r in cells if r.tags["harness.cell_id"] == cell_id)
-    assert "reused" in rerun.stdout
+    assert "reused" in said
     parents = store.sweep_runs(exp, "killme", parents=True)
     assert sorted(p.status for p in parents) == ["FINISHED", "KILLED"]
     running = mlflow_client(store).search_runs([exp], "attributes.status = 'RUNNING'")

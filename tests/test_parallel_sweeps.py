@@ -121,8 +121,8 @@ def test_split_batch_and_allreduce_by_hand():
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_ddp_on_two_ranks_gives_one_devices_parameters(scratch_cfg):
-    metrics = dp_scratch.run(make_config({**scratch_cfg, "world_size": 2, "dp_impl": "ddp", "backend": "gloo"}))
+def test_ddp_on_two_ranks_gives_one_devices_parameters(dp_scratch_ddp_without_warmup):
+    metrics = dp_scratch_ddp_without_warmup   # two gloo ranks (conftest.py: one run shared with test_warmup)
     assert metrics["params_match"] == 1.0 and metrics["first_step_param_diff"] < 1e-6
     assert metrics["train_time_s"] == max(metrics["rank0_train_time_s"], metrics["rank1_train_time_s"])
 

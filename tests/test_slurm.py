@@ -3,6 +3,7 @@ worker jobs share a PostgreSQL claims database and log to a real `mlflow server`
 worker's cell goes to the other worker; a cell too big for one node runs as one job of several
 srun tasks. Skipped where no Slurm answers (failed under CI)."""
 
+import contextlib
 import os
 import re
 import signal
@@ -16,12 +17,22 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 from conftest import experiment_runs as _runs, harness_command as harness, temporary_database
-from test_study_workers import LR, SLOW_TRIAL, mlflow_server  # noqa: F401  (a real `mlflow server` fixture)
+from test_study_workers import LR, SLOW_TRIAL, serving_mlflow
 
 from harness.store.tracking import CELL_ID, OUTCOME, PARENT, PID
 
 # Each test waits up to 10 minutes on its jobs (a queue, 30-epoch cells): above the global limit.
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.timeout(1500)]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(postgres_server, tmp_path_factory):
+    """One real `mlflow server` for the module, on a PostgreSQL database of its own: each test logs to
+    an experiment of its own name, so they need no server each (a start and MLflow's migrations of a
+    new database, every time)."""
+    with contextlib.contextmanager(temporary_database)(postgres_server, "harness_slurm_mlflow") as backend, \
+            serving_mlflow(backend, tmp_path_factory.mktemp("mlflow-server") / "artifacts") as url:
+        yield url
 
 
 @pytest.fixture
@@ -99,7 +110,7 @@ def test_scancel_of_a_worker_job_mid_cell_leaves_the_cell_to_the_other(slurm_clu
     # The book's CNN for 30 epochs: several seconds a cell even on an idle machine, so a worker is
     # cancelled well inside the cell it was seen running (with 4 epochs, an idle machine finished
     # the cell between the sighting and the scancel).
-    path = sweep_file("slurm_kill", {"sparsity": [0.0, 0.2, 0.4, 0.6]},
+    path = sweep_file("slurm_kill", {"sparsity": [0.0, 0.3, 0.6]},
                       base={**SLOW_TRIAL, "epochs": 30, "pruning_backend": "torch-pruning", "warmup_epochs": 0})
     proc = subprocess.Popen(harness("sweep", str(path), "--launcher", "slurm", "--workers", "2", "--storage", claims_db,
                                     "--tracking-uri", mlflow_server),
@@ -116,7 +127,7 @@ def test_scancel_of_a_worker_job_mid_cell_leaves_the_cell_to_the_other(slurm_clu
     assert proc.returncode == 0, err[-3000:]
     array, _ = _array_id(out)
     assert _job_states(array)[victim_job] == "CANCELLED"
-    assert "4 cells: 4 ok" in out
+    assert "3 cells: 3 ok" in out
 
     everything = _runs(mlflow_server, "slurm_kill", ViewType.ALL)
     assert not [r for r in everything if r.info.status == "RUNNING"]
@@ -124,11 +135,11 @@ def test_scancel_of_a_worker_job_mid_cell_leaves_the_cell_to_the_other(slurm_clu
     assert killed.info.status == "KILLED" and killed.data.tags[OUTCOME] == "interrupted"
     assert killed.info.lifecycle_stage == "deleted"  # one record per cell: the rerun replaced it
     cells = [r for r in _runs(mlflow_server, "slurm_kill") if PARENT in r.data.tags]
-    assert len(cells) == 4 and len({r.data.tags[CELL_ID] for r in cells}) == 4
+    assert len(cells) == 3 and len({r.data.tags[CELL_ID] for r in cells}) == 3
     assert {r.data.tags[OUTCOME] for r in cells} == {"ok"}
     rerun = next(r for r in cells if r.data.tags[CELL_ID] == victim_run.data.tags[CELL_ID])
     assert rerun.data.tags[PID] != victim_run.data.tags[PID]  # the other worker ran it
-    assert sorted(state for _, state, _ in _claims(claims_db, "sweep:slurm_kill")) == ["done"] * 4
+    assert sorted(state for _, state, _ in _claims(claims_db, "sweep:slurm_kill")) == ["done"] * 3
 
 
 def test_ctrl_c_cancels_the_jobs_and_the_same_command_finishes_the_sweep(slurm_cluster, claims_db, mlflow_server,

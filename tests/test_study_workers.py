@@ -1,12 +1,14 @@
 """Several worker processes on one study or one grid, and a study killed mid-trial then resumed:
 real processes, real SQLite and PostgreSQL databases, a real `mlflow server`."""
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 
 import optuna
 import pytest
@@ -16,6 +18,7 @@ from optuna.trial import TrialState
 from conftest import free_port, harness_command as harness
 from harness.studies.study_engine import RETRY_OF, STUDY
 from harness.store.tracking import OUTCOME, PARENT
+from harness.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
@@ -65,7 +68,7 @@ def _assert_unique_params(trials):
     assert len(keys) == len(set(keys)), "a parameter set ran twice"
 
 
-def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_file, tmp_path):
+def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_file, tmp_path, capsys):
     path = study_file("killed", space=LR, n_trials=3, base=SLOW_TRIAL)
     uri, url = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
     command = harness("study", str(path), "--tracking-uri", uri)
@@ -77,16 +80,19 @@ def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_
         proc.wait()
     assert _trials("killed-full", url)[killed].state == TrialState.RUNNING, "the kill came after the trial ended"
     before = {t.number: t.params for t in _trials("killed-full", url) if t.state == TrialState.COMPLETE}
-    status = subprocess.run([*command, "--status"], capture_output=True, text=True, timeout=120)
-    assert "0 running, 1 interrupted (process gone)" in status.stdout, status.stdout  # not "1 running"
-    assert f"trial {killed} (process {proc.pid} on" in status.stdout
+    # The status and the rerun are the same commands run here: no second start-up of torch and MLflow.
+    capsys.readouterr()
+    assert main([*command[3:], "--status"]) == 0
+    status = capsys.readouterr().out
+    assert "0 running, 1 interrupted (process gone)" in status, status  # not "1 running"
+    assert f"trial {killed} (process {proc.pid} on" in status
 
-    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert main(command[3:]) == 0
+    rerun = capsys.readouterr().out
     requeued = next(t.number for t in _trials("killed-full", url) if t.user_attrs.get(RETRY_OF) == killed)
-    assert f"trial {killed} was interrupted (its process {proc.pid} on" in rerun.stdout, rerun.stdout
-    assert f"requeued as trial {requeued}" in rerun.stdout
-    assert f"trial {requeued} runs again the parameters of trial {killed}, which was interrupted" in rerun.stdout
+    assert f"trial {killed} was interrupted (its process {proc.pid} on" in rerun, rerun
+    assert f"requeued as trial {requeued}" in rerun
+    assert f"trial {requeued} runs again the parameters of trial {killed}, which was interrupted" in rerun
     parent = next(r for r in MlflowClient(uri).search_runs(
         [MlflowClient(uri).get_experiment_by_name("killed").experiment_id], f"tags.`{STUDY}` = 'killed-full'")
         if PARENT not in r.data.tags)
@@ -204,11 +210,22 @@ def mlflow_server(tmp_path, request):
         backend = request.getfixturevalue("postgres_db")
     except pytest.skip.Exception:
         backend = f"sqlite:///{tmp_path / 'server.db'}"
+    with serving_mlflow(backend, tmp_path / "artifacts") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serving_mlflow(backend: str, artifacts: Path):
+    """A real `mlflow server` on 127.0.0.1 over `backend`, its artifacts in `artifacts`; yields its URL.
+    Its log goes to a file beside them: a pipe nobody reads would stall a server that serves many tests."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
-                             "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1",
-                             "--port", str(port), "--workers", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    log = artifacts.with_name("mlflow-server.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend,
+                                 "--artifacts-destination", str(artifacts), "--host", "127.0.0.1",
+                                 "--port", str(port), "--workers", "1"],
+                                stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         import requests
@@ -221,7 +238,7 @@ def mlflow_server(tmp_path, request):
             except requests.RequestException:
                 pass
             if proc.poll() is not None or time.time() > deadline:
-                pytest.fail(f"mlflow server did not start: {proc.stderr.read()[-2000:] if proc.poll() is not None else 'timeout'}")
+                pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:] if proc.poll() is not None else 'timeout'}")
             time.sleep(0.5)
         yield url
     finally:

@@ -29,7 +29,7 @@ from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped
 from harness.precision import Precision
 from harness.warmup import restored
-from conftest import mlflow_client, skip_unless_ci
+from conftest import DP_SCRATCH_DDP, mlflow_client, skip_unless_ci
 
 DIGITS = {"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "epochs": 2,
           "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "threads": 1}
@@ -267,9 +267,11 @@ def test_a_scratch_cell_with_a_warm_up_reaches_the_same_accuracy():
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_dp_scratch_ddp_ranks_warm_up_without_training():
-    cells = [make_config({**SCRATCH, "dp_impl": "ddp", "backend": "gloo", "warmup_epochs": w}) for w in (0, 1)]
-    cold, warm = (dp_scratch.run(cfg) for cfg in cells)
+def test_dp_scratch_ddp_ranks_warm_up_without_training(dp_scratch_ddp_without_warmup):
+    # The cold cell is conftest.py's run (shared with test_parallel_sweeps): SCRATCH on two gloo ranks.
+    assert DP_SCRATCH_DDP == {**SCRATCH, "dp_impl": "ddp", "backend": "gloo"}
+    cold = dp_scratch_ddp_without_warmup
+    warm = dp_scratch.run(make_config({**DP_SCRATCH_DDP, "warmup_epochs": 1}))
     # max_param_diff compares with one device trained `epochs` epochs and no warm-up: the same figure
     # means the ranks ended on the same parameters.
     for metric in ("test_accuracy", "max_param_diff", "first_step_param_diff", "params_match"):

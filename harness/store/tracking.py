@@ -46,6 +46,10 @@ MLFLOW_DEFAULTS = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true", "MLFLOW_HTT
                    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 # MLflow's caps on an experiment's and a run's tag values (mlflow/utils/validation.py).
 EXPERIMENT_TAG_LIMIT, RUN_TAG_LIMIT = 20000, 8000
+# Test hook: the path of an empty SQLite store this code built once (tests/conftest.py). A new SQLite
+# store is then a copy of it instead of MLflow's 69 schema migrations, which take a second or more
+# on a small machine and ran again for every test's fresh store. Unset for any real use.
+EMPTY_STORE_ENV = "HARNESS_TEST_EMPTY_STORE"
 
 
 @dataclass
@@ -160,6 +164,9 @@ class Store:
             return
 
         def build(temporary: Path) -> None:
+            if os.environ.get(EMPTY_STORE_ENV):
+                self._copy_empty_store(Path(os.environ[EMPTY_STORE_ENV]), temporary)
+                return
             from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
             uri = f"sqlite:///{temporary}"
@@ -172,6 +179,20 @@ class Store:
                     engine.dispose()
 
         probe.create_sqlite_whole(path, f"the tracking store {redact(self.uri)}", build)
+
+    def _copy_empty_store(self, template: Path, temporary: Path) -> None:
+        """The test hook's store (EMPTY_STORE_ENV): the template's pages copied through SQLite (whatever
+        its journal holds), and MLflow's Default experiment pointed at this store's artifacts folder, as
+        the migrations would have left it. A template that is not there fails the creation."""
+        from mlflow.utils.uri import append_to_uri_path, resolve_uri_if_local
+
+        default = append_to_uri_path(resolve_uri_if_local(self.artifact_root.resolve().as_uri()), "0")
+        read_only = f"{template.resolve().as_uri()}?mode=ro"
+        with contextlib.closing(sqlite3.connect(read_only, uri=True)) as source, \
+                contextlib.closing(sqlite3.connect(temporary)) as copy:
+            source.backup(copy)
+            copy.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (default,))
+            copy.commit()
 
     def _file_identity(self) -> tuple[int, int] | None:
         """A SQLite store's (device, inode): the file this process writes through its open handles,
