@@ -1223,6 +1223,17 @@ def test_a_workers_study_summary_counts_its_workers_trials(study_file, tmp_path,
 
 
 # --- the launcher SIGKILLed: its workers end too ----------------------------------------------------------
+def _cmdline(process) -> list[str]:
+    """A child's command line, or none for one that ended (a zombie) between the listing and the read:
+    the launcher's short-lived helpers (a git call, a probe) exit at any moment."""
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.NoSuchProcess:   # ZombieProcess included
+        return []
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_workers_end_when_their_launcher_is_killed(tmp_path, uri):
@@ -1236,7 +1247,7 @@ def test_workers_end_when_their_launcher_is_killed(tmp_path, uri):
         deadline = time.time() + 240
         while len(workers) < 2:  # both workers inside a cell
             assert proc.poll() is None and time.time() < deadline, "never saw two cells running at once"
-            workers = [c for c in psutil.Process(proc.pid).children() if "--worker" in " ".join(c.cmdline())]
+            workers = [c for c in psutil.Process(proc.pid).children() if "--worker" in " ".join(_cmdline(c))]
             running = [r for r in cells_and_parents(uri)[0] if r.info.status == "RUNNING"]
             workers = workers if len(running) >= 2 else []
             time.sleep(0.2)
