@@ -686,9 +686,10 @@ def test_a_slurm_job_array_gets_the_store_locations_from_the_submitting_environm
     assert "HARNESS_STORAGE" not in os.environ  # put back as it was
 
 
-def test_the_ui_and_dashboard_servers_get_the_store_through_the_environment(tmp_path, monkeypatch, capsys):
+def _stub_ui_server(monkeypatch) -> list:
+    """harness ui's MLflow server replaced by one that ran and stopped at once; the list collects
+    the (argv, env) of every server started."""
     from harness.cli import ui_server
-    from harness.store import Store
 
     started = []
 
@@ -701,6 +702,14 @@ def test_the_ui_and_dashboard_servers_get_the_store_through_the_environment(tmp_
 
     monkeypatch.setattr(ui_server, "subprocess", SimpleNamespace(Popen=Server))
     monkeypatch.setattr(ui_server, "_wait_until_answering", lambda *a: None)
+    return started
+
+
+def test_the_ui_and_dashboard_servers_get_the_store_through_the_environment(tmp_path, monkeypatch, capsys):
+    from harness.cli import ui_server
+    from harness.store import Store
+
+    started = _stub_ui_server(monkeypatch)
     monkeypatch.setattr(ui_server, "_banner", lambda store, base: "")
     monkeypatch.setattr(os, "execve", lambda path, argv, env: started.append((argv, env)))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -839,17 +848,7 @@ def test_no_password_in_a_studys_files_output_or_the_ui_banner(password_server, 
 def test_the_ui_server_and_its_banner_hide_a_database_stores_password(monkeypatch, capsys):
     from harness.cli import ui_server
 
-    started = []
-
-    class Server:   # what serve() needs of the MLflow server it starts: it ran and stopped
-        def __init__(self, argv, env=None, **_):
-            started.append((argv, env))
-
-        def wait(self):
-            return 0
-
-    monkeypatch.setattr(ui_server, "subprocess", SimpleNamespace(Popen=Server))
-    monkeypatch.setattr(ui_server, "_wait_until_answering", lambda *a: None)
+    started = _stub_ui_server(monkeypatch)
     uri = f"postgresql://harness:{PASSWORD}@127.0.0.1:5432/mlflow"
     store = SimpleNamespace(uri=uri, experiments=lambda: [("1", "secret")])   # what the banner reads of a store
     assert ui_server.serve(store, free_port()) == 0
