@@ -194,6 +194,12 @@ class SpeedMethodsFields(ModelFields, ChannelsLastFields, CompilationFields, Pru
     lr_base_batch: int = Field(
         0, ge=0, description="Recipe: lr is the rate for a global batch of this size and scales linearly "
         "with the global batch (0 = lr as given).")
+    lr_factor: float = Field(
+        1.0, gt=0, description="Recipe: lr is multiplied by this factor before the batch scaling (a tuned "
+        "learning rate, as the speed-recipe study searches it; 1 = the configured lr).")
+    keep_freed_memory: bool = Field(
+        False, description="Recipe: glibc keeps freed memory in the process (no mmap for large blocks, no trim) "
+        "instead of returning it to the kernel, so each step's large tensors are not page-faulted in again.")
 
 
 class TimingRepeatsFields(FieldGroup):

@@ -156,7 +156,11 @@ def _values(spec: StudySpec, fixed: dict[str, Any], variant: Variant, seed: int)
         values.update(spec.space[k].fields(value))
     values["seed"] = seed
     if variant.lr_factor != 1.0:
-        values["lr"] = make_config(values).lr * variant.lr_factor
+        config = make_config(values)
+        if hasattr(config, "lr_factor"):   # the same field a study trial sets: the same run is the same cell
+            values["lr_factor"] = config.lr_factor * variant.lr_factor
+        else:
+            values["lr"] = config.lr * variant.lr_factor
     return values
 
 
@@ -181,7 +185,7 @@ def _run(store: Store, experiment_id: str, spec: StudySpec, name: str, scale: st
         log(f"  {label}: {shown}")
     reached = metrics.get("target_reached") == 1.0
     return {"role": variant.role, "seed": seed, "lr_factor": variant.lr_factor,
-            "lr": cell.config.lr if cell.config else None, **{k: spec.space[k].optuna_value(p) for k, p in variant.params.items()},
+            "lr": cell.config.lr * getattr(cell.config, "lr_factor", 1.0) if cell.config else None, **{k: spec.space[k].optuna_value(p) for k, p in variant.params.items()},
             TIME: metrics.get(TIME, math.inf) if reached else math.inf, "reached": reached,
             "test_accuracy": metrics.get("test_accuracy"), "epochs_to_accuracy": metrics.get("epochs_to_accuracy"),
             "contended": metrics.get("contended"), "changes": variant.note, "mlflow_run_id": run_id}
