@@ -10,9 +10,11 @@ import optuna
 import pandas as pd
 import pytest
 
+from experiments import make_config
+from harness.cells import Cell
 from harness.cli import main
 from harness.store.tracking import KIND, Store
-from harness.studies import baseline
+from harness.studies import baseline, study_spec, verify
 from harness.studies.verify import ROLE, bootstrap_median, bootstrap_ratio
 from conftest import assert_one_sentence_exit_2, mlflow_client
 
@@ -120,3 +122,20 @@ def test_a_recipe_that_missed_the_target_has_no_speedup_and_a_multi_field_choice
     assert _methods(None, params) == "dtype=bf16, execution=eager, world_size=1 threads=0"
     labels = {"dtype": "bf16", "execution": "execution=eager", "layout": "world_size=1 threads=0"}   # as Optuna keeps them
     assert _methods(None, labels) == "dtype=bf16, execution=eager, world_size=1 threads=0"
+
+
+def test_in_a_study_that_searches_lr_factor_the_tuned_baseline_is_the_same_run_as_that_factor_alone():
+    # the shipped speed-recipe study searches lr_factor itself: the verification's lr search must set that
+    # field (not lr), and each row must keep the factor over the book's lr, not the params' own 1.0
+    spec = study_spec.load("study_speed_recipe")
+    fixed = {**spec.fixed("smoke"), "target_from_epoch": 0, "target_accuracy": 0.5}
+    book = {k: v for k, v in spec.baseline.params.items()}
+    tuned = verify._values(spec, fixed, verify.Variant("tuned baseline", book, 8.0), 0)
+    alone = verify._values(spec, fixed, verify.Variant("alone: lr_factor", {**book, "lr_factor": 8.0}), 0)
+    assert tuned["lr_factor"] == 8.0 and tuned["lr"] == fixed["lr"]
+    assert make_config(tuned).cell_id() == make_config(alone).cell_id()
+    cell = Cell.build(tuned, "tuned")
+    row = verify._row(spec, verify.Variant("lr x8", book, 8.0), 0, cell, {"target_reached": 1.0, verify.TIME: 2.0}, "r")
+    assert row["lr_factor"] == 8.0 and row["lr"] == pytest.approx(fixed["lr"] * 8)
+    best = verify._row(spec, verify.Variant("best", {**book, "lr_factor": 32.0}), 0, cell, {}, "r")
+    assert best["lr_factor"] == 32.0 and best[verify.TIME] == math.inf

@@ -110,7 +110,7 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
         factors = sorted({1.0, *map(float, v.lr_factors)}) if has_lr else [1.0]
         search = [timed(Variant(f"lr x{f:g}", book, f), seeds[0]) for f in factors]
         reached = [r for r in search if r["reached"]]
-        tuned_factor = min(reached, key=lambda r: r[TIME])["lr_factor"] if reached else 1.0
+        tuned_factor = min(reached, key=lambda r: r[TIME])["lr_factor"] / _own_factor(spec, book) if reached else 1.0
         main_variants = [Variant("baseline", book), Variant("tuned baseline", book, tuned_factor), Variant("best", recipe)]
         for seed in seeds:
             for variant in main_variants:
@@ -135,6 +135,11 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
     log(text)
     log("written: " + ", ".join(str(p) for p in paths))
     return paths
+
+
+def _own_factor(spec: StudySpec, params: dict[str, Any]) -> float:
+    """The lr factor a variant's params set themselves (a study that searches `lr_factor`), else 1."""
+    return float(params.get("lr_factor", 1.0)) if "lr_factor" in spec.space else 1.0
 
 
 def _best_trial(study, baseline_number: int):
@@ -168,7 +173,8 @@ def _run(store: Store, experiment_id: str, spec: StudySpec, name: str, scale: st
          variant: Variant, seed: int, trials, show_progress: bool, log) -> dict[str, Any]:
     values = _values(spec, fixed, variant, seed)
     label = f"verify {variant.role} seed {seed}: " + " ".join(
-        spec.space[k].optuna_value(p) if spec.space[k].compound else f"{k}={p}" for k, p in variant.params.items())
+        spec.space[k].optuna_value(p) if spec.space[k].compound else f"{k}={p}" for k, p in variant.params.items()) \
+        + (f" (lr x{variant.lr_factor:g})" if variant.lr_factor != 1.0 else "")
     cell = Cell.build(values, label)
     tags = {study_engine.STUDY: name, SCALE: scale, KIND: VERIFY, ROLE: variant.role}
     done = [r for r in store.runs(experiment_id, tags={study_engine.STUDY: name, KIND: VERIFY, CELL_ID: cell.cell_id})
@@ -183,9 +189,17 @@ def _run(store: Store, experiment_id: str, spec: StudySpec, name: str, scale: st
         metrics, run_id = result.metrics, result.run_id
         shown = f"{metrics[TIME]:.4g} s" if TIME in metrics else "not reached"
         log(f"  {label}: {shown}")
+    return _row(spec, variant, seed, cell, metrics, run_id)
+
+
+def _row(spec: StudySpec, variant: Variant, seed: int, cell: Cell, metrics: dict[str, float], run_id: str) -> dict[str, Any]:
+    """One run as a row of the CSV. `lr_factor` is the factor over the study's lr: the variant's own
+    times the one its params set (a study may search `lr_factor` itself; the params come first so
+    that they cannot overwrite the product)."""
     reached = metrics.get("target_reached") == 1.0
-    return {"role": variant.role, "seed": seed, "lr_factor": variant.lr_factor,
-            "lr": cell.config.lr * getattr(cell.config, "lr_factor", 1.0) if cell.config else None, **{k: spec.space[k].optuna_value(p) for k, p in variant.params.items()},
+    return {"role": variant.role, "seed": seed, **{k: spec.space[k].optuna_value(p) for k, p in variant.params.items()},
+            "lr_factor": variant.lr_factor * _own_factor(spec, variant.params),
+            "lr": cell.config.lr * getattr(cell.config, "lr_factor", 1.0) if cell.config else None,
             TIME: metrics.get(TIME, math.inf) if reached else math.inf, "reached": reached,
             "test_accuracy": metrics.get("test_accuracy"), "epochs_to_accuracy": metrics.get("epochs_to_accuracy"),
             "contended": metrics.get("contended"), "changes": variant.note, "mlflow_run_id": run_id}
