@@ -43,3 +43,31 @@ def test_each_clock_gets_its_own_figures():
     figures = noise.clock_figures("epoch_time_median_s", *_arms(0.02), 10)
     assert set(figures) == {"cv", "paired_ratio_cv", "mde_n3", "false_faster_n3", "mde_n5", "false_faster_n5"}
     assert 0 < figures["cv"] < 0.1
+
+
+def test_each_variant_starts_its_runs_with_its_own_environment_and_prefix(monkeypatch):
+    seen = []
+
+    class Done:
+        stdout = 'RESULT {"train_time_s": 1.0, "epoch_time_median_s": 0.1}\n'
+        stderr = ""
+
+    def fake_run(command, **kwargs):
+        seen.append((command, kwargs["env"]))
+        return Done()
+
+    monkeypatch.setattr(noise.subprocess, "run", fake_run)
+    for variant in ("default", "keep-freed", "pinned", "aslr-off"):
+        assert noise.run_cell({"epochs": 1}, variant) == {"train_time_s": 1.0, "epoch_time_median_s": 0.1}
+    (plain, plain_env), (kept, kept_env), (_, pinned_env), (aslr, _) = seen
+    assert plain[0] == kept[0] and "MALLOC_MMAP_MAX_" not in plain_env
+    assert kept_env["MALLOC_MMAP_MAX_"] == "0" and int(kept_env["MALLOC_TRIM_THRESHOLD_"]) > 2**30
+    assert pinned_env["OMP_PROC_BIND"] == "true"
+    assert aslr[:3] == ["setarch", noise.platform.machine(), "-R"] and aslr[3] == plain[0]
+
+
+def test_an_unknown_variant_is_one_sentence_and_exit_2(monkeypatch, capsys):
+    monkeypatch.setattr(noise.sys, "argv", ["noise.py", "--variants", "default,fast"])
+    assert noise.main() == 2
+    err = capsys.readouterr().err
+    assert "unknown variant(s) fast" in err and len(err.strip().splitlines()) == 1
