@@ -16,13 +16,14 @@ difference between them is noise. Printed:
 - the false "faster" rate: how often that procedure calls either arm faster over random A/A splits
   of n rounds (in each drawn round, which run is A is a coin toss).
 
-`--variants` runs several process set-ups side by side, interleaved in every round (round k: each
-variant's A then B), to find where the noise comes from: `default`; `keep-freed` (glibc keeps freed
-memory: no mmap of large blocks, no trim, so no page faults for each step's tensors, the
-`keep_freed_memory` speed method as environment variables); `pinned` (OpenMP threads bound to
-cores); `aslr-off` (address-space randomisation off, `setarch -R`: a diagnostic only: a fixed layout
-can make one configuration steadily faster or slower than another, a bias no number of repeats
-shows, so a sweep never runs that way).
+Each run is a cell as the harness runs one (`harness.cells.run_here`: the `malloc` field applied,
+the load watched). `--variants` runs several process set-ups side by side, interleaved in every
+round (round k: each variant's A then B), to find where the noise comes from: `harness` (as a sweep
+runs a cell: glibc keeps freed memory, harness/allocator.py); `glibc-default` (malloc=glibc_default:
+large blocks mapped and unmapped, the heap trimmed, as in a plain python process); `pinned` (as
+`harness`, OpenMP threads bound to cores); `aslr-off` (as `harness`, address-space randomisation off,
+`setarch -R`: a diagnostic only: a fixed layout can make one configuration steadily faster or slower
+than another, a bias no number of repeats shows, so a sweep never runs that way).
 
 Goal on an idle 2-core machine: minimum detectable effect at most 5% at n = 5 and at most 5% false
 "faster" verdicts. A cell lasts about 20 s (40 epochs of digits), as long as the shortest
@@ -33,7 +34,7 @@ are its own).
 
     make bench-noise                      # default N
     make bench-noise ARGS="--rounds 3 --epochs 1"     # a quick try that the benchmark runs
-    make bench-noise ARGS="--rounds 5 --variants default,keep-freed,pinned"   # where the noise comes from
+    make bench-noise ARGS="--rounds 5 --variants harness,glibc-default"   # where the noise comes from
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ CELL = {"experiment": "pruning", "model": "cnn", "dataset": "digits", "sparsity"
 RUN_ONE = ("import json, sys\n"
            "import experiments\n"
            "from experiments import make_config\n"
+           "from harness.cells import run_here\n"
            "cfg = make_config(json.loads(sys.argv[1]))\n"
-           "metrics = experiments.get(cfg.experiment).run(cfg, None)\n"
+           "metrics = run_here(experiments.get(cfg.experiment), cfg, lambda epoch, m: None)\n"
            "print('RESULT ' + json.dumps({k: metrics[k] for k in sys.argv[2:]}))\n")
 CLOCKS = ("train_time_s", "epoch_time_median_s")
 DRAWS = 400          # random draws of n rounds per figure
@@ -70,17 +72,17 @@ EFFECTS = [e / 1000 for e in range(5, 501, 5)]   # 0.5% to 50%
 SEED = 4
 
 
-KEEP_FREED = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}   # glibc's mallopt(3) variables
-VARIANTS = {   # name: (command prefix, environment)
-    "default": ([], {}),
-    "keep-freed": ([], KEEP_FREED),
-    "pinned": ([], {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}),
-    "aslr-off": (["setarch", platform.machine(), "-R"], {}),
+VARIANTS = {   # name: (command prefix, environment, config values)
+    "harness": ([], {}, {}),
+    "glibc-default": ([], {}, {"malloc": "glibc_default"}),
+    "pinned": ([], {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}, {}),
+    "aslr-off": (["setarch", platform.machine(), "-R"], {}, {}),
 }
 
 
-def run_cell(config: dict, variant: str = "default") -> dict[str, float]:
-    prefix, env = VARIANTS[variant]
+def run_cell(config: dict, variant: str = "harness") -> dict[str, float]:
+    prefix, env, values = VARIANTS[variant]
+    config = {**config, **values}
     out = subprocess.run([*prefix, sys.executable, "-c", RUN_ONE, json.dumps(config), *CLOCKS], cwd=ROOT,
                          capture_output=True, text=True, env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, timeout=600)
     for line in out.stdout.splitlines():
@@ -149,7 +151,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10, help="N: rounds of A then B (default 10: 20 runs)")
     parser.add_argument("--epochs", type=int, default=40, help="timed epochs of each run (default 40: about 20 s)")
     parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--variants", default="default",
+    parser.add_argument("--variants", default="harness",
                         help=f"comma-separated process set-ups, interleaved in each round ({', '.join(VARIANTS)})")
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -164,9 +166,9 @@ def main() -> int:
     print(f"bench-noise: {args.rounds} rounds x 2 arms, each run a fresh process: "
           + ", ".join(f"{k}={v}" for k, v in config.items()))
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} before")
-    if variants != ["default"]:
+    if variants != ["harness"]:
         print("variants, interleaved in each round: " + "; ".join(
-            f"{v}: {' '.join(VARIANTS[v][0] + [f'{k}={x}' for k, x in VARIANTS[v][1].items()]) or 'as is'}"
+            f"{v}: {' '.join(VARIANTS[v][0] + [f'{k}={x}' for k, x in {**VARIANTS[v][1], **VARIANTS[v][2]}.items()]) or 'as a sweep runs a cell'}"
             for v in variants))
     watch, started = LoadWatch(), time.perf_counter()
     runs = {v: ([], []) for v in variants}
@@ -175,7 +177,7 @@ def main() -> int:
             a, b = runs[v]
             a.append(run_cell(config, v))
             b.append(run_cell(config, v))
-            print(f"  round {k}{'' if variants == ['default'] else ' ' + v}: " + "; ".join(
+            print(f"  round {k}{'' if variants == ['harness'] else ' ' + v}: " + "; ".join(
                 f"{clock} A {a[-1][clock]:.3f} s, B {b[-1][clock]:.3f} s" for clock in CLOCKS), flush=True)
     load = watch.finish()
     figures = {"rounds": args.rounds, "epochs": args.epochs, "seconds": time.perf_counter() - started,
@@ -183,14 +185,14 @@ def main() -> int:
     print(f"load during the runs: {', '.join(f'{k} {v:.2f}' for k, v in load.items()) or 'not measured'}")
     for v in variants:
         a, b = runs[v]
-        if variants != ["default"]:
+        if variants != ["harness"]:
             print(f"== variant {v}")
         figures[v] = {"runs": {"A": a, "B": b}}
         for clock in CLOCKS:
             figures[v][clock] = clock_figures(clock, np.array([r[clock] for r in a]), np.array([r[clock] for r in b]),
                                               args.rounds)
-    if variants == ["default"]:   # the figures' old shape
-        figures.update(figures.pop("default"))
+    if variants == ["harness"]:   # the figures' old shape
+        figures.update(figures.pop("harness"))
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     return 0

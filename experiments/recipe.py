@@ -7,9 +7,9 @@ time to a target accuracy, throughput and MFU. With every method off it is the b
 
 Methods (config fields, harness/speed_methods.py): `sparsity` (Conv2d filters pruned at
 initialisation), `channels_last`, `execution=compile` with `compile_mode`, autocast `dtype`,
-`batch_size` with `lr_base_batch` (linear lr scaling), `lr_factor` (a tuned lr), `keep_freed_memory`
-(glibc keeps freed memory), `threads`, and the DDP layout `world_size` ranks x `threads` each over
-this machine's cores. A combination that cannot run here is a skipped
+`batch_size` with `lr_base_batch` (linear lr scaling), `lr_factor` (a tuned lr), `threads`, and the
+DDP layout `world_size` ranks x `threads` each over this machine's cores; `malloc`, every
+experiment's field, is one more (harness/allocator.py). A combination that cannot run here is a skipped
 cell with the reason.
 
 There is no warm-up epoch: time to accuracy counts every step from initialisation, torch.compile's
@@ -85,8 +85,6 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
     the epochs are done (or the target is met, with stop_at_target) and return one result, the
     same on every rank: the slowest rank's times, rank 0's accuracies."""
     device = ctx.device
-    if cfg.keep_freed_memory:   # before the data and the model are allocated, on every rank
-        speed_methods.keep_freed_memory()
     precision = Precision.for_device(device, cfg.dtype, cfg.grad_scaler)
     data = load_splits(cfg.dataset, cfg.data_dir, MODELS[cfg.model].input_shape, seed=cfg.seed,
                        train_limit=cfg.train_limit, test_limit=cfg.test_limit)

@@ -105,10 +105,12 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
 
 def run_here(experiment, cfg: RunConfig, on_epoch: Callable[[int, dict], None]) -> dict[str, float]:
     """The experiment run in this process, with how busy the machine was meanwhile."""
+    from harness import allocator
     from harness.machine_load import LoadWatch
 
+    in_effect = allocator.apply(cfg.malloc)   # before the cell allocates anything of its own
     load = LoadWatch()
-    metrics = dict(experiment.run(cfg, on_epoch))
+    metrics = {**in_effect, **experiment.run(cfg, on_epoch)}
     metrics.update(load.finish())   # other work on the machine while this cell ran (contended = 1)
     return metrics
 

@@ -197,9 +197,6 @@ class SpeedMethodsFields(ModelFields, ChannelsLastFields, CompilationFields, Pru
     lr_factor: float = Field(
         1.0, gt=0, description="Recipe: lr is multiplied by this factor before the batch scaling (a tuned "
         "learning rate, as the speed-recipe study searches it; 1 = the configured lr).")
-    keep_freed_memory: bool = Field(
-        False, description="Recipe: glibc keeps freed memory in the process (no mmap for large blocks, no trim) "
-        "instead of returning it to the kernel, so each step's large tensors are not page-faulted in again.")
 
 
 class TimingRepeatsFields(FieldGroup):

@@ -8,13 +8,10 @@ crash). The recipe experiment applies them in this order:
     compiled(net, mode, backend)              # torch.compile; it compiles during the first steps
     Precision.for_device(device, dtype)       # autocast (+ GradScaler for fp16), harness.precision
     scaled_lr(lr, global_batch, base_batch)   # linear scaling rule for a bigger batch (Goyal et al. 2017)
-    keep_freed_memory()                       # glibc keeps freed blocks: no page faults for each step's tensors
 """
 
 from __future__ import annotations
 
-import ctypes
-import platform
 import shutil
 
 import torch
@@ -39,9 +36,6 @@ def check(cfg: RunConfig) -> None:
                           "a recipe trains eager or compiled")
     if cfg.execution == "compile" and cfg.compile_backend == "inductor" and cfg.device == "cpu" and not compiler():
         raise CellSkipped("torch.compile's inductor backend needs a C++ compiler on CPU and none is on PATH")
-    if getattr(cfg, "keep_freed_memory", False) and not glibc():
-        raise CellSkipped("keep_freed_memory sets glibc's malloc options and this process's C library is "
-                          f"not glibc ({platform.libc_ver()[0] or 'unknown'})")
     if cfg.sparsity > 0 and not any(isinstance(m, nn.Conv2d) for m in build_model(cfg.model).modules()):
         raise CellSkipped(f"sparsity removes Conv2d filters and model {cfg.model} has no nn.Conv2d")
 
@@ -72,27 +66,3 @@ def scaled_lr(lr: float, global_batch: int, base_batch: int) -> float:
     """lr was chosen for `base_batch` samples a step; `global_batch` gets it scaled linearly (0: as given)."""
     return lr * global_batch / base_batch if base_batch else lr
 
-
-# glibc's <malloc.h> option numbers
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_MAX = -4
-_NEVER_TRIM = 2**31 - 1   # mallopt takes an int: the largest, about 2 GiB, is "never" for a training step
-
-
-def glibc() -> bool:
-    return platform.libc_ver()[0] == "glibc"
-
-
-def keep_freed_memory() -> None:
-    """Tell glibc to keep freed memory in this process. By default it serves each block above its
-    mmap threshold with a fresh mmap and unmaps it on free, so a training step whose activations
-    are large faults every page in again, each step (measured here: about 60,000 minor faults and
-    40% of a bf16 batch-512 step in the kernel, and 2.1x faster steps with this setting;
-    benchmarks/trial_leak.py). With mmap off and trimming effectively off, freed blocks stay on the
-    heap and the next step reuses them. The same as starting the process with MALLOC_MMAP_MAX_=0
-    and MALLOC_TRIM_THRESHOLD_ set high (glibc's mallopt(3)); it lasts for the rest of the process,
-    which is why a study runs each trial in a process of its own."""
-    libc = ctypes.CDLL(None)
-    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    if not (libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _NEVER_TRIM)):
-        raise CellSkipped("glibc refused the malloc options that keep freed memory (mallopt returned 0)")

@@ -28,7 +28,7 @@ LAYERS = [
     ("the store", ["harness.store.*"]),
     ("the training half", ["harness.config", "harness.field_groups", "harness.data", "harness.models", "harness.timing",
                            "harness.precision", "harness.time_to_accuracy", "harness.warmup", "harness.flops",
-                           "harness.peak", "harness.machine_load", "harness.calibration", "harness.process_state",
+                           "harness.peak", "harness.machine_load", "harness.calibration", "harness.process_state", "harness.allocator",
                            "harness.pruning.*", "harness.speed_methods", "harness.train", "harness.dataset_record"]),
     ("ranks", ["harness.distributed.*"]),
     ("the experiments", ["experiments.*"]),

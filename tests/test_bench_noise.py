@@ -45,7 +45,7 @@ def test_each_clock_gets_its_own_figures():
     assert 0 < figures["cv"] < 0.1
 
 
-def test_each_variant_starts_its_runs_with_its_own_environment_and_prefix(monkeypatch):
+def test_each_variant_starts_its_runs_with_its_own_environment_prefix_and_values(monkeypatch):
     seen = []
 
     class Done:
@@ -53,21 +53,21 @@ def test_each_variant_starts_its_runs_with_its_own_environment_and_prefix(monkey
         stderr = ""
 
     def fake_run(command, **kwargs):
-        seen.append((command, kwargs["env"]))
+        seen.append((command, kwargs["env"], noise.json.loads(command[-3])))
         return Done()
 
     monkeypatch.setattr(noise.subprocess, "run", fake_run)
-    for variant in ("default", "keep-freed", "pinned", "aslr-off"):
+    for variant in ("harness", "glibc-default", "pinned", "aslr-off"):
         assert noise.run_cell({"epochs": 1}, variant) == {"train_time_s": 1.0, "epoch_time_median_s": 0.1}
-    (plain, plain_env), (kept, kept_env), (_, pinned_env), (aslr, _) = seen
-    assert plain[0] == kept[0] and "MALLOC_MMAP_MAX_" not in plain_env
-    assert kept_env["MALLOC_MMAP_MAX_"] == "0" and int(kept_env["MALLOC_TRIM_THRESHOLD_"]) > 2**30
+    (plain, _, plain_cfg), (_, _, glibc_cfg), (_, pinned_env, pinned_cfg), (aslr, _, _) = seen
+    assert "malloc" not in plain_cfg and glibc_cfg["malloc"] == "glibc_default" and "malloc" not in pinned_cfg
     assert pinned_env["OMP_PROC_BIND"] == "true"
     assert aslr[:3] == ["setarch", noise.platform.machine(), "-R"] and aslr[3] == plain[0]
+    assert "run_here" in noise.RUN_ONE   # each run is a cell as a sweep runs it: the malloc field applied
 
 
 def test_an_unknown_variant_is_one_sentence_and_exit_2(monkeypatch, capsys):
-    monkeypatch.setattr(noise.sys, "argv", ["noise.py", "--variants", "default,fast"])
+    monkeypatch.setattr(noise.sys, "argv", ["noise.py", "--variants", "harness,fast"])
     assert noise.main() == 2
     err = capsys.readouterr().err
     assert "unknown variant(s) fast" in err and len(err.strip().splitlines()) == 1

@@ -3,9 +3,6 @@ that cannot run here is a skip with its reason."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -15,7 +12,6 @@ from harness import speed_methods
 from harness.cells import run_single
 from experiments import make_config
 from harness.errors import CellSkipped
-from harness.folders import REPO_ROOT
 from harness.hardware import usable_core_count
 from conftest import TINY_BASE, mlflow_client
 
@@ -52,23 +48,6 @@ def test_methods_stack_and_each_does_what_it_says():
 def test_lr_factor_multiplies_the_lr_before_the_batch_scaling():
     result, _ = _run(epochs=1, lr_factor=4.0, batch_size=32, lr_base_batch=16)
     assert result["lr_effective"] == pytest.approx(TINY["lr"] * 4 * 32 / 16)
-
-
-KEEP_FREED = """
-from harness import process_state, speed_methods
-before = process_state.allocator_returns_memory()
-speed_methods.keep_freed_memory()
-print(before, process_state.allocator_returns_memory())
-"""
-
-
-def test_keep_freed_memory_makes_glibc_reuse_a_freed_large_block_instead_of_faulting_it_in_again():
-    # a fresh interpreter: the setting lasts for the rest of the process that makes it
-    out = subprocess.run([sys.executable, "-c", KEEP_FREED], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                         check=True, env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"})
-    before, after = map(float, out.stdout.split())
-    assert before > 0.9, out.stdout     # glibc's default: an 8 MiB block is a fresh mmap, every page faults
-    assert after < 0.1, out.stdout      # kept on the heap: its second allocation reuses the pages
 
 
 def test_channels_last_really_runs_the_convolutions_in_nhwc(monkeypatch):

@@ -45,11 +45,13 @@ def _run(config_path: str, workdir: Path, target: str, rank: int) -> int:
     import torch
     import torch.distributed as dist
 
+    from harness import allocator
     from harness.config import read_config_file
     from harness.distributed import placement
     from harness.distributed.rank import RankContext
 
     cfg = read_config_file(Path(config_path))
+    allocator.apply(cfg.malloc)   # each rank is a process of its own: the same allocator as a one-process cell
     local_rank = int(os.environ["LOCAL_RANK"])
     ctx = RankContext(rank=rank, world_size=int(os.environ["WORLD_SIZE"]), local_rank=local_rank,
                       node_rank=cfg.node_rank, heartbeat_file=workdir / f"beat-rank{rank}")
