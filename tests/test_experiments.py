@@ -39,8 +39,9 @@ OTHER_BRANCH_METRICS = {
 # What a training run logs only when its peak was wrong (an MFU above 1) or its dtype has no peak.
 MFU_EXCEPTIONS = {"mfu_invalid", "mfu_invalid_reason", "mfu_na"}
 # Fields the harness reads for every cell, whatever the experiment: the name chooses the class,
-# repeat tells identical cells apart (part of the cell id).
-SET_BY_THE_HARNESS = {"experiment", "repeat"}
+# repeat tells identical cells apart (part of the cell id), malloc is applied by the cell runner
+# (harness/cells.py run_here) and by each rank (harness/distributed/worker.py) before the run.
+SET_BY_THE_HARNESS = {"experiment", "repeat", "malloc"}
 # The orchestration half reads configs too, but not on an experiment's behalf.
 NOT_RUN_BY_AN_EXPERIMENT = ("harness.cells", "harness.cli", "harness.launchers", "harness.report",
                             "harness.store", "harness.studies", "harness.sweeps")

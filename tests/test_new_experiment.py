@@ -85,7 +85,7 @@ def test_a_new_experiment_is_its_module_one_registry_line_and_its_sweep_file(thr
     assert sorted(r.metrics["product"] for r in runs) == [6.0, 10.0]   # factor x (seed 1 + 1) x 2 epochs
     assert {r.params["factor"] for r in runs} == {"1.5", "2.5"}
     # its params are its class's fields, as for any experiment: nothing of another experiment's
-    assert set(runs[0].params) == {"experiment", "device", "threads", "seed", "repeat", "epochs", "factor"}
+    assert set(runs[0].params) == {"experiment", "device", "threads", "seed", "repeat", "malloc", "epochs", "factor"}
     assert "factor" in dict((n, d) for n, d, _ in experiments.field_help())
 
 
