@@ -739,15 +739,34 @@ def test_redact_hides_every_form_of_password(uri, shown):
 @pytest.fixture
 def password_server(tmp_path):
     """A real `mlflow server` whose URL carries a password (MLflow's own server ignores it), started
-    with its backend in the environment, so nothing on a command line holds it."""
+    with its backend in the environment, so nothing on a command line holds it. The test's own: for
+    a test that kills it."""
+    with _serving_with_a_password(tmp_path / "server") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shared_password_server(tmp_path_factory):
+    """One such server for the tests that only log to it (each to an experiment of its own name):
+    a start-up of MLflow's server and its migrations saved for each. A test that scans every file
+    for the password scans the server's folder too (`server.folder`)."""
+    with _serving_with_a_password(tmp_path_factory.mktemp("password-server") / "server") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _serving_with_a_password(server_dir: Path):
     port = closed_port()
-    server_dir = tmp_path / "server"
     server_dir.mkdir()
     env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{server_dir / 'server.db'}"}
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--artifacts-destination",
-                             str(server_dir / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1"], cwd=server_dir, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # Its log in a file beside the folder the tests scan: a pipe nobody reads would stall a server
+    # that serves several tests once the pipe is full.
+    log = server_dir.with_name(f"{server_dir.name}-mlflow.log")
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--artifacts-destination",
+                                 str(server_dir / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+                                 "--workers", "1"], cwd=server_dir, env=env, stdout=subprocess.DEVNULL,
+                                stderr=stderr, start_new_session=True)
     import requests
 
     try:
@@ -758,7 +777,8 @@ def password_server(tmp_path):
                     break
             except requests.RequestException:
                 pass
-            assert proc.poll() is None and time.time() < deadline, "mlflow server did not start"
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
             time.sleep(0.5)
         yield SimpleNamespace(uri=f"http://harness:{PASSWORD}@127.0.0.1:{port}", folder=server_dir, proc=proc)
     finally:
@@ -781,7 +801,9 @@ def _command_lines(proc) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_no_password_in_any_file_written_or_command_line_started(password_server, tmp_path, monkeypatch, capsys):
+def test_no_password_in_any_file_written_or_command_line_started(shared_password_server, tmp_path, monkeypatch,
+                                                                 capsys):
+    password_server = shared_password_server
     path = tiny_sweep(tmp_path, "secret", [0.0, 0.3, 0.6], epochs=2)
     work = tmp_path / "work"
     work.mkdir()
@@ -810,7 +832,7 @@ def test_no_password_in_any_file_written_or_command_line_started(password_server
     assert (reports / "REPRODUCTION.md").is_file() and (reports / "secret.md").is_file()
     # Every file: the reports, the claims database, and the server's store (params, tags, descriptions,
     # artifacts), which holds whatever the harness logged.
-    for file in [p for p in tmp_path.rglob("*") if p.is_file()]:
+    for file in [p for folder in (tmp_path, password_server.folder) for p in folder.rglob("*") if p.is_file()]:
         texts[str(file)] = file.read_bytes().decode("latin-1")
     leaks = [where for where, text in texts.items() if PASSWORD in text]
     assert not leaks, leaks
@@ -820,8 +842,9 @@ def test_no_password_in_any_file_written_or_command_line_started(password_server
 
 
 @pytest.mark.slow
-def test_no_password_in_a_studys_files_output_or_the_ui_banner(password_server, study_file, tmp_path, monkeypatch,
-                                                                capsys):
+def test_no_password_in_a_studys_files_output_or_the_ui_banner(shared_password_server, study_file, tmp_path,
+                                                                monkeypatch, capsys):
+    password_server = shared_password_server
     from harness.cli import ui_server
 
     path = study_file("secretstudy", space=LR_SPACE, n_trials=1, base={"epochs": 1})
@@ -838,7 +861,8 @@ def test_no_password_in_a_studys_files_output_or_the_ui_banner(password_server, 
     assert "harness:***@127.0.0.1" in texts["ui banner"]
     # The study's reports, its storage (the study's attributes name the tracking store) and the
     # server's store (the parent run's params and description).
-    files = {str(p): p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()}
+    files = {str(p): p.read_bytes().decode("latin-1")
+             for folder in (tmp_path, password_server.folder) for p in folder.rglob("*") if p.is_file()}
     assert any("harness:***@127.0.0.1" in text for text in files.values())  # the store was named, redacted
     assert (tmp_path / "reports" / "secretstudy-full.md").is_file()
     leaks = [where for where, text in {**texts, **files}.items() if PASSWORD in text]
@@ -1213,11 +1237,13 @@ def test_a_large_study_says_how_large_before_its_first_trial(study_file, tmp_pat
 # --- a study's workers, counted -------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_a_workers_study_summary_counts_its_workers_trials(study_file, tmp_path, uri):
+def test_a_workers_study_summary_counts_its_workers_trials(study_file, tmp_path, uri, capfd):
     path = study_file("counted", space=LR_SPACE, n_trials=2, base={"epochs": 1})
-    done = harness("study", str(path), "--workers", "2", "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "study counted-full: ran 2 trial(s) (2 complete)" in done.stdout, done.stdout[-2000:]
+    capfd.readouterr()  # the launcher here (its summary is what is tested), its workers real processes
+    code = main(["study", str(path), "--workers", "2", "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)])
+    said = capfd.readouterr()
+    assert code == 0, said.err[-2000:]
+    assert "study counted-full: ran 2 trial(s) (2 complete)" in said.out, said.out[-2000:]
     assert sorted(r.data.tags[OUTCOME] for r in cells_and_parents(uri)[0]) == ["ok", "ok"]
 
 
