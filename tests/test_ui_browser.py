@@ -42,6 +42,7 @@ SCREENSHOTS = Path(os.environ.get("HARNESS_SCREENSHOT_DIR", Path(__file__).resol
 SWEEP = "sparsity"
 EXPAND_DESCRIPTION = "//button[@data-component-id='mlflow.experiment.metadata_editor.expand_button']"
 FOLD_DESCRIPTION = "//button[@data-component-id='mlflow.experiment.metadata_editor.collapse_button']"
+SCROLL_AFTER_S = 3  # a text the page has not shown by then is looked for in its scrolling boxes too
 
 
 @dataclass
@@ -159,16 +160,20 @@ def _settled(read, until=lambda value: True, *, timeout: float = 60, quiet_s: fl
 
 
 def _wait_for_text(driver, *texts: str, timeout: float = 90) -> str:
-    deadline = time.time() + timeout
+    """The page's text once it shows every one of `texts`. Read as it is a few times a second first
+    (a page still drawing shows them within a moment); text still missing after SCROLL_AFTER_S
+    may sit in a scrolling box whose rows render only in view, so later reads scroll through."""
+    started = time.time()
+    deadline = started + timeout
     body = ""
     while time.time() < deadline:
         # innerText of the whole document: the compare view's tables sit below the fold.
         body = driver.execute_script("return document.body.innerText")
-        if not all(t in body for t in texts):
+        if not all(t in body for t in texts) and time.time() - started >= SCROLL_AFTER_S:
             body = _scrolled_text(driver)
         if all(t in body for t in texts):
             return body
-        time.sleep(0.5)
+        time.sleep(0.25)
     raise AssertionError(f"page never showed {[t for t in texts if t not in body]}; it showed: {body[:600]}")
 
 
