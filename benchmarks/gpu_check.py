@@ -16,12 +16,12 @@ skipped (reason) / failed (reason), our speed-ups beside the published ones, the
 Nothing is downloaded: before anything runs, every cell is checked to read scikit-learn's bundled
 digits or synthetic data, and no model here loads pretrained weights (random init throughout).
 Steps 1 and 2 run one at a time where there are GPUs (nothing else on them while a cell is timed),
-two at a time where there are none (every cell is then a skip, and the sweeps run one after
-another in a single process: one interpreter start-up instead of one per sweep). Budget: 8 minutes
-on one GPU, 10 on several; a sweep still running when it is spent is stopped (its finished cells
-stay recorded) and counts as failed. Without a GPU every cell is a skip with its reason and the
-check passes in under two minutes. Exit status: 0 when nothing failed, 1 otherwise,
-2 for a usage mistake.
+two at a time where there are none (every cell is then a skip, and the sweeps, then the report,
+run one after another in a single process: one interpreter start-up instead of one for each).
+Budget: 8 minutes on one GPU, 10 on several; a sweep still running when it is spent is stopped
+(its finished cells stay recorded) and counts as failed. Without a GPU every cell is a skip with
+its reason and the check passes in under two minutes. Exit status: 0 when nothing failed, 1
+otherwise, 2 for a usage mistake.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ TESTS = "gpu-tests"
 TIMINGS = "gpu-timings"
 ONE_PROCESS = "gpu-sweeps"   # without a GPU: every sweep in this one process (logs/gpu-sweeps.log, .json)
 ONE_PROCESS_FLAG = "--run-in-one-process"
+REPORT = "report"
 
 
 @dataclass
@@ -112,13 +113,14 @@ def check(args) -> int:
     jobs = {} if args.skip_tests else {  # name: (command, the most of the budget it may take)
         TESTS: ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", f"--junitxml={xml}"], 0.4),
         TIMINGS: ([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_timings.py")], 0.1)}
+    report = ["report", "--tracking-uri", uri, "--out", str(out)]
     sweeps = {sweep.name: ["sweep", sweep.name, "--scale", "smoke", *[a for s in sweep.sets for a in ("--set", s)],
                            "--tracking-uri", uri, "--no-progress"] for sweep in SWEEPS}
     if gpus:  # each sweep a process of its own, as a user runs it: no CUDA state carried from one to the next
         jobs.update({name: ([_harness(), *argv], 1.0) for name, argv in sweeps.items()})
     else:  # every cell a skip decided at start-up: one process runs them all, instead of one start-up each
         plan = out / "logs" / f"{ONE_PROCESS}.json"
-        plan.write_text(json.dumps({"logs": str(out / "logs"), "runs": sweeps}))
+        plan.write_text(json.dumps({"logs": str(out / "logs"), "runs": {**sweeps, REPORT: report}}))  # the report last
         jobs[ONE_PROCESS] = ([sys.executable, str(Path(__file__).resolve()), ONE_PROCESS_FLAG, str(plan)], 1.0)
     # With GPUs one job at a time: two on the same GPUs would time each other's contention. Without,
     # every cell is a skip decided at start-up, and two at once halve the wait.
@@ -127,10 +129,12 @@ def check(args) -> int:
                    for name, job in jobs.items()}
         exits = {name: future.result() for name, future in running.items()}
     if ONE_PROCESS in exits:
-        exits.update(_one_process_results(out, list(sweeps), exits.pop(ONE_PROCESS)[0]))
+        exits.update(_one_process_results(out, [*sweeps, REPORT], exits.pop(ONE_PROCESS)[0]))
+    report_exit, _ = exits.pop(REPORT, (None, 0.0))
+    if not isinstance(report_exit, int):  # not ended there (with GPUs, or cut short): in a process of its own
+        report_exit, _ = _run(REPORT, [_harness(), *report], out, max(left(), 30))
     took = {name: seconds for name, (_, seconds) in exits.items()}
     exits = {name: status for name, (status, _) in exits.items()}
-    report_exit, _ = _run("report", [_harness(), "report", "--tracking-uri", uri, "--out", str(out)], out, max(left(), 30))
 
     failed = False
     if not args.skip_tests:

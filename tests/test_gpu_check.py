@@ -72,8 +72,9 @@ def test_gpu_check_passes_here_with_every_gpu_cell_a_skip(tmp_path):
         assert " 0 ok, " in lines[sweep.name] and " 0 failed" in lines[sweep.name], lines[sweep.name]
         assert "no usable CUDA GPU" in lines[sweep.name] or "0 usable GPU" in lines[sweep.name]
     assert (tmp_path / "c" / "REPRODUCTION.md").exists()
-    logs = tmp_path / "c" / "logs"  # the sweeps ran in one process, each with its own log
-    assert (logs / f"{gpu_check.ONE_PROCESS}.results.json").exists()
+    logs = tmp_path / "c" / "logs"  # the sweeps and the report ran in one process, each with its own log
+    ran = json.loads((logs / f"{gpu_check.ONE_PROCESS}.results.json").read_text())
+    assert set(ran) == {*(sweep.name for sweep in gpu_check.SWEEPS), gpu_check.REPORT}, ran
     assert all((logs / f"{sweep.name}.log").stat().st_size for sweep in gpu_check.SWEEPS)
     assert "gpu timings: no CUDA GPU here; nothing to time" in out.stdout
 
