@@ -121,7 +121,8 @@ def check(args) -> int:
     else:  # every cell a skip decided at start-up: one process runs them all, instead of one start-up each
         plan = out / "logs" / f"{ONE_PROCESS}.json"
         plan.write_text(json.dumps({"logs": str(out / "logs"), "runs": {**sweeps, REPORT: report}}))  # the report last
-        jobs[ONE_PROCESS] = ([sys.executable, str(Path(__file__).resolve()), ONE_PROCESS_FLAG, str(plan)], 1.0)
+        one = ([sys.executable, str(Path(__file__).resolve()), ONE_PROCESS_FLAG, str(plan)], 1.0)
+        jobs = {ONE_PROCESS: one, **jobs}  # the longest first: the tests and the timings run beside it
     # With GPUs one job at a time: two on the same GPUs would time each other's contention. Without,
     # every cell is a skip decided at start-up, and two at once halve the wait.
     with ThreadPoolExecutor(max_workers=1 if gpus else 2) as pool:
