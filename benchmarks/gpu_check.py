@@ -27,6 +27,7 @@ otherwise, 2 for a usage mistake.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -214,7 +215,7 @@ def _with_output_to(log, function, argv: list[str]) -> int | str:
         stream.flush()
     saved = os.dup(1), os.dup(2)
     os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
-    sys.stdout, sys.stderr = (open(fd, "w", buffering=1, closefd=False, errors="backslashreplace") for fd in (1, 2))
+    sys.stdout, sys.stderr = _stream_on(1), _stream_on(2)
     try:
         return function(argv)
     except SystemExit as done:
@@ -224,10 +225,17 @@ def _with_output_to(log, function, argv: list[str]) -> int | str:
         return f"crashed: {type(err).__name__}"
     finally:
         for stream in (sys.stdout, sys.stderr):
-            stream.close()   # flushed; the descriptors stay open (closefd=False)
+            stream.flush()
         sys.stdout, sys.stderr = streams
         os.dup2(saved[0], 1), os.dup2(saved[1], 2)
         os.close(saved[0]), os.close(saved[1])
+
+
+@functools.cache
+def _stream_on(fd: int):
+    """A text stream on file descriptor `fd`, one for the process and never closed: whatever kept a
+    reference to it during one run (a logging handler, say) can still write during the next."""
+    return open(fd, "w", buffering=1, closefd=False, errors="backslashreplace")
 
 
 def _one_process_results(out: Path, names: list[str], status: int | str) -> dict:
