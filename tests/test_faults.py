@@ -1248,45 +1248,9 @@ def test_a_workers_study_summary_counts_its_workers_trials(study_file, tmp_path,
 
 
 # --- the launcher SIGKILLed: its workers end too ----------------------------------------------------------
-def _cmdline(process) -> list[str]:
-    """A child's command line, or none for one that ended (a zombie) between the listing and the read:
-    the launcher's short-lived helpers (a git call, a probe) exit at any moment."""
-    import psutil
-
-    try:
-        return process.cmdline()
-    except psutil.NoSuchProcess:   # ZombieProcess included
-        return []
-
-
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_workers_end_when_their_launcher_is_killed(tmp_path, uri):
-    import psutil
-
-    path = tiny_sweep(tmp_path, "orphans", [0.0, 0.2, 0.4, 0.6], epochs=400, train_limit=64, test_limit=32)
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--workers", "2", "--tracking-uri",
-                             uri, "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    workers = []
-    try:
-        deadline = time.time() + 240
-        while len(workers) < 2:  # both workers inside a cell
-            assert proc.poll() is None and time.time() < deadline, "never saw two cells running at once"
-            workers = [c for c in psutil.Process(proc.pid).children() if "--worker" in " ".join(_cmdline(c))]
-            running = [r for r in cells_and_parents(uri)[0] if r.info.status == "RUNNING"]
-            workers = workers if len(running) >= 2 else []
-            time.sleep(0.2)
-        proc.kill()  # SIGKILL: the launcher can do nothing
-        proc.wait(timeout=30)
-        gone, alive = psutil.wait_procs(workers, timeout=60)
-        assert not alive, f"workers {[p.pid for p in alive]} outlived their launcher"
-    finally:
-        for p in [*psutil.Process().children(recursive=True), *workers]:  # orphans are no children of ours
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    cells, _ = cells_and_parents(uri)
-    assert cells and all(r.info.status != "RUNNING" for r in cells)  # each worker closed its cell
-    assert {r.data.tags[OUTCOME] for r in cells if r.info.status == "KILLED"} <= {"interrupted"}
+# tests/test_interrupts.py (test_a_sigkilled_launcher_takes_its_workers_with_it_and_the_same_command_finishes)
+# kills a `--workers 2` launcher inside two cells, checks that its workers end, each closing its cell
+# as interrupted, and that the same command then finishes the grid.
 
 
 # --- a tracking server killed mid-sweep ----------------------------------------------------------------
