@@ -240,14 +240,18 @@ def _stream_on(fd: int):
 
 def _one_process_results(out: Path, names: list[str], status: int | str) -> dict:
     """Each run's (exit status, seconds) as the ONE_PROCESS child recorded them; a run it never
-    recorded has the child's own status, or the reason it ended first."""
+    recorded has the child's own status, or the reason it ended first (a stop when the budget was
+    spent: the run it cut, which exited as interrupted, is given that reason too)."""
+    from harness.cli.exits import EXIT_INTERRUPTED
+
     path = out / "logs" / f"{ONE_PROCESS}.results.json"
-    recorded = json.loads(path.read_text()) if path.exists() else {}
-    if isinstance(status, str):
-        missing = status
-    else:
-        missing = f"not run: the one process ended with {status} (logs/{ONE_PROCESS}.log)"
-    return {name: tuple(recorded[name]) if name in recorded else (missing, 0.0) for name in names}
+    recorded = {name: tuple(found) for name, found in (json.loads(path.read_text()) if path.exists() else {}).items()}
+    stopped = isinstance(status, str)
+    missing = status if stopped else f"not run: the one process ended with {status} (logs/{ONE_PROCESS}.log)"
+    for name, (code, seconds) in recorded.items():
+        if stopped and code == EXIT_INTERRUPTED:
+            recorded[name] = (status, seconds)
+    return {name: recorded.get(name, (missing, 0.0)) for name in names}
 
 
 def _run(name: str, command: list[str], out: Path, seconds: float) -> tuple[int | str, float]:

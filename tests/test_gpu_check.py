@@ -98,3 +98,7 @@ def test_without_a_gpu_the_sweeps_run_one_after_another_in_one_process(tmp_path,
     found = gpu_check._one_process_results(tmp_path, ["missing", "help", "never"], stopped)
     assert found["missing"][0] == 2 and found["help"][0] == 0  # the failing first did not stop the second
     assert found["never"] == (stopped, 0.0)
+    # A stop when the budget was spent: the run it cut (exit 130) is given the stop's reason.
+    (logs / f"{gpu_check.ONE_PROCESS}.results.json").write_text(json.dumps({"help": [0, 1.0], "cut": [130, 2.0]}))
+    found = gpu_check._one_process_results(tmp_path, ["help", "cut"], stopped)
+    assert found == {"help": (0, 1.0), "cut": (stopped, 2.0)}
