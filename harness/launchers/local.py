@@ -10,7 +10,7 @@ import time
 from harness.launchers.follow import FollowBar
 from harness.signals import raise_if_stopped
 
-GRACE_S = 3       # after a Ctrl-C, how long the workers get to close their runs by themselves
+GRACE_S = 3       # after a Ctrl-C, the most the workers get to close their runs by themselves
 KILL_AFTER_S = 30
 POLL_S = 1.0      # how often the bar reads the shared database
 
