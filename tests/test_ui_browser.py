@@ -219,6 +219,7 @@ def _unfold_the_sweep(driver, ui: UI) -> None:
     expander = (f"//*[text()='{ui.parent.name}']/ancestor::div[contains(@class,'ag-cell')]"
                 "//button[contains(@data-component-id,'runnamecellrenderer')]")
     _settled(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".ag-row")), bool, what="the runs table's rows")
+    _close_the_assistant(driver)  # again: a panel drawn after the runs would narrow the table
     if all(name in driver.execute_script("return document.body.innerText") for name in names):
         return
     for attempt in range(2):
