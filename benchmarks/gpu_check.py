@@ -16,16 +16,20 @@ skipped (reason) / failed (reason), our speed-ups beside the published ones, the
 Nothing is downloaded: before anything runs, every cell is checked to read scikit-learn's bundled
 digits or synthetic data, and no model here loads pretrained weights (random init throughout).
 Steps 1 and 2 run one at a time where there are GPUs (nothing else on them while a cell is timed),
-two at a time where there are none (every cell is then a skip). Budget: 8 minutes on one GPU, 10 on
-several; a sweep still running when it is spent is stopped (its finished cells stay recorded) and
-counts as failed. Without a GPU every cell is a skip with its
-reason and the check passes in under two minutes. Exit status: 0 when nothing failed, 1 otherwise,
-2 for a usage mistake.
+two at a time where there are none (every cell is then a skip, and the sweeps, then the report,
+run one after another in a single process: one interpreter start-up instead of one for each).
+Budget: 8 minutes on one GPU, 10 on several; a sweep still running when it is spent is stopped
+(its finished cells stay recorded) and counts as failed. Without a GPU every cell is a skip with
+its reason and the check passes in under two minutes. Exit status: 0 when nothing failed, 1
+otherwise, 2 for a usage mistake.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -41,6 +45,9 @@ OFFLINE_DATASETS = {"digits", "synthetic"}
 STOP_GRACE_S = 60  # after SIGTERM a sweep closes its run and kills its ranks; then SIGKILL
 TESTS = "gpu-tests"
 TIMINGS = "gpu-timings"
+ONE_PROCESS = "gpu-sweeps"   # without a GPU: every sweep in this one process (logs/gpu-sweeps.log, .json)
+ONE_PROCESS_FLAG = "--run-in-one-process"
+REPORT = "report"
 
 
 @dataclass
@@ -107,18 +114,29 @@ def check(args) -> int:
     jobs = {} if args.skip_tests else {  # name: (command, the most of the budget it may take)
         TESTS: ([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", f"--junitxml={xml}"], 0.4),
         TIMINGS: ([sys.executable, str(REPO_ROOT / "benchmarks" / "gpu_timings.py")], 0.1)}
-    for sweep in SWEEPS:
-        jobs[sweep.name] = ([_harness(), "sweep", sweep.name, "--scale", "smoke",
-                             *[a for s in sweep.sets for a in ("--set", s)], "--tracking-uri", uri, "--no-progress"], 1.0)
+    report = ["report", "--tracking-uri", uri, "--out", str(out)]
+    sweeps = {sweep.name: ["sweep", sweep.name, "--scale", "smoke", *[a for s in sweep.sets for a in ("--set", s)],
+                           "--tracking-uri", uri, "--no-progress"] for sweep in SWEEPS}
+    if gpus:  # each sweep a process of its own, as a user runs it: no CUDA state carried from one to the next
+        jobs.update({name: ([_harness(), *argv], 1.0) for name, argv in sweeps.items()})
+    else:  # every cell a skip decided at start-up: one process runs them all, instead of one start-up each
+        plan = out / "logs" / f"{ONE_PROCESS}.json"
+        plan.write_text(json.dumps({"logs": str(out / "logs"), "runs": {**sweeps, REPORT: report}}))  # the report last
+        one = ([sys.executable, str(Path(__file__).resolve()), ONE_PROCESS_FLAG, str(plan)], 1.0)
+        jobs = {ONE_PROCESS: one, **jobs}  # the longest first: the tests and the timings run beside it
     # With GPUs one job at a time: two on the same GPUs would time each other's contention. Without,
     # every cell is a skip decided at start-up, and two at once halve the wait.
     with ThreadPoolExecutor(max_workers=1 if gpus else 2) as pool:
         running = {name: pool.submit(lambda n, c, share: _run(n, c, out, min(left(), share * budget)), name, *job)
                    for name, job in jobs.items()}
         exits = {name: future.result() for name, future in running.items()}
+    if ONE_PROCESS in exits:
+        exits.update(_one_process_results(out, [*sweeps, REPORT], exits.pop(ONE_PROCESS)[0]))
+    report_exit, _ = exits.pop(REPORT, (None, 0.0))
+    if not isinstance(report_exit, int):  # not ended there (with GPUs, or cut short): in a process of its own
+        report_exit, _ = _run(REPORT, [_harness(), *report], out, max(left(), 30))
     took = {name: seconds for name, (_, seconds) in exits.items()}
     exits = {name: status for name, (status, _) in exits.items()}
-    report_exit, _ = _run("report", [_harness(), "report", "--tracking-uri", uri, "--out", str(out)], out, max(left(), 30))
 
     failed = False
     if not args.skip_tests:
@@ -161,6 +179,79 @@ def _offline_cells() -> dict[str, tuple[object, set[str]]]:
                              f"download; gpu-check runs offline data only ({', '.join(sorted(OFFLINE_DATASETS))}).")
         expected[sweep.name] = (spec, {c.cell_id for c in cells})
     return expected
+
+
+def run_in_one_process(plan_path: str) -> int:
+    """The child's side of ONE_PROCESS: each `harness ARGS` of the plan in turn through harness.cli.main,
+    its output (the file descriptors, so anything a child of it prints too) in logs/NAME.log. After
+    each run its exit status and wall time go to the plan's results file, so a stop keeps what ended."""
+    import warnings
+
+    from harness.cli import main as harness
+    from harness.cli.exits import EXIT_INTERRUPTED
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # as the harness command does
+    plan = json.loads(Path(plan_path).read_text())
+    results_path, results = Path(plan_path).with_suffix(".results.json"), {}
+    for name, argv in plan["runs"].items():
+        started = time.monotonic()
+        with open(Path(plan["logs"]) / f"{name}.log", "wb") as log:
+            status = _with_output_to(log, harness, argv)
+        results[name] = [status, time.monotonic() - started]
+        results_path.write_text(json.dumps(results))
+        if status == EXIT_INTERRUPTED:  # the budget was spent (SIGTERM): the rest are not started
+            return status
+    return 0
+
+
+def _with_output_to(log, function, argv: list[str]) -> int | str:
+    """function(argv) with its output on `log`: file descriptors 1 and 2 (a child process's output
+    too) and sys.stdout/sys.stderr (which a caller may have pointed elsewhere); its exit status, or
+    what ended it."""
+    import traceback
+
+    streams = sys.stdout, sys.stderr
+    for stream in streams:
+        stream.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
+    sys.stdout, sys.stderr = _stream_on(1), _stream_on(2)
+    try:
+        return function(argv)
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else int(done.code is not None)
+    except Exception as err:  # a bug in one sweep: said in its log, and the next sweep still runs
+        traceback.print_exc()
+        return f"crashed: {type(err).__name__}"
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sys.stdout, sys.stderr = streams
+        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+        os.close(saved[0]), os.close(saved[1])
+
+
+@functools.cache
+def _stream_on(fd: int):
+    """A text stream on file descriptor `fd`, one for the process and never closed: whatever kept a
+    reference to it during one run (a logging handler, say) can still write during the next."""
+    return open(fd, "w", buffering=1, closefd=False, errors="backslashreplace")
+
+
+def _one_process_results(out: Path, names: list[str], status: int | str) -> dict:
+    """Each run's (exit status, seconds) as the ONE_PROCESS child recorded them; a run it never
+    recorded has the child's own status, or the reason it ended first (a stop when the budget was
+    spent: the run it cut, which exited as interrupted, is given that reason too)."""
+    from harness.cli.exits import EXIT_INTERRUPTED
+
+    path = out / "logs" / f"{ONE_PROCESS}.results.json"
+    recorded = {name: tuple(found) for name, found in (json.loads(path.read_text()) if path.exists() else {}).items()}
+    stopped = isinstance(status, str)
+    missing = status if stopped else f"not run: the one process ended with {status} (logs/{ONE_PROCESS}.log)"
+    for name, (code, seconds) in recorded.items():
+        if stopped and code == EXIT_INTERRUPTED:
+            recorded[name] = (status, seconds)
+    return {name: recorded.get(name, (missing, 0.0)) for name in names}
 
 
 def _run(name: str, command: list[str], out: Path, seconds: float) -> tuple[int | str, float]:
@@ -276,4 +367,6 @@ def _speedups(store, spec) -> list[str]:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO_ROOT))
+    if sys.argv[1:2] == [ONE_PROCESS_FLAG]:  # the child check() starts where there is no GPU
+        sys.exit(run_in_one_process(sys.argv[2]))
     sys.exit(main())

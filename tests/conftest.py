@@ -208,6 +208,19 @@ def harness_command(*args: str, bars: bool = False) -> list[str]:
     return [sys.executable, "-m", "harness", *args, *([] if bars else ["--no-progress"])]
 
 
+def launched_here(capfd, *args: str) -> tuple[int, str]:
+    """`harness ARGS` (a `--workers` launcher) run in this process, its workers real processes: the
+    exit status, and what the launcher and its workers wrote to stderr (capfd: the workers write to
+    the file descriptors they inherit). The launcher costs no interpreter start-up of its own, for
+    tests of what its workers do and share; a test that signals or kills the launcher starts it as a
+    process of its own."""
+    from harness.cli import main
+
+    capfd.readouterr()
+    code = main(harness_command(*args)[3:])
+    return code, capfd.readouterr().err
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (for a server a test starts)."""
     with socket.socket() as sock:

@@ -739,15 +739,34 @@ def test_redact_hides_every_form_of_password(uri, shown):
 @pytest.fixture
 def password_server(tmp_path):
     """A real `mlflow server` whose URL carries a password (MLflow's own server ignores it), started
-    with its backend in the environment, so nothing on a command line holds it."""
+    with its backend in the environment, so nothing on a command line holds it. The test's own: for
+    a test that kills it."""
+    with _serving_with_a_password(tmp_path / "server") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def shared_password_server(tmp_path_factory):
+    """One such server for the tests that only log to it (each to an experiment of its own name):
+    a start-up of MLflow's server and its migrations saved for each. A test that scans every file
+    for the password scans the server's folder too (`server.folder`)."""
+    with _serving_with_a_password(tmp_path_factory.mktemp("password-server") / "server") as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _serving_with_a_password(server_dir: Path):
     port = closed_port()
-    server_dir = tmp_path / "server"
     server_dir.mkdir()
     env = {**os.environ, "MLFLOW_BACKEND_STORE_URI": f"sqlite:///{server_dir / 'server.db'}"}
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--artifacts-destination",
-                             str(server_dir / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1"], cwd=server_dir, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # Its log in a file beside the folder the tests scan: a pipe nobody reads would stall a server
+    # that serves several tests once the pipe is full.
+    log = server_dir.with_name(f"{server_dir.name}-mlflow.log")
+    with open(log, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--artifacts-destination",
+                                 str(server_dir / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+                                 "--workers", "1"], cwd=server_dir, env=env, stdout=subprocess.DEVNULL,
+                                stderr=stderr, start_new_session=True)
     import requests
 
     try:
@@ -758,7 +777,8 @@ def password_server(tmp_path):
                     break
             except requests.RequestException:
                 pass
-            assert proc.poll() is None and time.time() < deadline, "mlflow server did not start"
+            if proc.poll() is not None or time.time() > deadline:
+                pytest.fail(f"mlflow server did not start: {log.read_text()[-2000:]}")
             time.sleep(0.5)
         yield SimpleNamespace(uri=f"http://harness:{PASSWORD}@127.0.0.1:{port}", folder=server_dir, proc=proc)
     finally:
@@ -781,7 +801,9 @@ def _command_lines(proc) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_no_password_in_any_file_written_or_command_line_started(password_server, tmp_path, monkeypatch, capsys):
+def test_no_password_in_any_file_written_or_command_line_started(shared_password_server, tmp_path, monkeypatch,
+                                                                 capsys):
+    password_server = shared_password_server
     path = tiny_sweep(tmp_path, "secret", [0.0, 0.3, 0.6], epochs=2)
     work = tmp_path / "work"
     work.mkdir()
@@ -810,7 +832,7 @@ def test_no_password_in_any_file_written_or_command_line_started(password_server
     assert (reports / "REPRODUCTION.md").is_file() and (reports / "secret.md").is_file()
     # Every file: the reports, the claims database, and the server's store (params, tags, descriptions,
     # artifacts), which holds whatever the harness logged.
-    for file in [p for p in tmp_path.rglob("*") if p.is_file()]:
+    for file in [p for folder in (tmp_path, password_server.folder) for p in folder.rglob("*") if p.is_file()]:
         texts[str(file)] = file.read_bytes().decode("latin-1")
     leaks = [where for where, text in texts.items() if PASSWORD in text]
     assert not leaks, leaks
@@ -820,8 +842,9 @@ def test_no_password_in_any_file_written_or_command_line_started(password_server
 
 
 @pytest.mark.slow
-def test_no_password_in_a_studys_files_output_or_the_ui_banner(password_server, study_file, tmp_path, monkeypatch,
-                                                                capsys):
+def test_no_password_in_a_studys_files_output_or_the_ui_banner(shared_password_server, study_file, tmp_path,
+                                                                monkeypatch, capsys):
+    password_server = shared_password_server
     from harness.cli import ui_server
 
     path = study_file("secretstudy", space=LR_SPACE, n_trials=1, base={"epochs": 1})
@@ -838,7 +861,8 @@ def test_no_password_in_a_studys_files_output_or_the_ui_banner(password_server, 
     assert "harness:***@127.0.0.1" in texts["ui banner"]
     # The study's reports, its storage (the study's attributes name the tracking store) and the
     # server's store (the parent run's params and description).
-    files = {str(p): p.read_bytes().decode("latin-1") for p in tmp_path.rglob("*") if p.is_file()}
+    files = {str(p): p.read_bytes().decode("latin-1")
+             for folder in (tmp_path, password_server.folder) for p in folder.rglob("*") if p.is_file()}
     assert any("harness:***@127.0.0.1" in text for text in files.values())  # the store was named, redacted
     assert (tmp_path / "reports" / "secretstudy-full.md").is_file()
     leaks = [where for where, text in {**texts, **files}.items() if PASSWORD in text]
@@ -1213,54 +1237,20 @@ def test_a_large_study_says_how_large_before_its_first_trial(study_file, tmp_pat
 # --- a study's workers, counted -------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_a_workers_study_summary_counts_its_workers_trials(study_file, tmp_path, uri):
+def test_a_workers_study_summary_counts_its_workers_trials(study_file, tmp_path, uri, capfd):
     path = study_file("counted", space=LR_SPACE, n_trials=2, base={"epochs": 1})
-    done = harness("study", str(path), "--workers", "2", "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "study counted-full: ran 2 trial(s) (2 complete)" in done.stdout, done.stdout[-2000:]
+    capfd.readouterr()  # the launcher here (its summary is what is tested), its workers real processes
+    code = main(["study", str(path), "--workers", "2", "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path)])
+    said = capfd.readouterr()
+    assert code == 0, said.err[-2000:]
+    assert "study counted-full: ran 2 trial(s) (2 complete)" in said.out, said.out[-2000:]
     assert sorted(r.data.tags[OUTCOME] for r in cells_and_parents(uri)[0]) == ["ok", "ok"]
 
 
 # --- the launcher SIGKILLed: its workers end too ----------------------------------------------------------
-def _cmdline(process) -> list[str]:
-    """A child's command line, or none for one that ended (a zombie) between the listing and the read:
-    the launcher's short-lived helpers (a git call, a probe) exit at any moment."""
-    import psutil
-
-    try:
-        return process.cmdline()
-    except psutil.NoSuchProcess:   # ZombieProcess included
-        return []
-
-
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_workers_end_when_their_launcher_is_killed(tmp_path, uri):
-    import psutil
-
-    path = tiny_sweep(tmp_path, "orphans", [0.0, 0.2, 0.4, 0.6], epochs=400, train_limit=64, test_limit=32)
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--workers", "2", "--tracking-uri",
-                             uri, "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    workers = []
-    try:
-        deadline = time.time() + 240
-        while len(workers) < 2:  # both workers inside a cell
-            assert proc.poll() is None and time.time() < deadline, "never saw two cells running at once"
-            workers = [c for c in psutil.Process(proc.pid).children() if "--worker" in " ".join(_cmdline(c))]
-            running = [r for r in cells_and_parents(uri)[0] if r.info.status == "RUNNING"]
-            workers = workers if len(running) >= 2 else []
-            time.sleep(0.2)
-        proc.kill()  # SIGKILL: the launcher can do nothing
-        proc.wait(timeout=30)
-        gone, alive = psutil.wait_procs(workers, timeout=60)
-        assert not alive, f"workers {[p.pid for p in alive]} outlived their launcher"
-    finally:
-        for p in [*psutil.Process().children(recursive=True), *workers]:  # orphans are no children of ours
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    cells, _ = cells_and_parents(uri)
-    assert cells and all(r.info.status != "RUNNING" for r in cells)  # each worker closed its cell
-    assert {r.data.tags[OUTCOME] for r in cells if r.info.status == "KILLED"} <= {"interrupted"}
+# tests/test_interrupts.py (test_a_sigkilled_launcher_takes_its_workers_with_it_and_the_same_command_finishes)
+# kills a `--workers 2` launcher inside two cells, checks that its workers end, each closing its cell
+# as interrupted, and that the same command then finishes the grid.
 
 
 # --- a tracking server killed mid-sweep ----------------------------------------------------------------

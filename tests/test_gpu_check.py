@@ -4,6 +4,7 @@ sweep's outcomes back from the store, and (slow) runs end to end here, every GPU
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 
@@ -71,4 +72,33 @@ def test_gpu_check_passes_here_with_every_gpu_cell_a_skip(tmp_path):
         assert " 0 ok, " in lines[sweep.name] and " 0 failed" in lines[sweep.name], lines[sweep.name]
         assert "no usable CUDA GPU" in lines[sweep.name] or "0 usable GPU" in lines[sweep.name]
     assert (tmp_path / "c" / "REPRODUCTION.md").exists()
+    logs = tmp_path / "c" / "logs"  # the sweeps and the report ran in one process, each with its own log
+    ran = json.loads((logs / f"{gpu_check.ONE_PROCESS}.results.json").read_text())
+    assert set(ran) == {*(sweep.name for sweep in gpu_check.SWEEPS), gpu_check.REPORT}, ran
+    assert all((logs / f"{sweep.name}.log").stat().st_size for sweep in gpu_check.SWEEPS)
     assert "gpu timings: no CUDA GPU here; nothing to time" in out.stdout
+
+
+def test_without_a_gpu_the_sweeps_run_one_after_another_in_one_process(tmp_path, capfd):
+    """The runner gpu-check starts where there is no GPU: each command's output in its own log, its
+    exit status recorded, a failing one not stopping the next; one it never reached is named."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    plan = logs / f"{gpu_check.ONE_PROCESS}.json"
+    runs = {"missing": ["sweep", "no_such_sweep", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"],
+            "help": ["--help"]}
+    plan.write_text(json.dumps({"logs": str(logs), "runs": runs}))
+    capfd.readouterr()
+    assert gpu_check.run_in_one_process(str(plan)) == 0
+    assert capfd.readouterr() == ("", "")  # everything went to the logs
+    missing = (logs / "missing.log").read_text()
+    assert "harness: error:" in missing and "no_such_sweep" in missing, missing
+    assert "usage: harness" in (logs / "help.log").read_text()
+    stopped = "stopped after 9 s: the budget was spent"
+    found = gpu_check._one_process_results(tmp_path, ["missing", "help", "never"], stopped)
+    assert found["missing"][0] == 2 and found["help"][0] == 0  # the failing first did not stop the second
+    assert found["never"] == (stopped, 0.0)
+    # A stop when the budget was spent: the run it cut (exit 130) is given the stop's reason.
+    (logs / f"{gpu_check.ONE_PROCESS}.results.json").write_text(json.dumps({"help": [0, 1.0], "cut": [130, 2.0]}))
+    found = gpu_check._one_process_results(tmp_path, ["help", "cut"], stopped)
+    assert found == {"help": (0, 1.0), "cut": (stopped, 2.0)}

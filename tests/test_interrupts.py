@@ -179,6 +179,9 @@ def test_a_sigkilled_launcher_takes_its_workers_with_it_and_the_same_command_fin
         finished = [r for r in cells(runs(uri, "orphans", ViewType.ALL)) if r.info.status == "FINISHED"]
         # Two workers seen inside their first cells: ending with their launcher, they finish at most those.
         assert len(finished) < len(grid), "the workers ran the whole grid after their launcher died"
+        left = cells(runs(uri, "orphans"))  # and each closed the cell it was in as it ended
+        assert left and not [r for r in left if r.info.status == "RUNNING"], "a worker left its cell RUNNING"
+        assert {r.data.tags[OUTCOME] for r in left if r.info.status == "KILLED"} <= {"interrupted"}
     finally:
         kill_group(proc)
     ids = [r.data.tags[CELL_ID] for r in finished]

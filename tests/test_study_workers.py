@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from conftest import free_port, harness_command as harness
+from conftest import free_port, harness_command as harness, launched_here
 from harness.studies.study_engine import RETRY_OF, STUDY
 from harness.store.tracking import OUTCOME, PARENT
 from harness.cli import main
@@ -129,27 +129,25 @@ def _check_grid(uri, cells=6):
     return runs
 
 
-def test_two_workers_on_one_sqlite_file_study_and_grid(study_file, sweep_file, tmp_path):
+def test_two_workers_on_one_sqlite_file_study_and_grid(study_file, sweep_file, tmp_path, capfd):
     path = study_file("pair", space=LR + 'sparsity = { type = "float", low = 0.0, high = 0.8 }\n', n_trials=4)
     uri, url = f"sqlite:///{tmp_path / 'mlflow.db'}", f"sqlite:///{tmp_path / 'optuna.db'}"
-    out = subprocess.run(harness("study", str(path), "--workers", "2", "--tracking-uri", uri),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "locked" not in out.stderr
+    code, err = launched_here(capfd, "study", str(path), "--workers", "2", "--tracking-uri", uri)
+    assert code == 0, err[-2000:]
+    assert "locked" not in err
     trials = _trials("pair-full", url)
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
     _assert_unique_params(trials)
     assert len({t.user_attrs["harness.owner"].split("|")[1] for t in trials}) == 2  # both workers ran trials
     assert len(_children(uri, "pair", "pair-full")) == 4
 
-    out = subprocess.run(harness("sweep", str(_grid_sweep(sweep_file)), "--workers", "2", "--tracking-uri", uri),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "locked" not in out.stderr
+    code, err = launched_here(capfd, "sweep", str(_grid_sweep(sweep_file)), "--workers", "2", "--tracking-uri", uri)
+    assert code == 0, err[-2000:]
+    assert "locked" not in err
     _check_grid(uri)
 
 
-def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_file, sweep_file, tmp_path):
+def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_file, sweep_file, tmp_path, capfd):
     """Two independent workers (as on two machines) on one PostgreSQL study; one is SIGKILLed
     mid-trial; the other finishes: exactly the target, nothing RUNNING, the lost trial rerun."""
     path = study_file("pg", space=LR, n_trials=4, base=SLOW_TRIAL)
@@ -195,9 +193,9 @@ def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_f
     assert sum(r.data.tags[OUTCOME] == "ok" for r in runs) == 4
 
     # A grid over the same database with two workers: every cell once.
-    out = subprocess.run(harness("sweep", str(_grid_sweep(sweep_file)), "--workers", "2", "--storage", postgres_db,
-                                 "--tracking-uri", uri), capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    code, err = launched_here(capfd, "sweep", str(_grid_sweep(sweep_file)), "--workers", "2", "--storage", postgres_db,
+                              "--tracking-uri", uri)
+    assert code == 0, err[-2000:]
     runs = _check_grid(uri)
     assert len({r.data.tags["harness.pid"] for r in runs}) == 2  # both workers took cells
 
@@ -250,12 +248,11 @@ def serving_mlflow(backend: str, artifacts: Path):
             proc.wait()
 
 
-def test_two_workers_log_to_a_real_mlflow_server(mlflow_server, study_file, tmp_path):
+def test_two_workers_log_to_a_real_mlflow_server(mlflow_server, study_file, tmp_path, capfd):
     path = study_file("served", space=LR, n_trials=4)
-    out = subprocess.run(harness("study", str(path), "--workers", "2", "--tracking-uri", mlflow_server,
-                                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--out", str(tmp_path)),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    code, err = launched_here(capfd, "study", str(path), "--workers", "2", "--tracking-uri", mlflow_server,
+                              "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--out", str(tmp_path))
+    assert code == 0, err[-2000:]
     client = MlflowClient(mlflow_server)
     exp = client.get_experiment_by_name("served")
     runs = client.search_runs([exp.experiment_id], "")

@@ -42,6 +42,7 @@ SCREENSHOTS = Path(os.environ.get("HARNESS_SCREENSHOT_DIR", Path(__file__).resol
 SWEEP = "sparsity"
 EXPAND_DESCRIPTION = "//button[@data-component-id='mlflow.experiment.metadata_editor.expand_button']"
 FOLD_DESCRIPTION = "//button[@data-component-id='mlflow.experiment.metadata_editor.collapse_button']"
+SCROLL_AFTER_S = 3  # a text the page has not shown by then is looked for in its scrolling boxes too
 
 
 @dataclass
@@ -159,16 +160,20 @@ def _settled(read, until=lambda value: True, *, timeout: float = 60, quiet_s: fl
 
 
 def _wait_for_text(driver, *texts: str, timeout: float = 90) -> str:
-    deadline = time.time() + timeout
+    """The page's text once it shows every one of `texts`. Read as it is a few times a second first
+    (a page still drawing shows them within a moment); text still missing after SCROLL_AFTER_S
+    may sit in a scrolling box whose rows render only in view, so later reads scroll through."""
+    started = time.time()
+    deadline = started + timeout
     body = ""
     while time.time() < deadline:
         # innerText of the whole document: the compare view's tables sit below the fold.
         body = driver.execute_script("return document.body.innerText")
-        if not all(t in body for t in texts):
+        if not all(t in body for t in texts) and time.time() - started >= SCROLL_AFTER_S:
             body = _scrolled_text(driver)
         if all(t in body for t in texts):
             return body
-        time.sleep(0.5)
+        time.sleep(0.25)
     raise AssertionError(f"page never showed {[t for t in texts if t not in body]}; it showed: {body[:600]}")
 
 
@@ -204,17 +209,27 @@ def _close_the_assistant(driver) -> None:
 
 def _unfold_the_sweep(driver, ui: UI) -> None:
     """Cells are child runs, folded under the sweep's parent run: unfold it as a user would (the UI
-    remembers an unfolded run, and a second click would fold it again)."""
+    remembers an unfolded run, and a second click would fold it again). The runs come in one
+    response, so an unfolded sweep's rows are drawn with its parent's: once the table's rows have
+    settled, cells missing from the page are folded. (Had they come later, the click folds them,
+    and the second attempt unfolds them again.)"""
+    from selenium.webdriver.common.by import By
+
+    names = [c.name for c in ui.cells]
     expander = (f"//*[text()='{ui.parent.name}']/ancestor::div[contains(@class,'ag-cell')]"
                 "//button[contains(@data-component-id,'runnamecellrenderer')]")
-    for attempt in range(3):
+    _settled(lambda: len(driver.find_elements(By.CSS_SELECTOR, ".ag-row")), bool, what="the runs table's rows")
+    _close_the_assistant(driver)  # again: a panel drawn after the runs would narrow the table
+    if all(name in driver.execute_script("return document.body.innerText") for name in names):
+        return
+    for attempt in range(2):
+        _click(driver, expander)
         try:
-            _wait_for_text(driver, *(c.name for c in ui.cells), timeout=(5, 60, 90)[attempt])
+            _wait_for_text(driver, *names, timeout=(60, 90)[attempt])
             return
         except AssertionError:
-            if attempt == 2:
+            if attempt == 1:
                 raise
-            _click(driver, expander)
 
 
 def _search(driver, placeholder: str, text: str) -> None:
@@ -225,7 +240,9 @@ def _search(driver, placeholder: str, text: str) -> None:
     box.send_keys(Keys.CONTROL, "a")
     box.send_keys(Keys.DELETE)
     box.send_keys(text)
-    _settled(lambda: box.get_attribute("value"), lambda value: value == text, what=f"the '{placeholder}' box")
+    # The box holds what was typed at once; what the search then redraws is read settled by the caller.
+    _settled(lambda: box.get_attribute("value"), lambda value: value == text, quiet_s=0.5,
+             what=f"the '{placeholder}' box")
 
 
 def _show_column(driver, name: str, shown: bool) -> None:

@@ -10,7 +10,7 @@ import time
 from harness.launchers.follow import FollowBar
 from harness.signals import raise_if_stopped
 
-GRACE_S = 3       # after a Ctrl-C, how long the workers get to close their runs by themselves
+GRACE_S = 3       # after a Ctrl-C, the most the workers get to close their runs by themselves
 KILL_AFTER_S = 30
 POLL_S = 1.0      # how often the bar reads the shared database
 
@@ -34,6 +34,15 @@ def end_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _wait_a_while(proc: subprocess.Popen, seconds: float) -> None:
+    """Up to `seconds`, less when `proc` ends first: the launcher sees its last worker end at once,
+    not at its next poll."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 class LocalLauncher:
     detach = False
 
@@ -48,16 +57,18 @@ class LocalLauncher:
                  for command, env in zip(commands, envs)]
         bar = FollowBar(progress)
         try:
-            while any(p.poll() is None for p in procs):
+            while running := [p for p in procs if p.poll() is None]:
                 raise_if_stopped()   # a stop whose KeyboardInterrupt a finalizer swallowed (harness/signals.py)
-                bar.update(f"{sum(p.poll() is None for p in procs)} workers running")
-                time.sleep(POLL_S)
+                bar.update(f"{len(running)} workers running")
+                _wait_a_while(running[0], POLL_S)
             return [p.wait() for p in procs]
         except KeyboardInterrupt:
             # A Ctrl-C at the terminal reached the workers too (same process group); give them a
             # moment to close their runs, then pass it on to any that did not get it (the
             # launcher alone was signalled, by SIGTERM say).
-            time.sleep(GRACE_S)
+            deadline = time.monotonic() + GRACE_S
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.05)
             for p in procs:
                 if p.poll() is None:
                     p.send_signal(signal.SIGINT)

@@ -55,7 +55,7 @@ METRICS_ATTR = "harness.metrics"    # the [report] metrics of a complete trial, 
 SPACE_ATTR = "harness.space"        # the study's own attribute: a digest of the [space] that created it
 MAX_RETRY = 2
 MAX_FAILS_IN_A_ROW = 5
-WAIT_POLL_S = 2.0  # how often a worker with no slot left looks at the trials its siblings run
+WAIT_POLL_S = 0.5  # how often a worker with no slot left looks at the trials its siblings run (a read)
 Log = Callable[[str], None]
 
 

@@ -36,7 +36,7 @@ from harness.sweeps.sweep_spec import SweepSpec, expand
 
 Log = Callable[[str], None]
 PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
-WAIT_POLL_S = 2.0  # how often a worker with nothing left to take looks at the cells others run
+WAIT_POLL_S = 0.5  # how often a worker with nothing left to take looks at the cells others run (a read)
 
 
 @dataclass
@@ -188,7 +188,6 @@ class _Sweep:
         killed job, its claim dropped or its process gone) is taken over and run here."""
         waiting = [i for i, r in enumerate(results) if r.outcome == Outcome.ELSEWHERE]
         while waiting:
-            time.sleep(WAIT_POLL_S)
             for i in list(waiting):
                 holder = claims.get(self.namespace, self.cells[i].cell_id)
                 if holder is not None and holder.state == RUNNING and claims.holder_alive(holder):
@@ -203,6 +202,8 @@ class _Sweep:
                 elif self.log is not None:
                     self.log(f"  {self.cells[i].label}: {results[i].outcome} (taken over from a dead worker) "
                              f"{results[i].reason or ''}".rstrip())
+            if waiting:  # looked at first: cells that ended while this worker ran its own are not waited for
+                time.sleep(WAIT_POLL_S)
 
     def take(self, cell: Cell, records: list[RunRecord], claims: Claims, parent: str,
              show_progress: bool) -> CellResult:
