@@ -19,9 +19,10 @@ difference between them is noise. Printed:
 Each run is a cell as the harness runs one (`harness.cells.run_here`: the `malloc` field applied,
 the load watched). `--variants` runs several process set-ups side by side, interleaved in every
 round (round k: each variant's A then B), to find where the noise comes from: `harness` (as a sweep
-runs a cell: glibc keeps freed memory, harness/allocator.py); `glibc-default` (malloc=glibc_default:
-large blocks mapped and unmapped, the heap trimmed, as in a plain python process); `pinned` (as
-`harness`, OpenMP threads bound to cores); `aslr-off` (as `harness`, address-space randomisation off,
+runs a cell: glibc's malloc as it starts); `keep-freed` (malloc=keep_freed: glibc keeps freed memory
+from the cell's start, set by mallopt, harness/allocator.py); `keep-freed-env` (the same options as
+glibc's variables, MALLOC_MMAP_MAX_=0 and a high MALLOC_TRIM_THRESHOLD_, read when the process
+starts); `pinned` (OpenMP threads bound to cores); `aslr-off` (address-space randomisation off,
 `setarch -R`: a diagnostic only: a fixed layout can make one configuration steadily faster or slower
 than another, a bias no number of repeats shows, so a sweep never runs that way).
 
@@ -34,7 +35,7 @@ are its own).
 
     make bench-noise                      # default N
     make bench-noise ARGS="--rounds 3 --epochs 1"     # a quick try that the benchmark runs
-    make bench-noise ARGS="--rounds 5 --variants harness,glibc-default"   # where the noise comes from
+    make bench-noise ARGS="--rounds 8 --variants harness,keep-freed,keep-freed-env"   # where the noise comes from
 """
 
 from __future__ import annotations
@@ -72,9 +73,11 @@ EFFECTS = [e / 1000 for e in range(5, 501, 5)]   # 0.5% to 50%
 SEED = 4
 
 
+KEEP_FREED_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)}   # glibc's mallopt(3) variables
 VARIANTS = {   # name: (command prefix, environment, config values)
     "harness": ([], {}, {}),
-    "glibc-default": ([], {}, {"malloc": "glibc_default"}),
+    "keep-freed": ([], {}, {"malloc": "keep_freed"}),
+    "keep-freed-env": ([], KEEP_FREED_ENV, {}),
     "pinned": ([], {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}, {}),
     "aslr-off": (["setarch", platform.machine(), "-R"], {}, {}),
 }

@@ -2,21 +2,24 @@
 
 By default glibc serves a block above its mmap threshold with a fresh mmap and unmaps it when it is
 freed, and it returns free memory at the top of the heap to the kernel (trimming). A training step
-frees and allocates the same large tensors every step, so their pages are faulted in again every
-step; in a virtual machine each fault may also be a fault on the host. How much that costs depends on
-which pages the process happened to get, and on this project's 2-core machine it made the same cell
-vary 6-7% from process to process, against 1-2% with freed memory kept (`make bench-noise
-ARGS="--variants harness,glibc-default"`). So a cell keeps its freed memory by default:
+frees and allocates the same large tensors every step, so their pages may be faulted in again every
+step (in a virtual machine each fault may also be a fault on the host):
 
-    keep_freed      mallopt(M_MMAP_MAX, 0) and trimming off: every block comes from the heap and a
-                    freed one is reused, never returned (the same as MALLOC_MMAP_MAX_=0 and a high
-                    MALLOC_TRIM_THRESHOLD_ in the environment; mallopt(3))
-    glibc_default   glibc as it starts: what a plain `python train.py` gets
+    glibc_default   glibc as it starts: what a plain `python train.py` gets (the default)
+    keep_freed      mallopt(M_MMAP_MAX, 0) and trimming off, when the cell starts: every later block
+                    comes from the heap and a freed one is reused, never returned (mallopt(3))
+
+What it does to this machine's noise is measured, not assumed (`make bench-noise ARGS="--variants
+harness,keep-freed,keep-freed-env"`): with glibc's variables set when the process started
+(MALLOC_MMAP_MAX_=0 and a high MALLOC_TRIM_THRESHOLD_), the same cell's A/A ratio varied half as much
+as with glibc's defaults; set by mallopt when the cell starts, as keep_freed does, no difference was
+shown yet. So it is not the default.
 
 The setting lasts for the rest of the process, so glibc_default cannot follow keep_freed in one
-process: such a cell is a skip with that reason (run it in a sweep of its own). On a C library that is
-not glibc neither option exists; keep_freed is then recorded as not in effect (`malloc_keeps_freed`
-0), and the cell runs with that library's own allocator.
+process: such a cell is a skip with that reason (run it in a sweep of its own). A process started
+with glibc's variables keeps freed memory whatever the field says; each cell records what was in
+effect (`malloc_keeps_freed`). On a C library that is not glibc neither option exists: keep_freed
+is recorded as not in effect, and the cell runs with that library's own allocator.
 """
 
 from __future__ import annotations
@@ -66,8 +69,8 @@ def apply(mode: str) -> dict[str, float]:
     """Put this process in `mode` before a cell trains; the metric that says what is in effect."""
     if mode == KEEP_FREED:
         keep_freed()
-    elif keeps_freed():
+    elif _kept_here:
         raise CellSkipped("malloc=glibc_default cannot run in a process that already keeps freed memory (an "
-                          "earlier cell set it, or MALLOC_MMAP_MAX_ / MALLOC_TRIM_THRESHOLD_ are in the "
-                          "environment): run the glibc_default cells in a sweep of their own")
+                          "earlier cell of this process set malloc=keep_freed): run the glibc_default cells in a "
+                          "sweep of their own")
     return {METRIC: float(keeps_freed())}

@@ -42,10 +42,10 @@ class RunConfig(FieldGroup):
     threads: int = Field(0, ge=0, description="Intra-op threads (torch.set_num_threads); 0 = all cores this process may use.")
     seed: int = Field(0, description="Seed for model init, data order and synthetic data.")
     repeat: int = Field(0, ge=0, description="Repeat index of an otherwise identical cell (timing repeats).")
-    malloc: Literal["keep_freed", "glibc_default"] = Field(
-        "keep_freed", description="What glibc's malloc does with freed memory in the process that trains the "
-        "cell: keep_freed (reused, never returned to the kernel, so a step's tensors are not page-faulted in "
-        "again each step) or glibc_default (as a plain python process has it); harness/allocator.py.")
+    malloc: Literal["glibc_default", "keep_freed"] = Field(
+        "glibc_default", description="What glibc's malloc does with freed memory in the process that trains the "
+        "cell: glibc_default (as a plain python process has it) or keep_freed (reused, never returned to the "
+        "kernel, so a step's tensors are not page-faulted in again each step); harness/allocator.py.")
 
     @field_validator("device")
     @classmethod
@@ -78,9 +78,7 @@ class RunConfig(FieldGroup):
 # 3: convolution FLOPs count groups (a depthwise conv's weight gradient was counted once per
 # group), the MFU peak is per thread count from several kernels, and a one-process cell with a
 # backend other than gloo on a CPU is a skip: old records' MFU and their duplicate cell are wrong.
-# 4: every cell keeps glibc's freed memory in the process that trains it (malloc = keep_freed): with
-# glibc's defaults the same cell's time varied 6-7% from process to process here, against 1-2%.
-MEASUREMENT_PROCEDURE = 4
+MEASUREMENT_PROCEDURE = 3
 
 
 def positive_int(value: int) -> int:

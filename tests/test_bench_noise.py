@@ -57,10 +57,12 @@ def test_each_variant_starts_its_runs_with_its_own_environment_prefix_and_values
         return Done()
 
     monkeypatch.setattr(noise.subprocess, "run", fake_run)
-    for variant in ("harness", "glibc-default", "pinned", "aslr-off"):
+    for variant in ("harness", "keep-freed", "keep-freed-env", "pinned", "aslr-off"):
         assert noise.run_cell({"epochs": 1}, variant) == {"train_time_s": 1.0, "epoch_time_median_s": 0.1}
-    (plain, _, plain_cfg), (_, _, glibc_cfg), (_, pinned_env, pinned_cfg), (aslr, _, _) = seen
-    assert "malloc" not in plain_cfg and glibc_cfg["malloc"] == "glibc_default" and "malloc" not in pinned_cfg
+    (plain, plain_env, plain_cfg), (_, _, kept_cfg), (_, env_env, env_cfg), (_, pinned_env, _), (aslr, _, _) = seen
+    assert "malloc" not in plain_cfg and "MALLOC_MMAP_MAX_" not in plain_env
+    assert kept_cfg["malloc"] == "keep_freed" and "malloc" not in env_cfg
+    assert env_env["MALLOC_MMAP_MAX_"] == "0" and int(env_env["MALLOC_TRIM_THRESHOLD_"]) > 2**30
     assert pinned_env["OMP_PROC_BIND"] == "true"
     assert aslr[:3] == ["setarch", noise.platform.machine(), "-R"] and aslr[3] == plain[0]
     assert "run_here" in noise.RUN_ONE   # each run is a cell as a sweep runs it: the malloc field applied
