@@ -10,10 +10,9 @@ step (in a virtual machine each fault may also be a fault on the host):
                     comes from the heap and a freed one is reused, never returned (mallopt(3))
 
 What it does to this machine's noise is measured, not assumed (`make bench-noise ARGS="--variants
-harness,keep-freed,keep-freed-env"`): with glibc's variables set when the process started
-(MALLOC_MMAP_MAX_=0 and a high MALLOC_TRIM_THRESHOLD_), the same cell's A/A ratio varied half as much
-as with glibc's defaults; set by mallopt when the cell starts, as keep_freed does, no difference was
-shown yet. So it is not the default.
+harness,keep-freed,keep-freed-env"`; docs/MEASUREMENT.md has the figures): in three interleaved runs
+keeping freed memory lowered the spread of the A/A ratio in 3 of 4 comparisons, by less than the
+spread moved between runs. Until a longer run decides it, it is not the default.
 
 The setting lasts for the rest of the process, so glibc_default cannot follow keep_freed in one
 process: such a cell is a skip with that reason (run it in a sweep of its own). A process started
