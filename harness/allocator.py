@@ -29,9 +29,7 @@ import platform
 
 from harness.errors import CellSkipped
 
-KEEP_FREED = "keep_freed"
-GLIBC_DEFAULT = "glibc_default"
-MODES = (KEEP_FREED, GLIBC_DEFAULT)
+KEEP_FREED = "keep_freed"   # the `malloc` field's other value is "glibc_default": nothing to apply
 METRIC = "malloc_keeps_freed"   # 1: freed memory is kept in this process, 0: returned as glibc does
 
 # glibc's <malloc.h> option numbers
