@@ -53,7 +53,7 @@ STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIM
 
 # make reproduce-cpu DATA_DIR=...: every table a CPU can run, each sweep at its `cpu` scale on CIFAR-10
 # as JPEG class folders, then REPRODUCTION.md with its PNGs and CSVs in results/$(MACHINE)/ (committed).
-# The cells go to a store of their own, results/$(MACHINE)/store/ (git-ignored), unless TRACKING_URI is
+# The cells go to a store of their own, results/$(MACHINE)/store/ (committed with the report), unless TRACKING_URI is
 # given: the committed report then holds cpu-scale cells only, never smoke runs from mlruns/.
 MACHINE ?= cpu-2core
 CPU_STORE = --tracking-uri $(or $(TRACKING_URI),sqlite:///results/$(MACHINE)/store/mlflow.db)

@@ -30,9 +30,13 @@ FRESH_S = 1.0
 
 
 def _fresh(trial) -> bool:
-    """A running trial that started under FRESH_S ago: most of its epochs are still to run. (Optuna
-    stamps datetime_start with the local clock, datetime.now().)"""
+    """A running trial that started under FRESH_S ago and has its cell: most of its epochs are still
+    to run. A trial is RUNNING from `study.ask()`, before its parameters are sampled; a kill in that
+    window leaves nothing to requeue (on a slow host the window is long enough to hit), so the trial
+    counts only once its cell id is stored, which comes after the parameters. (Optuna stamps
+    datetime_start with the local clock, datetime.now().)"""
     return trial.state == TrialState.RUNNING and trial.datetime_start is not None \
+        and "cell_id" in trial.user_attrs and bool(trial.params) \
         and (datetime.now() - trial.datetime_start).total_seconds() < FRESH_S
 
 
