@@ -61,6 +61,33 @@ def test_the_speed_index_is_a_positive_rate_and_drift_is_symmetric():
     assert not calibration.drifted(None, 1.0)
 
 
+def test_the_calibration_times_calls_until_its_budget_is_spent(monkeypatch):
+    import time
+
+    started = time.perf_counter()
+    calibration.measure(seconds=0.3)
+    assert time.perf_counter() - started >= 0.3
+    monkeypatch.setenv("HARNESS_CALIBRATION_S", "0.25")   # the budget a sweep invocation uses
+    assert calibration.budget_s() == 0.25
+    started = time.perf_counter()
+    calibration.measure()
+    assert time.perf_counter() - started >= 0.25
+    monkeypatch.delenv("HARNESS_CALIBRATION_S")
+    assert calibration.budget_s() == calibration.BUDGET_S == 1.0
+
+
+def test_bench_calibration_counts_pairs_of_processes_it_would_call_drifted():
+    import importlib.util
+
+    from harness.folders import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("calibration_bench", REPO_ROOT / "benchmarks" / "calibration.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert "drifted (> 10%): 0% of 3" in bench.summary("steady", [100.0, 101.0, 99.0])
+    assert "drifted (> 10%): 67% of 3" in bench.summary("unsteady", [100.0, 100.0, 130.0])
+
+
 def test_a_resumed_sweep_on_a_machine_of_another_speed_names_its_reused_cells(store, sweep_file, monkeypatch):
     spec = sweep_spec.load(str(sweep_file("drift", {"sparsity": [0.0, 0.5]})))
     monkeypatch.setattr(sweep_engine, "measure_speed", lambda: 10.0)
