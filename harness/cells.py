@@ -96,7 +96,9 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
             return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
         return _run(store, run_id, cell, experiment, show_epochs, epoch_hook, system_metrics, execute or run_here)
     except (KeyboardInterrupt, SystemExit):
-        store.close_after_fault(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running")
+        if not store.close_after_fault(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running"):
+            raise StoreFault(f"interrupted, and the store refused to close run {run_id}; the next command on "
+                             "this store closes it as interrupted") from None
         raise
     except StoreFault as fault:  # the store stopped taking writes: record what it still takes, then stop
         store.close_after_fault(run_id, Outcome.FAILED, str(fault))
@@ -130,6 +132,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
     def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
         raise_if_stopped()   # a stop whose first KeyboardInterrupt was swallowed (harness/signals.py)
         store.log_metrics(run_id, metrics, step=epoch)
+        raise_if_stopped()   # one that came during the write, which holds stops (harness/store/faults.py)
         bar.update(1)
         if epoch_hook is not None:
             epoch_hook(epoch, metrics)

@@ -1068,7 +1068,8 @@ def test_harness_run_closes_its_run_on_sigterm_and_sigint_with_its_own_sentence(
     line = visible_lines(err)[-1]
     assert line.startswith("harness: interrupted; the run is closed as interrupted") and "Traceback" not in err, err
     runs = all_runs(uri)
-    assert len(runs) == 1 and runs[0].info.status == "KILLED" and runs[0].data.tags[OUTCOME] == "interrupted"
+    assert len(runs) == 1 and runs[0].info.status == "KILLED" and runs[0].data.tags[OUTCOME] == "interrupted", \
+        (err[-2000:], [(r.info.status, r.data.tags.get(OUTCOME)) for r in runs])
 
 
 # --- more threads than cores ----------------------------------------------------------------------------

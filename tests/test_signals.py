@@ -162,3 +162,61 @@ def test_a_worker_is_sent_sigterm_again_each_time_its_launcher_thread_dies(tmp_p
     while not count.exists() and time.time() < deadline:   # the worker outlives the launcher by design
         time.sleep(0.2)
     assert count.read_text() == "2"
+
+
+# A stop that lands inside a store write: the write finishes, and the stop is raised after it. Raised
+# in the middle (inside SQLAlchemy's commit or its return of a connection), it could leave a SQLite
+# write transaction open in this process, and the write closing the cut run then timed out behind it.
+INSIDE_A_WRITE = """
+import json, os, signal, sys
+from harness.cells import Cell, run_cell
+from harness.signals import sigterm_as_interrupt
+from harness.store import Store
+
+store = Store(sys.argv[1])
+experiment_id = store.experiment_id("stopped-in-a-write")
+client = store._client._target   # MLflow's own, inside the harness's guard
+
+class StopInsideTheEpochWrite:
+    def __init__(self, client):
+        self.client, self.armed = client, True
+    def __getattr__(self, name):
+        method = getattr(self.client, name)
+        def call(*args, **kwargs):
+            if name == "log_batch" and self.armed and kwargs.get("metrics") and kwargs["metrics"][0].step == 1:
+                self.armed = False
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(10 ** 6):   # the handler runs in here, inside the write
+                    pass
+            return method(*args, **kwargs)
+        return call if callable(method) else method
+
+store._client._target = StopInsideTheEpochWrite(client)
+
+def execute(experiment, cfg, on_epoch):
+    for epoch in range(5):
+        on_epoch(epoch, {"train_loss": 1.0 / (epoch + 1)})
+    raise AssertionError("the stop raised nothing")
+
+cell = Cell.build({"experiment": "pruning", "model": "tiny_cnn", "dataset": "synthetic", "train_limit": 64,
+                   "test_limit": 32, "epochs": 5, "warmup_epochs": 0, "threads": 1,
+                   "pruning_backend": "torch-pruning"}, "sparsity=0")
+with sigterm_as_interrupt():
+    try:
+        run_cell(store, experiment_id, cell, tags={}, show_epochs=False, execute=execute)
+    except KeyboardInterrupt:
+        pass
+store._client._target = client
+(run,) = store.runs(experiment_id)
+steps = [m.step for m in client.get_metric_history(run.run_id, "train_loss")]
+print(json.dumps([run.status, run.outcome, steps]))
+"""
+
+
+def test_a_stop_inside_a_store_write_lets_the_write_finish_and_closes_the_run(tmp_path):
+    done = subprocess.run([sys.executable, "-c", INSIDE_A_WRITE, f"sqlite:///{tmp_path / 'mlflow.db'}"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    status, outcome, steps = json.loads(done.stdout.splitlines()[-1])
+    assert (status, outcome) == ("KILLED", "interrupted")
+    assert sorted(steps) == [0, 1], steps   # epoch 1's write, cut by the stop, was stored whole; epoch 2 never ran

@@ -9,6 +9,7 @@ import functools
 from typing import Any
 
 from harness.errors import StoreFault, first_line
+from harness.signals import stops_held
 
 # What each client call does, in the words of the sentence; other calls are named as they are.
 _ACTIONS = {
@@ -19,20 +20,34 @@ _ACTIONS = {
 
 
 class _Guarded:
-    """`target` with every method call's failure turned into a StoreFault naming `what`."""
+    """`target` with every method call's failure turned into a StoreFault naming `what`. With
+    `hold_stops` (a database the process writes through SQLAlchemy), no stop signal is raised
+    inside a call either: a KeyboardInterrupt in the middle of SQLAlchemy's commit or
+    its return of a connection to the pool can leave a SQLite write transaction open in this
+    process, and every later write (the one that closes the cut run too) then waits on it until
+    MLflow's 20 s busy timeout refuses it. A stop that comes during a call is raised at the next
+    `raise_if_stopped()` (after each epoch, before each cell). A tracking server is left
+    interruptible: a request to one holds no lock here, and Ctrl-C must end its retries."""
 
-    def __init__(self, target: Any, what: str):
-        self._target, self._what = target, what
+    def __init__(self, target: Any, what: str, hold_stops: bool):
+        self._target, self._what, self._hold_stops = target, what, hold_stops
 
     def __getattr__(self, name: str):
         attribute = getattr(self._target, name)
         if not callable(attribute):
             return attribute
-        return refused_as_fault(self._what, _ACTIONS.get(name, name.replace("_", " ")))(attribute)
+        refused = refused_as_fault(self._what, _ACTIONS.get(name, name.replace("_", " ")))(attribute)
+        if not self._hold_stops:
+            return refused
+
+        def uncut(*args, **kwargs):
+            with stops_held():
+                return refused(*args, **kwargs)
+        return uncut
 
 
-def guarded(target: Any, what: str) -> Any:
-    return _Guarded(target, what)
+def guarded(target: Any, what: str, *, hold_stops: bool = False) -> Any:
+    return _Guarded(target, what, hold_stops)
 
 
 def refused_as_fault(what: str, action: str):

@@ -96,7 +96,8 @@ class Store:
             with self._creation_lock():
                 self._create_sqlite_whole()
                 # Every call through the client that fails becomes one StoreFault sentence.
-                self._client = guarded(MlflowClient(tracking_uri=self.uri), f"the tracking store {redact(self.uri)}")
+                self._client = guarded(MlflowClient(tracking_uri=self.uri), f"the tracking store {redact(self.uri)}",
+                                       hold_stops=not self.uri.startswith(("http:", "https:")))
                 self._client.search_experiments(max_results=1)
             self._identity = self._file_identity()
         except UserError:
