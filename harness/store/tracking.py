@@ -26,6 +26,7 @@ from harness.store.faults import guarded
 from harness.store.outcome import Outcome
 from harness.store.paths import inside
 from harness.store.process import process_alive, this_process
+from harness.store.relocate import follow_moved_folder
 from harness.store.uris import check_sqlite_path, is_sqlite, redact, resolve_tracking_uri
 
 # Tag names the harness writes and reads back.
@@ -95,6 +96,8 @@ class Store:
         try:
             with self._creation_lock():
                 self._create_sqlite_whole()
+                if self.artifact_root is not None:
+                    follow_moved_folder(self._sqlite_path(), self.artifact_root)
                 # Every call through the client that fails becomes one StoreFault sentence.
                 self._client = guarded(MlflowClient(tracking_uri=self.uri), f"the tracking store {redact(self.uri)}",
                                        hold_stops=not self.uri.startswith(("http:", "https:")))
