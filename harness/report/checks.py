@@ -69,7 +69,8 @@ How a verdict is reached on our tables (harness/report/tables.py passes the scal
   over the repeats passes, FAIL only when the whole interval fails, INCONCLUSIVE otherwise (one run is
   always inconclusive), with n and the interval;
 - an accuracy check is N/A while its reference rows are within chance (10%) plus 3 standard errors
-  of the test-set size: a claim about accuracy cannot be judged on an untrained model;
+  of the test-set size: a claim about accuracy cannot be judged on an untrained model (for a best,
+  the rows are its own and its nearest rival's: two untrained rows tie);
 - a check whose `needs` this machine lacks is a stand-in result whatever its verdict; its FAIL is
   DIFFERS: machine only when the figure misses the claim on the side the missing resource predicts
   (fewer cores, no GPU, an emulated dtype: a smaller speed-up, a longer time), else it stays a FAIL.
@@ -191,14 +192,33 @@ def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
     metric, tested = check.metric, table.attrs.get("test_samples")
     if "accuracy" not in metric or not tested or metric not in table:
         return None
+    ceiling = CHANCE + 3 * math.sqrt(CHANCE * (1 - CHANCE) / tested)
+    bound = (f"within chance ({100 * CHANCE:.0f}%) plus 3 standard errors of {tested:,.0f} test images "
+             f"({100 * ceiling:.1f}%)")
+    if isinstance(check, Best):
+        # A best is decided between its row and the nearest rival: two untrained rows tie at chance,
+        # and which of them is lower is noise even when some other row has learned.
+        pair = _best_pair(check, table)
+        if pair is None or max(pair) > ceiling:
+            return None
+        return (f"{metric} of {_where_text(check.row)} and of its nearest rival ({100 * pair[0]:.1f}%, "
+                f"{100 * pair[1]:.1f}%) are both {bound}: the order of two untrained rows is noise")
     reference = check.against if isinstance(check, Compare) else check.where
     values = _rows(table, reference)[metric].dropna()
-    ceiling = CHANCE + 3 * math.sqrt(CHANCE * (1 - CHANCE) / tested)
     if values.empty or (values > ceiling).any():
         return None
-    return (f"{metric} of the reference rows ({', '.join(f'{100 * v:.1f}%' for v in values)}) is within chance "
-            f"({100 * CHANCE:.0f}%) plus 3 standard errors of {tested:,.0f} test images ({100 * ceiling:.1f}%): "
+    return (f"{metric} of the reference rows ({', '.join(f'{100 * v:.1f}%' for v in values)}) is {bound}: "
             "a model that has not learned cannot judge an accuracy claim")
+
+
+def _best_pair(check: Best, table: pd.DataFrame) -> tuple[float, float] | None:
+    """The stated row's value of a best check and its nearest rival's (None when either is missing)."""
+    rows = _rows(table, check.where).dropna(subset=[check.metric])
+    stated = _rows(rows, check.row)
+    if stated.empty or len(rows) < 2:
+        return None
+    others = rows.drop(stated.index)[check.metric]
+    return float(stated[check.metric].iloc[0]), float(others.min() if check.goal == "lowest" else others.max())
 
 
 def count_line(verdicts: list[Verdict]) -> str:
