@@ -146,7 +146,6 @@ def test_accuracy_at_chance_is_not_judged_and_smoke_judges_only_exact_checks(spe
     assert [v.verdict for v in smoke] == [checks.NA, checks.PASS] and smoke[0].detail == checks.SMOKE_REASON
 
 
-
 def test_a_best_accuracy_check_between_two_untrained_rows_is_not_judged(sweep_file):
     """One row learned (30%), two did not: which of the two untrained rows is lower is noise, so a
     "lowest" claim about one of them is N/A; "highest" against the learned row is still judged."""
@@ -159,6 +158,7 @@ def test_a_best_accuracy_check_between_two_untrained_rows_is_not_judged(sweep_fi
     untrained, judged = checks.evaluate([lowest, highest], table, axes=three.axes(), scale="cpu", repeats=3)
     assert untrained.verdict == checks.NA and "9.5%, 9.6%" in untrained.detail and "noise" in untrained.detail
     assert judged.verdict == checks.FAIL and "0.3" in judged.detail
+
 
 def test_the_summary_counts_kinds_of_evidence_apart():
     verdicts = [checks.Verdict("a", checks.PASS, "", "exact"), checks.Verdict("b", checks.PASS, "", "bound"),
