@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -24,20 +23,43 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
 # The book's CNN on synthetic data: seconds a trial even on an idle machine, so a trial seen within
-# FRESH_S of its start is killed inside it (4 epochs took under a second idle: the kill could come after).
+# FRESH_S of its cell's first sighting is killed inside it (4 epochs took under a second idle).
 SLOW_TRIAL = {"model": "cnn", "train_limit": 384, "epochs": 10}
 FRESH_S = 1.0
 
 
-def _fresh(trial) -> bool:
-    """A running trial that started under FRESH_S ago and has its cell: most of its epochs are still
-    to run. A trial is RUNNING from `study.ask()`, before its parameters are sampled; a kill in that
-    window leaves nothing to requeue (on a slow host the window is long enough to hit), so the trial
-    counts only once its cell id is stored, which comes after the parameters. (Optuna stamps
-    datetime_start with the local clock, datetime.now().)"""
-    return trial.state == TrialState.RUNNING and trial.datetime_start is not None \
-        and "cell_id" in trial.user_attrs and bool(trial.params) \
-        and (datetime.now() - trial.datetime_start).total_seconds() < FRESH_S
+class TrialWatch:
+    """Polls one study and tells which running trials are fresh: their cell was first seen under
+    FRESH_S ago, so most of their epochs are still to run.
+
+    The clock starts at this watch's own first sighting of the trial's cell id, not at Optuna's
+    datetime_start: a trial is RUNNING from `study.ask()`, and on a loaded host the owner attribute,
+    the sampling and the baseline lookup before the cell id (each a database round trip) took more
+    than FRESH_S, so a start-based window could close before the trial was ever seen with its cell
+    (a kill before the cell id leaves nothing to requeue). The study is loaded once: a fresh
+    `load_study` per poll opens a new database engine, slow enough under load to miss the window."""
+
+    def __init__(self, name: str, url: str):
+        self.name, self.url = name, url
+        self._study = None
+        self._first_seen: dict[int, float] = {}
+
+    def trials(self) -> list:
+        if self._study is None:
+            try:
+                self._study = optuna.load_study(study_name=self.name, storage=self.url)
+            except KeyError:  # not created yet
+                return []
+        now = time.monotonic()
+        trials = self._study.get_trials(deepcopy=False)
+        for t in trials:
+            if t.state == TrialState.RUNNING and "cell_id" in t.user_attrs and t.params:
+                self._first_seen.setdefault(t.number, now)
+        return trials
+
+    def fresh(self, trial) -> bool:
+        seen = self._first_seen.get(trial.number)
+        return trial.state == TrialState.RUNNING and seen is not None and time.monotonic() - seen < FRESH_S
 
 
 def _trials(name, url):
@@ -52,15 +74,13 @@ def _children(uri, experiment, study_name):
 
 
 def _wait_for_running_after_complete(name, url, proc, seconds=150):
-    """The number of a trial that started under FRESH_S ago, once another has finished."""
+    """The number of a trial whose cell was first seen under FRESH_S ago, once another has finished."""
+    watch = TrialWatch(name, url)
     deadline = time.time() + seconds
     while time.time() < deadline:
         assert proc.poll() is None, "the study ended before it could be killed"
-        try:
-            trials = _trials(name, url)
-        except KeyError:  # not created yet
-            trials = []
-        if any(t.state == TrialState.COMPLETE for t in trials) and _fresh(trials[-1]):
+        trials = watch.trials()
+        if any(t.state == TrialState.COMPLETE for t in trials) and watch.fresh(trials[-1]):
             return trials[-1].number
         time.sleep(0.1)
     pytest.fail("never saw a trial start after one had finished")
@@ -80,7 +100,7 @@ def test_killed_mid_trial_then_rerun_reaches_the_target_without_replaying(study_
     try:
         killed = _wait_for_running_after_complete("killed-full", url, proc)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # at once: the trial was seen within FRESH_S of its start
+        os.killpg(proc.pid, signal.SIGKILL)  # at once: the trial's cell was first seen under FRESH_S ago
         proc.wait()
     assert _trials("killed-full", url)[killed].state == TrialState.RUNNING, "the kill came after the trial ended"
     before = {t.number: t.params for t in _trials("killed-full", url) if t.state == TrialState.COMPLETE}
@@ -157,34 +177,42 @@ def test_two_machines_share_a_postgresql_study_and_one_dies(postgres_db, study_f
     path = study_file("pg", space=LR, n_trials=4, base=SLOW_TRIAL)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     command = harness("study", str(path), "--storage", postgres_db, "--tracking-uri", uri)
-    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    second = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    # Either worker may be the one that dies: on a loaded host one worker can take three trials
+    # while the other is still on its first, so waiting for a particular one can wait forever.
+    # Output goes to files: a pipe nobody reads could stall a worker.
+    logs = [tmp_path / f"worker-{i}.err" for i in (0, 1)]
+    sinks = [open(log, "w") for log in logs]
+    workers = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=sink, start_new_session=True)
+               for sink in sinks]
     try:
+        watch = TrialWatch("pg-full", postgres_db)
+        by_pid = {str(w.pid): w for w in workers}
         deadline = time.time() + 150
-        victim = None
+        victim = dying = None
         while time.time() < deadline and victim is None:
-            try:
-                trials = _trials("pg-full", postgres_db)
-            except KeyError:
-                trials = []
+            trials = watch.trials()
             done = any(t.state == TrialState.COMPLETE for t in trials)
-            victim = next((t.number for t in trials if done and _fresh(t) and
-                           t.user_attrs.get("harness.owner", "").split("|")[1:2] == [str(first.pid)]), None)
+            victim, dying = next(((t.number, by_pid[pid]) for t in trials if done and watch.fresh(t) and
+                                  (pid := t.user_attrs.get("harness.owner", "||").split("|")[1]) in by_pid),
+                                 (None, None))
             if victim is None:
                 time.sleep(0.1)
-        assert victim is not None, "the first worker never started a trial after one had finished"
-        os.killpg(first.pid, signal.SIGKILL)  # at once, within FRESH_S of the trial's start
-        first.wait()
+        assert victim is not None, "no worker started a trial after one had finished"
+        os.killpg(dying.pid, signal.SIGKILL)  # at once, within FRESH_S of the cell's first sighting
+        dying.wait()
         # Still running (or already failed by the other worker, which saw its owner die), never complete.
         assert _trials("pg-full", postgres_db)[victim].state in (TrialState.RUNNING, TrialState.FAIL), \
             "the kill came after the trial ended"
-        out, err = second.communicate(timeout=300)
+        second = next(w for w in workers if w is not dying)
+        second.wait(timeout=300)
+        err = logs[workers.index(second)].read_text()
     finally:
-        for proc in (first, second):
+        for proc in workers:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+        for sink in sinks:
+            sink.close()
     assert second.returncode == 0, err[-2000:]
     trials = _trials("pg-full", postgres_db)
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 4
