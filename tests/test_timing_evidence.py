@@ -160,6 +160,26 @@ def test_a_best_accuracy_check_between_two_untrained_rows_is_not_judged(sweep_fi
     assert judged.verdict == checks.FAIL and "0.3" in judged.detail
 
 
+def test_an_accuracy_trend_ranks_its_untrained_rows_as_one_level(sweep_file):
+    """Three rows at chance and one that learned cannot show a trend (N/A, not the FAIL a tie-bound
+    rank correlation gave); with three learned rows the untrained ones tie, so their noise (9.5%
+    above 9.4%) does not break a falling trend, and a trend the other way still fails."""
+    five = sweep_spec.load(str(sweep_file("trend", {"sparsity": [0.0, 0.2, 0.4, 0.6, 0.8]}, repeats=3)))
+
+    def verdict(accuracy, direction, need=0.8):
+        runs = [r for s, a in accuracy.items() for r in _runs({s: [10.0, 10.0, 10.0]}, accuracy=a)]
+        check = {"kind": "trend", "metric": "test_accuracy", "x": "sparsity", "direction": direction,
+                 "min_correlation": need}
+        return checks.evaluate([check], tables.build_table(five, runs), axes=five.axes(), scale="cpu", repeats=3)[0]
+
+    one_learned = verdict({0.0: 0.0955, 0.2: 0.0955, 0.4: 0.0955, 0.6: 0.1995}, "increasing")
+    assert one_learned.verdict == checks.NA and "3 of 4 rows" in one_learned.detail, one_learned.detail
+    diverged = {0.0: 0.50, 0.2: 0.40, 0.4: 0.30, 0.6: 0.094, 0.8: 0.095}
+    falling = verdict(diverged, "decreasing", need=0.95)   # rho -0.97 with the tie, -0.90 without
+    assert falling.verdict == checks.PASS and "5 points" in falling.detail, falling.detail
+    assert verdict(diverged, "increasing").verdict == checks.FAIL
+
+
 def test_the_summary_counts_kinds_of_evidence_apart():
     verdicts = [checks.Verdict("a", checks.PASS, "", "exact"), checks.Verdict("b", checks.PASS, "", "bound"),
                 checks.Verdict("c", checks.FAIL, "", "bound", stand_in=True),

@@ -70,7 +70,8 @@ How a verdict is reached on our tables (harness/report/tables.py passes the scal
   always inconclusive), with n and the interval;
 - an accuracy check is N/A while its reference rows are within chance (10%) plus 3 standard errors
   of the test-set size: a claim about accuracy cannot be judged on an untrained model (for a best,
-  the rows are its own and its nearest rival's: two untrained rows tie);
+  the rows are its own and its nearest rival's: two untrained rows tie; a trend ranks its untrained
+  rows as one level and is N/A while fewer than 3 of its rows learned);
 - a check whose `needs` this machine lacks is a stand-in result whatever its verdict; its FAIL is
   DIFFERS: machine only when the figure misses the claim on the side the missing resource predicts
   (fewer cores, no GPU, an emulated dtype: a smaller speed-up, a longer time), else it stays a FAIL.
@@ -187,22 +188,41 @@ def is_timing(metric: str, table: pd.DataFrame | None = None) -> bool:
     return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric)
 
 
+def _chance_ceiling(check: Check, table: pd.DataFrame) -> float | None:
+    """The accuracy at or below which a row of this table has not learned: chance plus 3 standard
+    errors of its test-set size (None for a metric that is no accuracy, or an unknown test set)."""
+    tested = table.attrs.get("test_samples")
+    if "accuracy" not in check.metric or not tested or check.metric not in table:
+        return None
+    return CHANCE + 3 * math.sqrt(CHANCE * (1 - CHANCE) / tested)
+
+
 def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
     """Why an accuracy check cannot be judged: its reference rows are at chance (or None)."""
-    metric, tested = check.metric, table.attrs.get("test_samples")
-    if "accuracy" not in metric or not tested or metric not in table:
+    ceiling = _chance_ceiling(check, table)
+    if ceiling is None:
         return None
-    ceiling = CHANCE + 3 * math.sqrt(CHANCE * (1 - CHANCE) / tested)
-    bound = (f"within chance ({100 * CHANCE:.0f}%) plus 3 standard errors of {tested:,.0f} test images "
-             f"({100 * ceiling:.1f}%)")
+    metric = check.metric
+    bound = (f"within chance ({100 * CHANCE:.0f}%) plus 3 standard errors of "
+             f"{table.attrs['test_samples']:,.0f} test images ({100 * ceiling:.1f}%)")
     if isinstance(check, Best):
         # A best is decided between its row and the nearest rival: two untrained rows tie at chance,
         # and which of them is lower is noise even when some other row has learned.
-        pair = _best_pair(check, table)
-        if pair is None or max(pair) > ceiling:
+        pair = _stated_and_rival(check, table)
+        if pair is None or max(row[metric] for row in pair) > ceiling:
             return None
-        return (f"{metric} of {_where_text(check.row)} and of its nearest rival ({100 * pair[0]:.1f}%, "
-                f"{100 * pair[1]:.1f}%) are both {bound}: the order of two untrained rows is noise")
+        return (f"{metric} of {_where_text(check.row)} and of its nearest rival ({100 * pair[0][metric]:.1f}%, "
+                f"{100 * pair[1][metric]:.1f}%) are both {bound}: the order of two untrained rows is noise")
+    if isinstance(check, Trend):
+        # The untrained rows of a trend tie (_trend ranks them as one level); what is left to show
+        # a direction is the rows that learned, and a trend needs three points.
+        points = _rows(table, check.where)[[check.x, metric]].dropna() if check.x in table else table.iloc[0:0]
+        learned = int((points[metric] > ceiling).sum())
+        if len(points) < 3 or learned >= 3 or learned == len(points):
+            return None   # too few points is _trend's own N/A
+        shown = ", ".join(f"{check.x}={x:g}: {100 * v:.1f}%" for x, v in points.sort_values(check.x).values)
+        return (f"{len(points) - learned} of {len(points)} rows are {bound} ({shown}): "
+                f"{learned} row(s) that learned cannot show a trend, which needs 3")
     reference = check.against if isinstance(check, Compare) else check.where
     values = _rows(table, reference)[metric].dropna()
     if values.empty or (values > ceiling).any():
@@ -211,14 +231,16 @@ def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
             "a model that has not learned cannot judge an accuracy claim")
 
 
-def _best_pair(check: Best, table: pd.DataFrame) -> tuple[float, float] | None:
-    """The stated row's value of a best check and its nearest rival's (None when either is missing)."""
+def _stated_and_rival(check: Best, table: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
+    """A best check's stated row and its nearest rival, the best of the other finished rows (None
+    when the stated row is missing or has no rival)."""
     rows = _rows(table, check.where).dropna(subset=[check.metric])
     stated = _rows(rows, check.row)
     if stated.empty or len(rows) < 2:
         return None
-    others = rows.drop(stated.index)[check.metric]
-    return float(stated[check.metric].iloc[0]), float(others.min() if check.goal == "lowest" else others.max())
+    others = rows.drop(stated.index)
+    rival = others[check.metric].idxmin() if check.goal == "lowest" else others[check.metric].idxmax()
+    return stated.iloc[0], others.loc[rival]
 
 
 def count_line(verdicts: list[Verdict]) -> str:
@@ -278,6 +300,9 @@ def _trend(check: Trend, table: pd.DataFrame, axes: list[str]) -> Verdict:
     if metric not in rows or x not in rows:
         return Verdict(name, NA, f"the table has no {metric if metric not in rows else x} column")
     points = rows[[x, metric]].dropna()
+    ceiling = _chance_ceiling(check, table)
+    if ceiling is not None:   # untrained rows are one level: their order among themselves is noise
+        points[metric] = points[metric].where(points[metric] > ceiling, CHANCE)
     if len(points) < 3:
         return Verdict(name, NA, f"{len(points)} finished points; a trend needs 3")
     if points[metric].nunique() == 1:   # no trend at all (a rank correlation is undefined)
@@ -376,20 +401,18 @@ def _compare(check: Compare, table: pd.DataFrame, axes: list[str]) -> Verdict:
 def _best(check: Best, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, row, goal = check.metric, check.row, check.goal
     name = check.text or f"{_where_text(row)} has the {goal} {metric}"
-    rows = _rows(table, check.where)
-    if metric not in rows:
+    if metric not in table:
         return Verdict(name, NA, f"the table has no {metric} column")
-    rows = rows.dropna(subset=[metric])
-    stated = _rows(rows, row)
-    if stated.empty or len(rows) < 2:
+    pair = _stated_and_rival(check, table)
+    if pair is None:
+        stated = _rows(_rows(table, check.where).dropna(subset=[metric]), row)
         return Verdict(name, NA, f"no finished cell at {_where_text(row)}" if stated.empty else
                        "one finished row; a best needs two")
-    value, others = stated[metric].iloc[0], rows.drop(stated.index)
-    rival = others[metric].idxmin() if goal == "lowest" else others[metric].idxmax()
-    wins = value < others.at[rival, metric] if goal == "lowest" else value > others.at[rival, metric]
-    label = " ".join(f"{k}={others.at[rival, k]}" for k in row if k in others)
+    stated, rival = pair
+    wins = stated[metric] < rival[metric] if goal == "lowest" else stated[metric] > rival[metric]
+    label = " ".join(f"{k}={rival[k]}" for k in row if k in rival.index)
     return Verdict(name, PASS if wins else FAIL,
-                   f"{_where_text(row)}: {value:.3g}; the {goal} of the others {others.at[rival, metric]:.3g} ({label})")
+                   f"{_where_text(row)}: {stated[metric]:.3g}; the {goal} of the others {rival[metric]:.3g} ({label})")
 
 
 def _flat(check: Flat, table: pd.DataFrame, axes: list[str]) -> Verdict:
