@@ -70,14 +70,19 @@ def _t(n: int) -> float:
 
 def ratio_of_medians(numerator: dict[int, float], denominator: dict[int, float]) -> Ratio:
     """median(numerator) / median(denominator) with its interval. Each side maps a round (the
-    cells' `repeat`) to its value; the rounds both sides have are resampled together."""
+    cells' `repeat`) to its value. Where the sides share two rounds or more, the ratio is formed over
+    those rounds alone, resampled together: a round one side lacks (`--until-decided` adds rounds to
+    some grid points only, perhaps hours later on a machine at another speed) has no partner that
+    saw the same machine, and counted on one side it would move the ratio by the drift."""
     num = {k: v for k, v in numerator.items() if v is not None and not pd.isna(v)}
     den = {k: v for k, v in denominator.items() if v is not None and not pd.isna(v) and v != 0}
     if not num or not den:
         return Ratio(float("nan"), float("nan"), float("nan"), 0, False)
-    value = median(num.values()) / median(den.values())
     shared = sorted(set(num) & set(den))
-    paired = len(shared) >= 2 and len(shared) == len(num) == len(den)
+    paired = len(shared) >= 2
+    if paired:
+        num, den = {k: num[k] for k in shared}, {k: den[k] for k in shared}
+    value = median(num.values()) / median(den.values())
     n = len(shared) if paired else min(len(num), len(den))
     if n < 2 or value <= 0:
         return Ratio(value, float("nan"), float("nan"), n, paired)

@@ -193,8 +193,10 @@ def conventions(reports: list) -> list[str]:
     lines = ["- **Clock**: what is inside each table's timed interval:"]
     lines += [f"  - {', '.join(where)}: {clock}." for clock, where in clocks.items()]
     lines += [
-        "- **Speed-up**: our baseline row's time divided by the row's time (the book's likewise, from its "
-        "figures); absolute seconds from different hardware are shown but never judged.",
+        "- **Speed-up**: our baseline row's median time divided by the row's (the book's likewise, from its "
+        "figures), over the rounds both rows ran: a round one of them lacks (added by `--until-decided`, "
+        "or a failed cell) has no partner timed on the same machine; absolute seconds from different "
+        "hardware are shown but never judged.",
         "- **MFU**: training FLOPs per second (counted per step, harness/flops.py: matmuls and convolutions, "
         "forward and backward, groups honoured) over the peak of the cores or devices the run used, in its "
         "dtype (the Machine section). The CSV beside each table holds `flops_per_sample`, `mfu_samples`, "
