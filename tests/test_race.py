@@ -32,7 +32,8 @@ def test_the_median_interval_is_the_range_for_five_draws_or_fewer_and_narrows_af
 def test_seeds_go_only_to_candidates_that_overlap_the_leader_and_a_separated_leader_stops_the_race():
     times = {("fast", 0): 1.0, ("fast", 1): 1.1, ("fast", 2): 1.05, ("close", 0): 1.08, ("close", 1): 1.3,
              ("close", 2): 1.4, ("slow", 0): 3.0, ("slow", 1): 3.2}
-    result = race(["slow", "close", "fast"], lambda n, s: times[n, s], seeds=[0, 1, 2], first=2, reference="tuned")
+    result = race(["slow", "close", "fast"], lambda n, s: times.get((n, s), 2.0), seeds=[0, 1, 2], first=2,
+                  reference="tuned")
     assert result.leader == "fast" and not result.separated and result.stop == "the seeds ran out (3)"
     assert result.entrants["slow"].seeds == [0, 1]              # apart from the leader after two seeds
     assert result.entrants["close"].seeds == [0, 1, 2]          # overlapped [1.0, 1.1], so one seed more
