@@ -27,7 +27,7 @@ LAYERS = [
     ("what a measurement ran on", ["harness.fingerprint"]),
     ("the store", ["harness.store.*"]),
     ("the training half", ["harness.config", "harness.field_groups", "harness.data", "harness.models", "harness.timing",
-                           "harness.precision", "harness.time_to_accuracy", "harness.warmup", "harness.flops",
+                           "harness.precision", "harness.time_to_accuracy", "harness.accuracy_probe", "harness.warmup", "harness.flops",
                            "harness.peak", "harness.machine_load", "harness.calibration", "harness.process_state", "harness.allocator",
                            "harness.pruning.*", "harness.speed_methods", "harness.train", "harness.dataset_record"]),
     ("ranks", ["harness.distributed.*"]),

@@ -491,7 +491,7 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
         result.outcome, result.reason = Outcome.FAILED, (
             f"experiment {spec.experiment} returned no metric '{missing[0]}'; it returns {', '.join(sorted(result.metrics))}")
     if result.outcome == Outcome.OK:
-        trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in spec.report.get("metrics", [])
+        trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in spec.report_metrics
                                            if m in result.metrics})
         study.tell(trial, values)
         baseline.record(study, trial, result.metrics)

@@ -40,6 +40,7 @@ HARNESS_METRICS = ("peak_rss_mb", "threads_used")  # added to every cell by the 
 # Objectives read off a clock (seconds, or rates over seconds): a study of one runs each trial in a
 # fresh process by default (studies/isolation.py), so no trial's time depends on the trials before it.
 CLOCKED = ("mfu", "achieved_tflops")
+RESOLUTION = "time_to_accuracy_resolution_s"
 
 
 class Param(BaseModel):
@@ -207,6 +208,15 @@ class StudySpec(SpecFile):
     @property
     def multi_objective(self) -> bool:
         return len(self.metrics) > 1
+
+    @property
+    def report_metrics(self) -> list[str]:
+        """The columns beside the objectives: [report] metrics, and with a time to accuracy its
+        resolution (the seconds between the crossing check and the one before), always shown with it."""
+        extra = list(self.report.get("metrics", []))
+        if "time_to_accuracy_s" in self.metrics and RESOLUTION not in extra:
+            extra.insert(0, RESOLUTION)
+        return extra
 
     def trials_at(self, scale: str) -> int:
         return self.n_trials.get(scale, self.n_trials.get("full", 20))
