@@ -27,7 +27,7 @@ from harness.config import RunConfig
 from harness.errors import UserError
 
 METRICS = ("target_accuracy", "target_reached", "time_to_accuracy_s", "time_to_accuracy_resolution_s",
-           "epochs_to_accuracy", "epochs_trained", "accuracy_checks")
+           "epochs_to_accuracy", "epochs_trained", "accuracy_checks", "best_test_accuracy")
 
 
 @dataclass
@@ -125,6 +125,9 @@ class AccuracyWatch:
                            for c, s in zip(checkpoints, slowest_seconds)]
         metrics = {"target_reached": 0.0, "epochs_trained": checkpoints[-1].epochs,
                    "accuracy_checks": float(len(checkpoints))}
+        whole = [c.accuracy for c in checkpoints if c.whole]
+        if whole:   # the best the run had at any whole-set check (a calibration's reference reads it)
+            metrics["best_test_accuracy"] = max(whole)
         goal = self.goal()
         if goal is not None:
             metrics["target_accuracy"] = goal

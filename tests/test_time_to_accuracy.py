@@ -30,7 +30,7 @@ def test_the_first_check_that_meets_the_target_gives_the_training_seconds_until_
         watch.check(epochs=(i + 1) / 2, seconds=1.5, samples=100)
     assert watch.metrics() == {"target_reached": 1.0, "epochs_trained": 2.0, "target_accuracy": 0.55,
                                "time_to_accuracy_s": 3.0, "epochs_to_accuracy": 1.0, "accuracy_checks": 4.0,
-                               "time_to_accuracy_resolution_s": 1.5}
+                               "time_to_accuracy_resolution_s": 1.5, "best_test_accuracy": 0.7}
     assert not watch.should_stop  # only with stop=True
     # A data-parallel run gives the slowest rank's seconds at each check.
     assert watch.metrics(slowest_seconds=[2.0, 4.5, 6.0, 8.0])["time_to_accuracy_s"] == 4.5
@@ -41,7 +41,8 @@ def test_a_target_never_met_is_recorded_as_not_reached_not_as_a_time():
     watch.check(epochs=1, seconds=2.0, samples=10)
     watch.check(epochs=2, seconds=2.0, samples=10)
     metrics = watch.metrics()
-    assert metrics == {"target_reached": 0.0, "epochs_trained": 2.0, "target_accuracy": 0.9, "accuracy_checks": 2.0}
+    assert metrics == {"target_reached": 0.0, "epochs_trained": 2.0, "target_accuracy": 0.9, "accuracy_checks": 2.0,
+                       "best_test_accuracy": 0.4}
     assert "time_to_accuracy_s" not in metrics and "epochs_to_accuracy" not in metrics
 
 

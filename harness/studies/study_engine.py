@@ -40,7 +40,7 @@ from harness.store.claims import DONE, RUNNING, Claim
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.tracking import KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite
-from harness.studies import baseline, isolation
+from harness.studies import baseline, calibrated_target, isolation
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies.study_spec import NOT_REACHED, StudySpec
 from harness.studies.trial_status import TrialStatus
@@ -220,13 +220,14 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     run = Invocation("study", "trials", store, db_url, workers, launcher, role, log)
     overrides = run.worker_overrides(overrides, lambda given: None if "threads" in given else
                                      make_config(spec.fixed(scale, given)).threads)
-    fixed = spec.fixed(scale, overrides)
+    fixed = calibrated_target.applied(spec, scale, spec.fixed(scale, overrides))
     # a bad fixed value stops the study here, before it is created
     experiments.get(spec.experiment).check_model(getattr(make_config(fixed), "model", None),
                                                  where=f"study {spec.name}")
     name, target = spec.study_name(scale, overrides), n_trials or spec.trials_at(scale)
     study = open_study(spec, name, db_url, create=True,
                        seed_salt=role.index if role else (0 if is_sqlite(db_url) else _pid()))
+    calibrated_target.check_study(study, fixed)
     trials = _Trials(spec, study, store, run.open_experiment(spec.name), scale, fixed, target, timeout,
                      show_progress, log)
     check_same_store(study, store, trials.experiment_id, db_url)

@@ -160,6 +160,17 @@ class Verify(BaseModel):
     changes: dict[str, str] = {}                         # parameter -> what it changes beyond speed (model, optimizer)
 
 
+class TargetSpec(BaseModel):
+    """`[target]`: a target calibrated from the [baseline] (studies/calibrated_target.py)."""
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: dict[str, int]                                # per scale: E, the reference's epochs; unlisted: not calibrated
+    margin: float = Field(0.01, ge=0, lt=1)               # taken off the reference's best accuracy
+    seeds: list[int] = Field([0], min_length=1)           # the reference's seeds; the median best accuracy counts
+    resolution: float = Field(0.02, gt=0, le=1)           # a check every this share of the reference's steps to it
+    probe_size: int = Field(0, ge=0)                      # test images each fine check reads (0: the whole set)
+
+
 class StudySpec(SpecFile):
     kind: ClassVar[str] = "study"
     metric: str | None = None
@@ -172,6 +183,8 @@ class StudySpec(SpecFile):
     pruner: AnyPruner = NoPruner()
     baseline: Baseline | None = None
     verify: Verify = Verify()
+    target: TargetSpec | None = None           # [target]: a calibrated target (studies/calibrated_target.py)
+    seeds_per_trial: int = Field(1, ge=1)      # each trial runs this many seeds; its value is their median
     report: dict[str, Any] = {}                # metrics = [...]: more columns beside the objectives
     # "process": each trial in a fresh process forked from a clean server; "none": every trial in the
     # study's process. Unset: "process" when an objective is measured by a clock, else "none".
@@ -233,6 +246,10 @@ class StudySpec(SpecFile):
             if key in searched:
                 raise UserError(f"--set {key}: '{key}' is searched by this study; edit [space] in {self.path} "
                                 "to change its range.")
+            if self.target is not None and scale in self.target.epochs and key in (
+                    "target_accuracy", "target_from_epoch", "check_every_steps", "probe_size"):
+                raise UserError(f"--set {key}: this study's target at scale {scale} is calibrated ([target] in "
+                                f"{self.path}); recalibrate it with --calibrate-target instead.")
             if self.targets_from_baseline and key in ("target_accuracy", "target_from_epoch"):
                 raise UserError(f"--set {key}: the target of this study is the accuracy its baseline trial "
                                 f"reaches after {self.baseline.target_epoch(scale)} epoch(s); see [baseline] in {self.path}.")
@@ -310,6 +327,12 @@ def check(spec: StudySpec) -> None:
                             f"{spec.experiment} does not report.")
     if spec.baseline is not None:
         check_baseline(spec)
+    if spec.target is not None:
+        unknown = [k for k in spec.target.epochs if k not in spec.scales]
+        if spec.baseline is None or unknown:
+            raise UserError(f"study file {where}: [target] " + (f"names scale '{unknown[0]}'; the scales are "
+                            f"{', '.join(spec.scales)}." if unknown else "is calibrated on the [baseline]; add one."))
+        spec.check_read(["target_accuracy", "check_every_steps", "probe_size"])
     pruner = spec.pruner
     if pruner.active and spec.multi_objective:
         raise UserError(f"study file {where} has a pruner and {len(spec.metrics)} objectives; Optuna prunes "

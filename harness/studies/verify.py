@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,12 @@ import pandas as pd
 
 import experiments
 from experiments import make_config
-from harness.cells import Cell, preflight, run_cell
+from harness.cells import Cell, preflight
 from harness.errors import UserError
 from harness.folders import REPORTS_DIR
-from harness.store import Outcome, Store
-from harness.store.tracking import CELL_ID, KIND, SCALE
-from harness.studies import baseline as study_baseline, isolation, study_engine
+from harness.store import Store
+from harness.studies import baseline as study_baseline, isolation, remeasure, study_engine
+from harness.studies.variants import Variant, own_factor as _own_factor, params_of as _params, values_of as _values
 from harness.studies.study_report import markdown
 from harness.studies.study_spec import StudySpec
 
@@ -45,14 +44,6 @@ VERIFY = "verify"
 ROLE = "harness.verify_role"    # tag: which part of the verification a run is (best, baseline, tuned, ...)
 TIME = "time_to_accuracy_s"
 RESAMPLES = 2000
-
-
-@dataclass
-class Variant:
-    role: str                     # "best", "baseline", "tuned", "lr x2", "alone: dtype", "without: dtype"
-    params: dict[str, Any]        # a value for each [space] parameter
-    lr_factor: float = 1.0
-    note: str = ""                # what it changes beyond speed
 
 
 def bootstrap_median(values: list[float], *, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
@@ -137,11 +128,6 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
     return paths
 
 
-def _own_factor(spec: StudySpec, params: dict[str, Any]) -> float:
-    """The lr factor a variant's params set themselves (a study that searches `lr_factor`), else 1."""
-    return float(params.get("lr_factor", 1.0)) if "lr_factor" in spec.space else 1.0
-
-
 def _best_trial(study, baseline_number: int):
     from optuna.trial import TrialState
 
@@ -150,45 +136,15 @@ def _best_trial(study, baseline_number: int):
     return min(done, key=lambda t: t.values[0]) if done else None
 
 
-def _params(spec: StudySpec, stored: dict[str, Any]) -> dict[str, Any]:
-    """A trial's parameters as [space] values (a compound choice back from its label)."""
-    return {k: spec.space[k].from_label(v) if spec.space[k].compound else v for k, v in stored.items()}
-
-
-def _values(spec: StudySpec, fixed: dict[str, Any], variant: Variant, seed: int) -> dict[str, Any]:
-    values = dict(fixed)
-    for k, value in variant.params.items():
-        values.update(spec.space[k].fields(value))
-    values["seed"] = seed
-    if variant.lr_factor != 1.0:
-        config = make_config(values)
-        if hasattr(config, "lr_factor"):   # the same field a study trial sets: the same run is the same cell
-            values["lr_factor"] = config.lr_factor * variant.lr_factor
-        else:
-            values["lr"] = config.lr * variant.lr_factor
-    return values
-
-
 def _run(store: Store, experiment_id: str, spec: StudySpec, name: str, scale: str, fixed: dict[str, Any],
          variant: Variant, seed: int, trials, show_progress: bool, log) -> dict[str, Any]:
     values = _values(spec, fixed, variant, seed)
     label = f"verify {variant.role} seed {seed}: " + " ".join(
         spec.space[k].optuna_value(p) if spec.space[k].compound else f"{k}={p}" for k, p in variant.params.items()) \
         + (f" (lr x{variant.lr_factor:g})" if variant.lr_factor != 1.0 else "")
-    cell = Cell.build(values, label)
-    tags = {study_engine.STUDY: name, SCALE: scale, KIND: VERIFY, ROLE: variant.role}
-    done = [r for r in store.runs(experiment_id, tags={study_engine.STUDY: name, KIND: VERIFY, CELL_ID: cell.cell_id})
-            if r.finished_ok]
-    if done:
-        metrics, run_id = done[0].metrics, done[0].run_id
-        log(f"  {label}: reused run {run_id}")
-    else:
-        result = run_cell(store, experiment_id, cell, tags=tags, show_epochs=show_progress, execute=trials.execute)
-        if result.outcome != Outcome.OK:
-            log(f"  {label}: {result.outcome}: {result.reason}")
-        metrics, run_id = result.metrics, result.run_id
-        shown = f"{metrics[TIME]:.4g} s" if TIME in metrics else "not reached"
-        log(f"  {label}: {shown}")
+    cell, metrics, run_id = remeasure.measured(store, experiment_id, name, scale, values, label, kind=VERIFY,
+                                               tags={ROLE: variant.role}, trials=trials,
+                                               show_progress=show_progress, log=log)
     return _row(spec, variant, seed, cell, metrics, run_id)
 
 

@@ -1,0 +1,169 @@
+"""A target that ranks: a study's target accuracy measured by the harness from a reference run, not guessed.
+
+A target the reference loop reaches at its first check makes every fast recipe tie at one or two
+checks. A study file with a `[target]` section instead times its trials to "the best test accuracy
+the tuned baseline reaches within E epochs, less a margin", found once per scale by
+
+    harness study NAME --calibrate-target --scale S     (make study-NAME-calibrate SCALE=S)
+
+which runs, each in a fresh process and resumably (studies/remeasure.py):
+
+1. the [baseline]'s params at the study's lr times each of `[verify] lr_factors` (and x1), `epochs`
+   epochs on the first seed, every check on the whole test set; the factor with the best accuracy is
+   the tuned baseline (an experiment without an lr of its own, airbench, has x1 only);
+2. the tuned baseline on the other `seeds`: the target is the median of their best accuracies less
+   `margin`;
+3. the tuned baseline once more, timed to that target with a check every few steps: its steps to the
+   target set the fine clock, a check every `resolution` of them (check_every_steps), on a probe of
+   `probe_size` test images (time_to_accuracy.AccuracyWatch).
+
+The result is `results/targets/<study>-<scale>.json`, committed beside the study's results: the
+target, the tuned lr factor, the fine clock's settings and every run behind them. Every trial, the
+baseline trial included, and every run of the race is timed to it. A scale the section does not list
+keeps the [baseline]'s own target (target_from_epoch); a listed scale without its file is refused,
+in one sentence, before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import statistics
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness import folders
+from harness.errors import UserError
+
+from harness.studies.study_spec import StudySpec
+
+if TYPE_CHECKING:
+    from harness.store import Store
+
+CALIBRATE = "calibrate"
+ATTR = "harness.calibrated_target"   # study user attribute: the target its trials were timed to
+FIRST_CHECKS = 200                   # the timing run (3.) checks this many times over the epochs at most
+
+
+def path(spec: StudySpec, scale: str) -> Path:
+    return folders.TARGETS_DIR / f"{spec.name}-{scale}.json"
+
+
+def calibrated_at(spec: StudySpec, scale: str) -> bool:
+    return spec.target is not None and scale in spec.target.epochs
+
+
+def read(spec: StudySpec, scale: str) -> dict[str, Any] | None:
+    """The calibration of a listed scale; None for a scale the [target] does not list."""
+    if not calibrated_at(spec, scale):
+        return None
+    where = path(spec, scale)
+    if not where.exists():
+        name = spec.name.removeprefix("study_")
+        raise UserError(f"study {spec.name} at scale {scale} is timed to a calibrated target and {where} does not "
+                        f"exist; run `harness study {name} --calibrate-target --scale {scale}` (make study-"
+                        f"{name.replace('_', '-')}-calibrate SCALE={scale}) first.")
+    return json.loads(where.read_text())
+
+
+def applied(spec: StudySpec, scale: str, fixed: dict[str, Any]) -> dict[str, Any]:
+    """The fixed settings with the calibrated target and fine clock (unchanged at other scales)."""
+    found = read(spec, scale)
+    if found is None:
+        return fixed
+    return {**fixed, "target_from_epoch": 0, "target_accuracy": found["target_accuracy"],
+            "check_every_steps": found["check_every_steps"], "probe_size": found["probe_size"]}
+
+
+def tuned_factor(spec: StudySpec, scale: str) -> float | None:
+    """The tuned baseline's lr factor (over the study's lr) the calibration found, if it ran."""
+    found = read(spec, scale)
+    return None if found is None else float(found["lr_factor"])
+
+
+def check_study(study, fixed: dict[str, Any]) -> None:
+    """A study's trials are timed to one target: a calibration redone after trials ran is refused."""
+    if not fixed.get("target_accuracy") or not fixed.get("check_every_steps"):
+        return
+    now = {k: fixed[k] for k in ("target_accuracy", "check_every_steps", "probe_size")}
+    had = study.user_attrs.get(ATTR)
+    if had is None:
+        study.set_user_attr(ATTR, now)
+    elif had != now:
+        raise UserError(f"study '{study.study_name}' was timed to {had} and its target file now says {now}; "
+                        "give the recalibrated study another --storage, or restore the file.")
+
+
+def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[str, Any], show_progress: bool = False,
+              log=print) -> Path:
+    """Run the reference (the module's steps 1-3) and write the target file; returns its path."""
+    import experiments
+    from experiments import make_config
+    from harness.cells import preflight
+    from harness.studies import isolation, remeasure
+    from harness.studies.variants import Variant, own_factor, params_of, values_of
+
+    if spec.baseline is None or not calibrated_at(spec, scale):
+        listed = ", ".join(spec.target.epochs) if spec.target else "none"
+        raise UserError(f"study file {spec.path} calibrates no target at scale {scale}: it needs a [baseline] and "
+                        f"a [target] whose epochs list the scale (listed: {listed}).")
+    target = spec.target
+    epochs = target.epochs[scale]
+    name = spec.study_name(scale, overrides)
+    fixed = {**spec.fixed(scale, overrides), "target_from_epoch": 0, "epochs": epochs, "stop_at_target": False,
+             "target_accuracy": 1.0}   # never met: every check of every epoch is read
+    book = params_of(spec, spec.baseline.params)
+    preflight([make_config(fixed)])
+    experiment_id = store.experiment_id(spec.name)
+    store.reap_stale_runs(experiment_id)
+    has_lr = "lr" in experiments.get(spec.experiment).reads
+    factors = sorted({1.0, *map(float, spec.verify.lr_factors)}) if has_lr else [1.0]
+    runs: list[dict[str, Any]] = []
+    trials = isolation.runner(isolation.PROCESS)
+    try:
+        def reference(factor: float, seed: int, values: dict[str, Any], what: str) -> dict[str, float]:
+            variant = Variant(f"lr x{factor:g}", book, factor)
+            config = values_of(spec, values, variant, seed)
+            _, metrics, run_id = remeasure.measured(
+                store, experiment_id, name, scale, config, f"calibrate {what}: lr x{factor:g} seed {seed}",
+                kind=CALIBRATE, tags={}, trials=trials, show_progress=show_progress, log=log)
+            if "best_test_accuracy" not in metrics:
+                raise UserError(f"the calibration's reference run (lr x{factor:g}, seed {seed}) ended without an "
+                                f"accuracy; see MLflow run {run_id}.")
+            runs.append({"step": what, "lr_factor": factor * own_factor(spec, book), "seed": seed,
+                         **{k: metrics.get(k) for k in ("best_test_accuracy", "time_to_accuracy_s",
+                                                       "epochs_to_accuracy", "train_samples")},
+                         "mlflow_run_id": run_id})
+            return metrics
+
+        best = {f: reference(f, target.seeds[0], fixed, "lr")["best_test_accuracy"] for f in factors}
+        tuned = max(factors, key=lambda f: (best[f], -f))
+        accuracies = [best[tuned]] + [reference(tuned, s, fixed, "seed")["best_test_accuracy"] for s in target.seeds[1:]]
+        goal = round(statistics.median(accuracies) - target.margin, 4)
+        batch = make_config(values_of(spec, fixed, Variant("", book), 0)).batch_size
+        steps_per_epoch = math.ceil(runs[0]["train_samples"] / batch)
+        first_every = max(1, steps_per_epoch * epochs // FIRST_CHECKS)
+        timed = reference(tuned, target.seeds[0], {**fixed, "target_accuracy": goal, "stop_at_target": True,
+                                                    "check_every_steps": first_every}, "time")
+        if timed.get("target_reached") != 1.0:
+            raise UserError(f"the tuned baseline did not reach its own calibrated target {goal:.4g} again; "
+                            "raise [target] margin.")
+        steps = timed["epochs_to_accuracy"] * steps_per_epoch
+        every = max(1, int(target.resolution * steps))
+    finally:
+        trials.close()
+    found = {"study": spec.name, "scale": scale, "target_accuracy": goal, "best_accuracy_median": statistics.median(accuracies),
+             "margin": target.margin, "within_epochs": epochs, "lr_factor": tuned * own_factor(spec, book),
+             "check_every_steps": every, "probe_size": target.probe_size, "steps_to_target": steps,
+             "reference_time_to_target_s": timed.get("time_to_accuracy_s"), "overrides": overrides,
+             "host": socket.gethostname(), "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
+    where = path(spec, scale)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text(json.dumps(found, indent=1, default=str) + "\n")
+    log(f"target for {spec.name} at scale {scale}: test accuracy {goal:.4g} (median best {statistics.median(accuracies):.4g} "
+        f"of {spec.baseline.name} at lr x{found['lr_factor']:g} within {epochs} epoch(s), less {target.margin:g}); "
+        f"a check every {every} step(s) ({target.resolution:.0%} of its {steps:.0f} steps to it)"
+        + (f" on a probe of {target.probe_size} test images" if target.probe_size else "") + f"\nwritten: {where}")
+    return where
