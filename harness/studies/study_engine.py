@@ -219,7 +219,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                         "(parallel trials would share the cores they are timed on, and wait for the baseline).")
     run = Invocation("study", "trials", store, db_url, workers, launcher, role, log)
     overrides = run.worker_overrides(overrides, lambda given: None if "threads" in given else
-                                     make_config(spec.fixed(scale, given)).threads)
+                                     make_config(spec.fixed_for_checks(scale, given)).threads)
     fixed = calibrated_target.applied(spec, scale, spec.fixed(scale, overrides))
     # a bad fixed value stops the study here, before it is created
     experiments.get(spec.experiment).check_model(getattr(make_config(fixed), "model", None),

@@ -154,10 +154,15 @@ class Verify(BaseModel):
     """`[verify]`: how `harness study NAME --verify` re-times the best trial (studies/verify.py)."""
     model_config = ConfigDict(extra="forbid")
 
-    seeds: list[int] = Field([0, 1, 2], min_length=1)    # the best recipe and both baselines, once per seed
+    seeds: list[int] = Field([0, 1, 2], min_length=1)    # the race's seeds, in the order they are drawn
+    candidates: int = Field(3, ge=1)                     # the race: the fastest N of the front (or the best N trials)
+    first_seeds: int = Field(2, ge=1)                    # every candidate runs these; then only the leader's rivals
+    budget: int | None = Field(None, ge=1)               # at most this many candidate runs (None: every seed each)
     lr_factors: list[float] = [2.0, 4.0]                 # the tuned baseline: the study's lr times each (and x1)
     ablation_seeds: int = Field(1, ge=1)                 # the first N seeds, for each ablation variant
     changes: dict[str, str] = {}                         # parameter -> what it changes beyond speed (model, optimizer)
+    goal_speedup: float = Field(2.0, gt=0)               # the goal: the winner at least this many times the tuned baseline
+    goal_lower: float = Field(1.5, gt=0)                 # and the ratio's 95% interval above this
 
 
 class TargetSpec(BaseModel):
@@ -261,6 +266,14 @@ class StudySpec(SpecFile):
             fixed["target_from_epoch"] = self.baseline.target_epoch(scale)
         return fixed
 
+    def fixed_for_checks(self, scale: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The fixed settings a check can build a config from: at a scale whose target is calibrated
+        (its file read only when the study runs: studies/calibrated_target.py) a stand-in target."""
+        fixed = self.fixed(scale, overrides)
+        if self.target is not None and scale in self.target.epochs:
+            fixed.update(target_from_epoch=0, target_accuracy=0.5)
+        return fixed
+
     def searched_fields(self) -> list[str]:
         """Every config field the space sets (a compound parameter sets several)."""
         return [f for p in self.space.values() for f in p.field_names()]
@@ -345,7 +358,7 @@ def check(spec: StudySpec) -> None:
                             f"{'higher' if sense == 'maximize' else 'lower'}, but the study should "
                             f"{spec.directions[0]} {spec.metrics[0]}; prune on a metric going the same way.")
     for scale in spec.scales:
-        fixed = spec.fixed(scale)
+        fixed = spec.fixed_for_checks(scale)
         if pruner.active and pruner.metric == EPOCH_METRIC \
                 and not getattr(make_config(fixed), "eval_every_epoch", False):
             raise UserError(f"study file {where}: the pruner reads epoch_test_accuracy, which experiments "
@@ -384,7 +397,7 @@ def check_baseline(spec: StudySpec) -> None:
             raise UserError(f"study file {where}: [baseline] target_from_epoch names scale '{unknown[0]}'; "
                             f"the scales are {', '.join(spec.scales)}.")
     for scale in spec.scales:
-        epochs, budget = baseline.target_epoch(scale), make_config(spec.fixed(scale)).epochs
+        epochs, budget = baseline.target_epoch(scale), make_config(spec.fixed_for_checks(scale)).epochs
         if epochs > budget:
             raise UserError(f"study file {where}: at scale {scale} the target is the baseline's accuracy after "
                             f"epoch {epochs}, but trials train at most {budget} epoch(s).")

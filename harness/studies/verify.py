@@ -22,8 +22,6 @@ finished with the same config is reused, so the command resumes where it was cut
 from __future__ import annotations
 
 import math
-import random
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -35,55 +33,36 @@ from harness.cells import Cell, preflight
 from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Store
-from harness.studies import baseline as study_baseline, isolation, remeasure, study_engine
+from harness.studies import baseline as study_baseline, calibrated_target, isolation, race, race_report, remeasure, study_engine
+from harness.studies.race_report import (bootstrap_median, bootstrap_ratio, fmt_speedup as _fmt_speedup,  # noqa: F401
+                                         methods_text as _methods)
 from harness.studies.variants import Variant, own_factor as _own_factor, params_of as _params, values_of as _values
-from harness.studies.study_report import markdown
 from harness.studies.study_spec import StudySpec
 
 VERIFY = "verify"
+TUNED, WINNER = "tuned baseline", "winner"   # roles in the race's CSV (the other candidates: "trial N")
 ROLE = "harness.verify_role"    # tag: which part of the verification a run is (best, baseline, tuned, ...)
 TIME = "time_to_accuracy_s"
-RESAMPLES = 2000
-
-
-def bootstrap_median(values: list[float], *, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the median (a target not reached counts as +inf)."""
-    rng = random.Random(seed)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
-
-
-def bootstrap_ratio(slow: list[float], fast: list[float], *, resamples: int = RESAMPLES,
-                    seed: int = 0) -> tuple[float, float]:
-    """95% interval of median(slow) / median(fast), each group resampled on its own."""
-    rng = random.Random(seed)
-    ratios = sorted(_ratio(statistics.median(rng.choices(slow, k=len(slow))),
-                           statistics.median(rng.choices(fast, k=len(fast)))) for _ in range(resamples))
-    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
-
-
-def _ratio(a: float, b: float) -> float:
-    if math.isinf(b):
-        return 0.0
-    return math.inf if math.isinf(a) else a / b
 
 
 def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any],
                out_dir: Path | None = None, show_progress: bool = False, log=print) -> list[Path]:
-    if spec.baseline is None or not spec.targets_from_baseline or spec.metrics[0] != TIME:
-        raise UserError(f"study {spec.name} has no baseline that sets a target for {TIME}; --verify re-times "
-                        "a time-to-accuracy study's best trial against its baseline.")
+    calibrated = calibrated_target.calibrated_at(spec, scale)
+    if spec.baseline is None or not (spec.targets_from_baseline or calibrated) or spec.metrics[0] != TIME:
+        raise UserError(f"study {spec.name} has no baseline and no target for {TIME}; --verify races a "
+                        "time-to-accuracy study's best trials against its tuned baseline.")
     name = spec.study_name(scale, overrides)
+    fixed = calibrated_target.applied(spec, scale, spec.fixed(scale, overrides))
     study = study_engine.open_study(spec, name, db_url, create=False)
-    base, target = study_baseline.finished(study), study_baseline.target(study)
+    base = study_baseline.finished(study)
+    target = fixed["target_accuracy"] if calibrated else study_baseline.target(study)
     if base is None or target is None:
         raise UserError(f"study {name} has no complete baseline trial yet; run the study first.")
-    best = _best_trial(study, base.number)
-    if best is None:
+    candidates = _candidates(spec, study, base.number)
+    if not candidates:
         raise UserError(f"study {name} has no complete trial that reached the target {target:.4g}; nothing to verify.")
-    fixed = {**spec.fixed(scale, overrides), "target_from_epoch": 0, "target_accuracy": target}
+    fixed = {**fixed, "target_from_epoch": 0, "target_accuracy": target}
     book = _params(spec, base.params)
-    recipe = _params(spec, best.params)
     seeds, v = list(spec.verify.seeds), spec.verify
     experiment_id = store.experiment_id(spec.name)
     store.reap_stale_runs(experiment_id)
@@ -96,28 +75,40 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
             runs.append(row)
             return row
 
-        # An experiment with no lr to scale (airbench sets its own) has no tuned baseline: x1 only.
-        has_lr = "lr" in experiments.get(spec.experiment).reads
-        factors = sorted({1.0, *map(float, v.lr_factors)}) if has_lr else [1.0]
-        search = [timed(Variant(f"lr x{f:g}", book, f), seeds[0]) for f in factors]
-        reached = [r for r in search if r["reached"]]
-        tuned_factor = min(reached, key=lambda r: r[TIME])["lr_factor"] / _own_factor(spec, book) if reached else 1.0
-        main_variants = [Variant("baseline", book), Variant("tuned baseline", book, tuned_factor), Variant("best", recipe)]
-        for seed in seeds:
-            for variant in main_variants:
-                timed(variant, seed)
-        methods = [k for k in spec.space if recipe[k] != book[k]]
+        known = calibrated_target.tuned_factor(spec, scale)
+        if known is not None:   # the calibration found it, to the same target's accuracy
+            tuned_factor = known / _own_factor(spec, book)
+        else:   # an experiment with no lr to scale (airbench sets its own) has no tuned baseline: x1 only
+            has_lr = "lr" in experiments.get(spec.experiment).reads
+            factors = sorted({1.0, *map(float, v.lr_factors)}) if has_lr else [1.0]
+            search = [timed(Variant(f"lr x{f:g}", book, f), seeds[0]) for f in factors]
+            reached = [r for r in search if r["reached"]]
+            tuned_factor = min(reached, key=lambda r: r[TIME])["lr_factor"] / _own_factor(spec, book) if reached else 1.0
+        tuned = Variant(TUNED, book, tuned_factor)
+        entrants = {f"trial {t.number}": Variant(f"trial {t.number}", _params(spec, t.params)) for t in candidates}
+
+        def measure(role: str, seed: int) -> float:
+            return timed(tuned if role == TUNED else entrants[role], seed)[TIME]
+
+        result = race.race(list(entrants), measure, seeds=seeds, first=v.first_seeds, budget=v.budget, reference=TUNED)
+        for row in runs:
+            if row["role"] in entrants:
+                row["trial"] = int(row["role"].split()[1])
+            if row["role"] == result.leader:
+                row["role"] = WINNER
+        winner = entrants[result.leader].params
+        methods = [k for k in spec.space if winner[k] != book[k]]
         ablation = []
         for k in methods:
             note = v.changes.get(k, "")
-            ablation.append(Variant(f"alone: {k}", {**book, k: recipe[k]}, note=note))
-            ablation.append(Variant(f"without: {k}", {**recipe, k: book[k]}, note=note))
+            ablation.append(Variant(f"alone: {k}", {**book, k: winner[k]}, note=note))
+            ablation.append(Variant(f"without: {k}", {**winner, k: book[k]}, note=note))
         for seed in seeds[:v.ablation_seeds]:
             for variant in ablation:
                 timed(variant, seed)
     finally:
         trials.close()
-    text = _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, methods, seeds)
+    text = race_report.text(spec, name, scale, target, fixed, base, candidates, result, runs, tuned_factor, methods)
     out = Path(out_dir or REPORTS_DIR)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}-verify.md", out / f"{name}-verify.csv"]
@@ -128,12 +119,17 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
     return paths
 
 
-def _best_trial(study, baseline_number: int):
+def _candidates(spec: StudySpec, study, baseline_number: int) -> list:
+    """The trials the race re-measures: the fastest `[verify] candidates` of the Pareto front (of the
+    best trial, with one objective) that reached the target, then the fastest others to fill up."""
     from optuna.trial import TrialState
 
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.number != baseline_number and t.values and math.isfinite(t.values[0])]
-    return min(done, key=lambda t: t.values[0]) if done else None
+    done = sorted((t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                   if t.number != baseline_number and t.values and math.isfinite(t.values[0])),
+                  key=lambda t: t.values[0])
+    front = {t.number for t in (study.best_trials if spec.multi_objective else [study.best_trial])} if done else set()
+    ranked = [t for t in done if t.number in front] + [t for t in done if t.number not in front]
+    return ranked[:spec.verify.candidates]
 
 
 def _run(store: Store, experiment_id: str, spec: StudySpec, name: str, scale: str, fixed: dict[str, Any],
@@ -158,89 +154,5 @@ def _row(spec: StudySpec, variant: Variant, seed: int, cell: Cell, metrics: dict
             "lr": cell.config.lr * getattr(cell.config, "lr_factor", 1.0) if cell.config else None,
             TIME: metrics.get(TIME, math.inf) if reached else math.inf, "reached": reached,
             "test_accuracy": metrics.get("test_accuracy"), "epochs_to_accuracy": metrics.get("epochs_to_accuracy"),
+            "time_to_accuracy_resolution_s": metrics.get("time_to_accuracy_resolution_s") if reached else None,
             "contended": metrics.get("contended"), "changes": variant.note, "mlflow_run_id": run_id}
-
-
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    times = [r[TIME] for r in rows]
-    lo, hi = bootstrap_median(times)
-    return {"runs": len(rows), "reached": sum(r["reached"] for r in rows), "median": statistics.median(times),
-            "lo": lo, "hi": hi, "times": times}
-
-
-def _fmt(v: float) -> str:
-    return "not reached" if math.isinf(v) else f"{v:.3g}"
-
-
-def _fmt_speedup(x: float) -> str:
-    """A speed-up over a baseline; 0 means the recipe did not reach the target (its time is +inf)."""
-    if x == 0:
-        return "none (the recipe did not reach the target)"
-    return "not reached by the baseline" if math.isinf(x) else f"{x:.3g}x"
-
-
-def _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, methods, seeds) -> str:
-    by_role: dict[str, list[dict]] = {}
-    for r in runs:
-        by_role.setdefault(r["role"], []).append(r)
-    budget = make_config(fixed).epochs
-    epoch = spec.baseline.target_epoch(scale)
-    lines = [f"# {spec.title}: the best trial re-timed", "",
-             f"Study `{name}` at scale **{scale}**. Target: test accuracy **{target:.4g}**, what {spec.baseline.name} "
-             f"(trial {base.number}) reached at the end of epoch {epoch}, its budget; the same target for every "
-             f"trial and every run below, each given at most {budget} epoch(s). Every run is a fresh process "
-             "(forked from a server that had imported torch and run nothing), interleaved; time to the target "
-             "counts training steps only.", "",
-             f"Best trial: {best.number} ({_methods(spec, best.params)}), {best.values[0]:.4g} s in the study.", ""]
-    search = [r for role, rs in by_role.items() if role.startswith("lr x") for r in rs]
-    lines += [f"## The tuned-lr baseline (seed {seeds[0]})", "",
-              f"{spec.baseline.name} at lr x factor; the fastest to the target is the tuned baseline: "
-              f"**lr x{tuned_factor:g}**.", "",
-              markdown(pd.DataFrame([{"lr factor": r["lr_factor"], "lr": r["lr"], "time to target s": r[TIME],
-                                      "test accuracy": r["test_accuracy"]} for r in search])), ""]
-    summary = {role: _summary(by_role[role]) for role in ("baseline", "tuned baseline", "best")}
-    table = []
-    for role, s in summary.items():
-        row = {"run": role, "seeds": s["runs"], "reached target": f"{s['reached']}/{s['runs']}",
-               "median s": s["median"], "95% interval s": f"{_fmt(s['lo'])} to {_fmt(s['hi'])}"}
-        table.append(row)
-    lines += [f"## Seeds {', '.join(map(str, seeds))}", "", markdown(pd.DataFrame(table)), ""]
-    fast = summary["best"]["times"]
-    for role in ("tuned baseline", "baseline"):
-        slow = summary[role]["times"]
-        lo, hi = bootstrap_ratio(slow, fast)
-        lines.append(f"- best recipe over the {role}: **{_fmt_speedup(_ratio(statistics.median(slow), statistics.median(fast)))}** "
-                     f"(95% bootstrap interval {_fmt(lo)}x to {_fmt(hi)}x; 0x: a resample whose median did not reach the target)")
-    tuned_lo, _ = bootstrap_ratio(summary["tuned baseline"]["times"], fast)
-    tuned_x = _ratio(summary["tuned baseline"]["median"], summary["best"]["median"])
-    every = summary["best"]["reached"] == summary["best"]["runs"]
-    verdict = "MET" if tuned_x >= 2 and tuned_lo > 1.5 and every else "NOT MET"
-    lines += ["", f"Goal (at least 2x the tuned baseline, interval's lower bound above 1.5x, every seed reaching the "
-                  f"target): **{verdict}** ({_fmt_speedup(tuned_x)}, lower bound {_fmt(tuned_lo)}x, "
-                  f"{summary['best']['reached']}/{summary['best']['runs']} seeds reached).",
-              f"In the study the best trial took {best.values[0]:.4g} s; in fresh processes "
-              + (f"its median run did not reach the target" if math.isinf(summary["best"]["median"])
-                 else f"its median is {_fmt(summary['best']['median'])} s") + ".", ""]
-    ablation = [r for role, rs in by_role.items() if role.startswith(("alone:", "without:")) for r in rs]
-    if methods:
-        tuned_median = summary["tuned baseline"]["median"]
-        lines += ["## Ablation", "", f"Methods of the best recipe: {', '.join(methods)}. Speed-up: over the tuned "
-                  "baseline's median.", "",
-                  markdown(pd.DataFrame([{"variant": r["role"], "seed": r["seed"], "time to target s": r[TIME],
-                                          "speedup": _fmt_speedup(_ratio(tuned_median, r[TIME])),
-                                          "test accuracy": r["test_accuracy"],
-                                          "changes": r["changes"] or "speed only"} for r in ablation])), ""]
-    lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
-                 "every run is in the CSV beside this file and in MLflow (tag harness.kind = verify).*")
-    return "\n".join(lines) + "\n"
-
-
-def _methods(spec: StudySpec, params: dict[str, Any]) -> str:
-    """`dtype=bf16, execution=eager, world_size=1 threads=0`: a choice that sets fields of its own (a dict,
-    or the study's label of one, "world_size=1 threads=0") shows them, not its own key again."""
-    def shown(key: str, value: Any) -> str:
-        if isinstance(value, dict):
-            return " ".join(f"{k}={v}" for k, v in value.items())
-        return str(value) if "=" in str(value) else f"{key}={value}"
-
-    return ", ".join(shown(k, v) for k, v in params.items())

@@ -1,0 +1,145 @@
+"""The report of `harness study NAME --verify`: the race's candidates, each with its in-study figure
+beside the re-measured one, the winner named on the re-measured intervals only, its speed-up over
+the tuned baseline with an interval, and the winner's ablation (studies/verify.py runs them).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from typing import Any
+
+import pandas as pd
+
+from experiments import make_config
+from harness.studies import calibrated_target
+from harness.studies.race import RaceResult
+from harness.studies.study_report import markdown
+from harness.studies.study_spec import StudySpec
+
+TIME = "time_to_accuracy_s"
+RESAMPLES = 2000
+
+
+def bootstrap_median(values: list[float], *, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median (a target not reached counts as +inf)."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
+def bootstrap_ratio(slow: list[float], fast: list[float], *, resamples: int = RESAMPLES,
+                    seed: int = 0) -> tuple[float, float]:
+    """95% interval of median(slow) / median(fast), each group resampled on its own."""
+    rng = random.Random(seed)
+    ratios = sorted(ratio(statistics.median(rng.choices(slow, k=len(slow))),
+                           statistics.median(rng.choices(fast, k=len(fast)))) for _ in range(resamples))
+    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
+def ratio(a: float, b: float) -> float:
+    if math.isinf(b):
+        return 0.0
+    return math.inf if math.isinf(a) else a / b
+
+
+def fmt(v: float) -> str:
+    return "not reached" if math.isinf(v) else f"{v:.3g}"
+
+
+def fmt_speedup(x: float) -> str:
+    """A speed-up over a baseline; 0 means the recipe did not reach the target (its time is +inf)."""
+    if x == 0:
+        return "none (the recipe did not reach the target)"
+    return "not reached by the baseline" if math.isinf(x) else f"{x:.3g}x"
+
+
+def methods_text(spec: StudySpec, params: dict[str, Any]) -> str:
+    """`dtype=bf16, execution=eager, world_size=1 threads=0`: a choice that sets fields of its own (a dict,
+    or the study's label of one, "world_size=1 threads=0") shows them, not its own key again."""
+    def shown(key: str, value: Any) -> str:
+        if isinstance(value, dict):
+            return " ".join(f"{k}={v}" for k, v in value.items())
+        return str(value) if "=" in str(value) else f"{key}={value}"
+
+    return ", ".join(shown(k, v) for k, v in params.items())
+
+
+def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str, Any], base, candidates,
+         result: RaceResult, runs: list[dict[str, Any]], tuned_factor: float, methods: list[str]) -> str:
+    by_role: dict[str, list[dict]] = {}
+    for r in runs:
+        by_role.setdefault(r["role"], []).append(r)
+    budget = make_config(fixed).epochs
+    lines = [f"# {spec.title}: the front raced over seeds", "", f"Study `{name}` at scale **{scale}**. "
+             + _target_line(spec, scale, target, fixed) + f" Every run below is given at most {budget} epoch(s), "
+             "each in a fresh process (forked from a server that had imported torch and run nothing); time to the "
+             "target counts training steps only. "
+             f"In the study, {spec.baseline.name} (trial {base.number}) took {fmt(base.values[0])} s.", ""]
+    search = [r for role, rs in by_role.items() if role.startswith("lr x") for r in rs]
+    if search:
+        lines += [f"## The tuned-lr baseline (seed {search[0]['seed']})", "",
+                  f"{spec.baseline.name} at lr x factor; the fastest to the target is the tuned baseline: "
+                  f"**lr x{tuned_factor:g}**.", "",
+                  markdown(pd.DataFrame([{"lr factor": r["lr_factor"], "lr": r["lr"], "time to target s": r[TIME],
+                                          "test accuracy": r["test_accuracy"]} for r in search])), ""]
+    else:
+        lines += [f"The tuned baseline is {spec.baseline.name} at lr x{tuned_factor:g}, as the target's calibration "
+                  "found it.", ""]
+    in_study = {f"trial {t.number}": t.values[0] for t in candidates}
+    table = []
+    for label, entrant in [*result.entrants.items(), ("tuned baseline", result.reference)]:
+        lo, hi = entrant.interval
+        row = {"candidate": label + (" (winner)" if label == result.leader else ""),
+               "in-study s": in_study.get(label),
+               "re-measured median s": entrant.median, "95% interval s": f"{fmt(lo)} to {fmt(hi)}",
+               "seeds": len(entrant.times), "reached": f"{sum(math.isfinite(t) for t in entrant.times)}/{len(entrant.times)}"}
+        if label in in_study:
+            row["in-study inside interval"] = "yes" if lo <= in_study[label] <= hi else "no"
+        table.append(row)
+    lines += ["## The race", "", f"The {len(candidates)} fastest trial(s) of the front, each re-measured on seeds "
+              f"{', '.join(map(str, spec.verify.seeds))} in rounds with the tuned baseline: every candidate ran the first "
+              f"{min(spec.verify.first_seeds, len(spec.verify.seeds))}, then only those whose interval still overlapped "
+              f"the leader's ran more. Race ended: {result.stop}. Interval: the order-statistic 95% interval of the "
+              "median (the range of five draws or fewer).", "", markdown(pd.DataFrame(table)), ""]
+    win, tuned = result.entrants[result.leader].times, result.reference.times
+    x = ratio(statistics.median(tuned), statistics.median(win))
+    lo, hi = bootstrap_ratio(tuned, win)
+    apart = "its interval overlaps no other candidate's" if result.separated else \
+        "its interval still overlaps another candidate's: the lead is not established at these seeds"
+    v = spec.verify
+    every = all(math.isfinite(t) for t in win)
+    verdict = "MET" if x >= v.goal_speedup and lo > v.goal_lower and every else "NOT MET"
+    chosen = next(t for t in candidates if f"trial {t.number}" == result.leader)
+    lines += [f"Winner, named on the re-measured intervals: **{result.leader}** ({methods_text(spec, chosen.params)}), "
+              f"median {fmt(statistics.median(win))} s over {len(win)} seeds; {apart}.",
+              f"- over the tuned baseline: **{fmt_speedup(x)}** (95% bootstrap interval {fmt(lo)}x to {fmt(hi)}x; 0x: a "
+              "resample whose median did not reach the target)",
+              f"- goal (at least {v.goal_speedup:g}x the tuned baseline, interval's lower bound above {v.goal_lower:g}x, every "
+              f"seed reaching the target): **{verdict}**", ""]
+    ablation = [r for role, rs in by_role.items() if role.startswith(("alone:", "without:")) for r in rs]
+    if methods:
+        tuned_median = statistics.median(tuned)
+        lines += ["## Ablation of the winner", "", f"Its methods: {', '.join(methods)}. Speed-up: over the tuned "
+                  "baseline's median.", "",
+                  markdown(pd.DataFrame([{"variant": r["role"], "seed": r["seed"], "time to target s": r[TIME],
+                                          "speedup": fmt_speedup(ratio(tuned_median, r[TIME])),
+                                          "test accuracy": r["test_accuracy"],
+                                          "changes": r["changes"] or "speed only"} for r in ablation])), ""]
+    lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
+                 "every run is in the CSV beside this file (its role, seed, time_to_accuracy_s and reached) and in "
+                 "MLflow (tag harness.kind = verify).*")
+    return "\n".join(lines) + "\n"
+
+
+def _target_line(spec: StudySpec, scale: str, target: float, fixed: dict[str, Any]) -> str:
+    clock = (f" Checked every {fixed['check_every_steps']} step(s)" + (f" on a probe of {fixed['probe_size']} test images, "
+             "a crossing confirmed on the whole test set" if fixed.get("probe_size") else "") + "; each run's resolution "
+             "is in the CSV (time_to_accuracy_resolution_s).") if fixed.get("check_every_steps") else ""
+    if calibrated_target.calibrated_at(spec, scale):
+        return (f"Target: test accuracy **{target:.4g}**, calibrated ({calibrated_target.path(spec, scale).name}): the tuned "
+                f"{spec.baseline.name}'s median best within {spec.target.epochs[scale]} epoch(s), less "
+                f"{spec.target.margin:g}." + clock)
+    return (f"Target: test accuracy **{target:.4g}**, what {spec.baseline.name} reached at the end of epoch "
+            f"{spec.baseline.target_epoch(scale)}, its budget; the same for every trial and run." + clock)
