@@ -13,7 +13,8 @@ import pytest
 from harness import folders
 from harness.cli import main
 from harness.store.tracking import KIND, Store
-from harness.studies import calibrated_target, study_spec
+from harness.specs import study_spec
+from harness.studies import calibrated_target
 from conftest import assert_one_sentence_exit_2, mlflow_client
 
 STUDY = """\

@@ -10,11 +10,11 @@ import torch
 
 from harness.cells import run_single
 from experiments import make_config
-from harness.data import load_splits
+from harness.training.data import load_splits
 from harness.errors import UserError
-from harness.models import build_model
-from harness.time_to_accuracy import AccuracyWatch
-from harness.train import make_optimizer, train_epochs
+from harness.training.models import build_model
+from harness.training.time_to_accuracy import AccuracyWatch
+from harness.training.train import make_optimizer, train_epochs
 from conftest import TINY_BASE, mlflow_client
 
 
@@ -166,7 +166,7 @@ def test_checks_every_k_steps_end_each_epoch_with_a_check_and_without_k_keep_the
 
 
 def test_the_probe_is_stratified_fixed_whatever_the_seed_and_the_whole_set_when_asked_for_more():
-    from harness.accuracy_probe import stratified_indices
+    from harness.training.accuracy_probe import stratified_indices
 
     labels = torch.tensor([0] * 60 + [1] * 30 + [2] * 10)
     probe = stratified_indices(labels, 20)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from harness import folders
 from harness.errors import UserError
 
-from harness.studies.study_spec import StudySpec
+from harness.specs.study_spec import StudySpec
 
 if TYPE_CHECKING:
     from harness.store import Store

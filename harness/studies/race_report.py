@@ -16,7 +16,7 @@ from experiments import make_config
 from harness.studies import calibrated_target
 from harness.studies.race import RaceResult
 from harness.studies.study_report import markdown
-from harness.studies.study_spec import StudySpec
+from harness.specs.study_spec import StudySpec
 
 TIME = "time_to_accuracy_s"
 RESAMPLES = 2000

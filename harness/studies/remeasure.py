@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from harness.cells import Cell, run_cell
+from harness.cells import run_cell
+from harness.specs.cell_spec import Cell
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, KIND, SCALE
 

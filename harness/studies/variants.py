@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments import make_config
-from harness.studies.study_spec import StudySpec
+from harness.specs.study_spec import StudySpec
 
 
 @dataclass

@@ -29,7 +29,8 @@ import pandas as pd
 
 import experiments
 from experiments import make_config
-from harness.cells import Cell, preflight
+from harness.cells import preflight
+from harness.specs.cell_spec import Cell
 from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Store
@@ -37,7 +38,7 @@ from harness.studies import baseline as study_baseline, calibrated_target, isola
 from harness.studies.race_report import (bootstrap_median, bootstrap_ratio, fmt_speedup as _fmt_speedup,  # noqa: F401
                                          methods_text as _methods)
 from harness.studies.variants import Variant, own_factor as _own_factor, params_of as _params, values_of as _values
-from harness.studies.study_spec import StudySpec
+from harness.specs.study_spec import StudySpec
 
 VERIFY = "verify"
 TUNED, WINNER = "tuned baseline", "winner"   # roles in the race's CSV (the other candidates: "trial N")

@@ -6,7 +6,7 @@ precision); the time to reach an accuracy tells the rest. `AccuracyWatch` evalua
 The training loop stops its clock for each evaluation, so the seconds it keeps are training seconds
 only, and it may end training at the first checkpoint that meets the target (stop_at_target).
 
-With a probe (probe_size, harness/accuracy_probe.py) each check reads a fixed stratified part of the
+With a probe (probe_size, harness/training/accuracy_probe.py) each check reads a fixed stratified part of the
 test set, and a check that meets the target there is confirmed on the whole test set: only whole-set
 accuracies count, so the time is the first confirmed crossing. `time_to_accuracy_resolution_s` goes
 with every time to accuracy: the training seconds between the crossing check and the check before
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from harness.config import RunConfig
+from harness.training.config import RunConfig
 from harness.errors import UserError
 
 METRICS = ("target_accuracy", "target_reached", "time_to_accuracy_s", "time_to_accuracy_resolution_s",
