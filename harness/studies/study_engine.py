@@ -41,7 +41,7 @@ from harness.store.claims import DONE, RUNNING, Claim
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.tracking import KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite
-from harness.studies import baseline, calibrated_target, isolation
+from harness.studies import baseline, calibrated_target, isolation, seeded
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.specs.study_spec import NOT_REACHED, StudySpec
 from harness.studies.trial_status import TrialStatus
@@ -477,8 +477,11 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
                 if trial.should_prune():
                     raise CellPruned(f"pruned after epoch {epoch + 1}: {prune_on} {metrics[prune_on]:.4g}")
 
-        result = run_cell(store, experiment_id, cell, tags=tags, parent_id=parent, show_epochs=show_progress,
-                          epoch_hook=report, execute=execute)
+        result, spread = seeded.run_seeds(spec, cell, lambda seed_cell, first: run_cell(
+            store, experiment_id, seed_cell, tags=tags, parent_id=parent, show_epochs=show_progress,
+            epoch_hook=report if first else None, execute=execute), objective)
+        if spread:
+            trial.set_user_attr(seeded.SEEDS_ATTR, spread)
         trial.set_user_attr(RUN_ATTR, result.run_id)
     except BaseException:  # Ctrl-C, SIGTERM, a store fault: the cut-off trial is queued to run again
         # Best effort: if the storage refuses, whoever takes the slot over next does it instead.
