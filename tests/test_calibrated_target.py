@@ -8,10 +8,12 @@ import json
 import textwrap
 
 import optuna
+import pandas as pd
 import pytest
 
 from harness import folders
 from harness.cli import main
+from harness.errors import UserError
 from harness.store.tracking import KIND, Store
 from harness.specs import study_spec
 from harness.studies import calibrated_target
@@ -80,6 +82,11 @@ def test_a_calibrated_scale_without_its_file_is_refused_and_a_target_cannot_be_s
     spec = study_spec.load("study_speed_recipe")
     assert calibrated_target.applied(spec, "smoke", {"epochs": 3}) == {"epochs": 3}
     assert spec.fixed("smoke")["target_from_epoch"] == 2 and spec.fixed("cpu")["target_from_epoch"] == 0
+    # airbench's CPU study opts in at cpu only: refused there without its file, smoke untouched
+    airbench = study_spec.load("study_airbench_cpu")
+    assert calibrated_target.calibrated_at(airbench, "cpu") and not calibrated_target.calibrated_at(airbench, "smoke")
+    with pytest.raises(UserError, match="does not exist"):
+        calibrated_target.applied(airbench, "cpu", airbench.fixed("cpu"))
     bad = path.read_text().replace("epochs = { smoke = 2,", "epochs = { huge = 2, smoke = 2,")
     path.write_text(bad)
     assert_one_sentence_exit_2(args, ["[target] names scale 'huge'"], capsys)
@@ -118,6 +125,15 @@ def test_the_target_is_the_tuned_baselines_median_best_less_the_margin_and_every
         assert int(params["check_every_steps"]) == found["check_every_steps"] and params["probe_size"] == "64"
         if run.data.metrics.get("target_reached") == 1.0:
             assert run.data.metrics["time_to_accuracy_resolution_s"] <= run.data.metrics["time_to_accuracy_s"]
+
+    # the race reuses the calibration's tuned baseline (no lr search of its own) and runs to the same target
+    assert main([*args, "--verify"]) == 0
+    table = pd.read_csv(path.parent / "out" / "study_calibrated-full-verify.csv")
+    assert not table["role"].str.startswith("lr x").any()
+    assert set(table.loc[table["role"] == "tuned baseline", "lr_factor"]) == {found["lr_factor"]}
+    assert (table["role"] == "winner").sum() >= 2
+    report = (path.parent / "out" / "study_calibrated-full-verify.md").read_text()
+    assert f"calibrated (study_calibrated-full.json)" in report and "Checked every" in report
 
     # a recalibration with another result cannot mix its target into the study's trials
     where = calibrated_target.path(spec, "full")

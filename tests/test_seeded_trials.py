@@ -67,21 +67,21 @@ def test_the_trials_value_is_the_median_over_its_seeds_and_a_median_seed_that_mi
         ran.append((cell.values["seed"], first))
         return CellResult(cell, Outcome.OK, dict(draws[cell.values["seed"]]), None, f"run{cell.values['seed']}")
 
-    result, spread = seeded.run_seeds(spec, Cell.build({"experiment": "recipe"}, "t"), run, objective)
+    result, spread = seeded.run_seeds(spec, 3, Cell.build({"experiment": "recipe"}, "t"), run, objective)
     assert ran == [(0, True), (1, False), (2, False)]            # only the first seed feeds the pruner
     assert result.metrics["time_to_accuracy_s"] == 3.0 and result.metrics["test_accuracy"] == 0.5
     assert spread["time_to_accuracy_s"]["values"] == [3.0, 1.0, math.inf] and spread["runs"] == ["run0", "run1", "run2"]
     draws[0] = {"target_reached": 0.0, "test_accuracy": 0.1}     # two of three seeds missed: the trial did
-    result, _ = seeded.run_seeds(spec, Cell.build({"experiment": "recipe"}, "t"), run, objective)
+    result, _ = seeded.run_seeds(spec, 3, Cell.build({"experiment": "recipe"}, "t"), run, objective)
     assert "time_to_accuracy_s" not in result.metrics and result.metrics["target_reached"] == 0.0
     assert objective("time_to_accuracy_s", "minimize", result.metrics) == math.inf
-    assert spec.model_copy(update={"seeds_per_trial": 1}).seeds_per_trial == 1
+    assert spec.seeds_at("full") == 3
 
 
 def test_a_failed_seed_ends_the_trial_as_it_ended(tmp_path):
     _, spec = _spec(tmp_path)
     outcomes = iter([Outcome.OK, Outcome.FAILED])
-    result, spread = seeded.run_seeds(spec, Cell.build({"experiment": "recipe"}, "t"),
+    result, spread = seeded.run_seeds(spec, 2, Cell.build({"experiment": "recipe"}, "t"),
                                       lambda cell, first: CellResult(cell, next(outcomes), {}, "boom"), objective)
     assert result.outcome == Outcome.FAILED and spread == {}
 
@@ -104,3 +104,6 @@ def test_a_study_with_seeds_per_trial_runs_each_trial_on_every_seed_and_keeps_th
         accuracies = sorted(r.data.metrics["test_accuracy"] for r in mine)
         assert trial.values[1] == pytest.approx(accuracies[1])       # the median seed's accuracy
         assert spread["test_accuracy"]["min"] == pytest.approx(accuracies[0])
+    # the same study asked for another number of seeds would mix two kinds of value: refused
+    path.write_text(path.read_text().replace("seeds_per_trial = 3", "seeds_per_trial = 2"))
+    assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--n-trials", "3"]) == 2

@@ -189,7 +189,8 @@ class StudySpec(SpecFile):
     baseline: Baseline | None = None
     verify: Verify = Verify()
     target: TargetSpec | None = None           # [target]: a calibrated target (studies/calibrated_target.py)
-    seeds_per_trial: int = Field(1, ge=1)      # each trial runs this many seeds; its value is their median
+    # each trial runs this many seeds, its value their median (studies/seeded.py); a table gives it per scale
+    seeds_per_trial: int | dict[str, int] = 1
     report: dict[str, Any] = {}                # metrics = [...]: more columns beside the objectives
     # "process": each trial in a fresh process forked from a clean server; "none": every trial in the
     # study's process. Unset: "process" when an objective is measured by a clock, else "none".
@@ -213,6 +214,9 @@ class StudySpec(SpecFile):
             if count <= 0:
                 raise ValueError(f"n_trials for scale '{scale}' must be a positive integer (got {count})")
         self.n_trials = counts
+        seeds = self.seeds_per_trial.values() if isinstance(self.seeds_per_trial, dict) else [self.seeds_per_trial]
+        if any(n < 1 for n in seeds):
+            raise ValueError(f"seeds_per_trial must be 1 or more (got {self.seeds_per_trial})")
         return self
 
     @property
@@ -235,6 +239,12 @@ class StudySpec(SpecFile):
         if "time_to_accuracy_s" in self.metrics and RESOLUTION not in extra:
             extra.insert(0, RESOLUTION)
         return extra
+
+    def seeds_at(self, scale: str) -> int:
+        """The seeds each trial runs at `scale` (1 unless the file says more)."""
+        if isinstance(self.seeds_per_trial, dict):
+            return self.seeds_per_trial.get(scale, 1)
+        return self.seeds_per_trial
 
     def trials_at(self, scale: str) -> int:
         return self.n_trials.get(scale, self.n_trials.get("full", 20))
@@ -340,6 +350,9 @@ def check(spec: StudySpec) -> None:
                             f"{spec.experiment} does not report.")
     if spec.baseline is not None:
         check_baseline(spec)
+    if isinstance(spec.seeds_per_trial, dict) and (unknown := [k for k in spec.seeds_per_trial if k not in spec.scales]):
+        raise UserError(f"study file {where}: seeds_per_trial names scale '{unknown[0]}'; the scales are "
+                        f"{', '.join(spec.scales)}.")
     if spec.target is not None:
         unknown = [k for k in spec.target.epochs if k not in spec.scales]
         if spec.baseline is None or unknown:

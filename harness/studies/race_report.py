@@ -84,12 +84,15 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
                   f"**lr x{tuned_factor:g}**.", "",
                   markdown(pd.DataFrame([{"lr factor": r["lr_factor"], "lr": r["lr"], "time to target s": r[TIME],
                                           "test accuracy": r["test_accuracy"]} for r in search])), ""]
+    elif result.reference.name != "tuned baseline":
+        lines += [f"The reference is {spec.baseline.name} itself: experiment {spec.experiment} has no lr to tune.", ""]
     else:
         lines += [f"The tuned baseline is {spec.baseline.name} at lr x{tuned_factor:g}, as the target's calibration "
                   "found it.", ""]
     in_study = {f"trial {t.number}": t.values[0] for t in candidates}
     table = []
-    for label, entrant in [*result.entrants.items(), ("tuned baseline", result.reference)]:
+    reference = result.reference.name
+    for label, entrant in [*result.entrants.items(), (reference, result.reference)]:
         lo, hi = entrant.interval
         row = {"candidate": label + (" (winner)" if label == result.leader else ""),
                "in-study s": in_study.get(label),
@@ -99,7 +102,7 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
             row["in-study inside interval"] = "yes" if lo <= in_study[label] <= hi else "no"
         table.append(row)
     lines += ["## The race", "", f"The {len(candidates)} fastest trial(s) of the front, each re-measured on seeds "
-              f"{', '.join(map(str, spec.verify.seeds))} in rounds with the tuned baseline: every candidate ran the first "
+              f"{', '.join(map(str, spec.verify.seeds))} in rounds with the {reference}: every candidate ran the first "
               f"{min(spec.verify.first_seeds, len(spec.verify.seeds))}, then only those whose interval still overlapped "
               f"the leader's ran more. Race ended: {result.stop}. Interval: the order-statistic 95% interval of the "
               "median (the range of five draws or fewer).", "", markdown(pd.DataFrame(table)), ""]
@@ -114,15 +117,15 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
     chosen = next(t for t in candidates if f"trial {t.number}" == result.leader)
     lines += [f"Winner, named on the re-measured intervals: **{result.leader}** ({methods_text(spec, chosen.params)}), "
               f"median {fmt(statistics.median(win))} s over {len(win)} seeds; {apart}.",
-              f"- over the tuned baseline: **{fmt_speedup(x)}** (95% bootstrap interval {fmt(lo)}x to {fmt(hi)}x; 0x: a "
+              f"- over the {reference}: **{fmt_speedup(x)}** (95% bootstrap interval {fmt(lo)}x to {fmt(hi)}x; 0x: a "
               "resample whose median did not reach the target)",
-              f"- goal (at least {v.goal_speedup:g}x the tuned baseline, interval's lower bound above {v.goal_lower:g}x, every "
+              f"- goal (at least {v.goal_speedup:g}x the {reference}, interval's lower bound above {v.goal_lower:g}x, every "
               f"seed reaching the target): **{verdict}**", ""]
     ablation = [r for role, rs in by_role.items() if role.startswith(("alone:", "without:")) for r in rs]
     if methods:
         tuned_median = statistics.median(tuned)
-        lines += ["## Ablation of the winner", "", f"Its methods: {', '.join(methods)}. Speed-up: over the tuned "
-                  "baseline's median.", "",
+        lines += ["## Ablation of the winner", "", f"Its methods: {', '.join(methods)}. Speed-up: over the "
+                  f"{reference}'s median.", "",
                   markdown(pd.DataFrame([{"variant": r["role"], "seed": r["seed"], "time to target s": r[TIME],
                                           "speedup": fmt_speedup(ratio(tuned_median, r[TIME])),
                                           "test accuracy": r["test_accuracy"],

@@ -18,29 +18,41 @@ import statistics
 from typing import Any, Callable
 
 from harness.cells import CellResult
+from harness.errors import UserError
 from harness.specs.cell_spec import Cell
 from harness.specs.study_spec import NOT_REACHED, StudySpec
 from harness.store import Outcome
 
-SEEDS_ATTR = "harness.seeds"
+SEEDS_ATTR = "harness.seeds"                 # trial user attribute: the spread over its seeds
+COUNT_ATTR = "harness.seeds_per_trial"       # study user attribute: the seeds every trial runs
 Objective = Callable[[str, str, dict[str, float]], "float | None"]
 
 
-def run_seeds(spec: StudySpec, cell: Cell, run: Callable[[Cell, bool], CellResult],
+def check_study(study, seeds: int) -> None:
+    """A study's trials are valued over one number of seeds: a file changed after trials ran is refused."""
+    had = study.user_attrs.get(COUNT_ATTR)
+    if had is None and not study.get_trials(deepcopy=False):
+        study.set_user_attr(COUNT_ATTR, seeds)
+    elif (had or 1) != seeds:
+        raise UserError(f"study '{study.study_name}' valued its trials over {had or 1} seed(s) and its file now asks "
+                        f"for {seeds}; give the study another --storage, or restore seeds_per_trial.")
+
+
+def run_seeds(spec: StudySpec, seeds: int, cell: Cell, run: Callable[[Cell, bool], CellResult],
               objective: Objective) -> tuple[CellResult, dict[str, Any]]:
     """Run `cell` once per seed (`run(cell, first)`); the result to tell Optuna (metrics: each
     objective's median, every other metric's median over the seeds that report it) and the spread."""
-    if spec.seeds_per_trial == 1:
+    if seeds == 1:
         return run(cell, True), {}
     first = int(cell.values.get("seed", 0))
     results = []
-    for seed in range(first, first + spec.seeds_per_trial):
+    for seed in range(first, first + seeds):
         result = run(Cell.build({**cell.values, "seed": seed}, f"{cell.label} seed {seed}"), seed == first)
         if result.outcome != Outcome.OK:
             return result, {}
         results.append(result)
     merged = _medians([r.metrics for r in results])
-    spread: dict[str, Any] = {"seeds": list(range(first, first + spec.seeds_per_trial)),
+    spread: dict[str, Any] = {"seeds": list(range(first, first + seeds)),
                               "runs": [r.run_id for r in results]}
     for metric, direction in zip(spec.metrics, spec.directions):
         values = [objective(metric, direction, r.metrics) for r in results]

@@ -229,6 +229,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     study = open_study(spec, name, db_url, create=True,
                        seed_salt=role.index if role else (0 if is_sqlite(db_url) else _pid()))
     calibrated_target.check_study(study, fixed)
+    seeded.check_study(study, spec.seeds_at(scale))
     trials = _Trials(spec, study, store, run.open_experiment(spec.name), scale, fixed, target, timeout,
                      show_progress, log)
     check_same_store(study, store, trials.experiment_id, db_url)
@@ -477,7 +478,7 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
                 if trial.should_prune():
                     raise CellPruned(f"pruned after epoch {epoch + 1}: {prune_on} {metrics[prune_on]:.4g}")
 
-        result, spread = seeded.run_seeds(spec, cell, lambda seed_cell, first: run_cell(
+        result, spread = seeded.run_seeds(spec, spec.seeds_at(scale), cell, lambda seed_cell, first: run_cell(
             store, experiment_id, seed_cell, tags=tags, parent_id=parent, show_epochs=show_progress,
             epoch_hook=report if first else None, execute=execute), objective)
         if spread:

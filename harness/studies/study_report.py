@@ -119,9 +119,13 @@ def _baseline_line(spec: StudySpec, report: StudyReport) -> str:
     row = report.baseline.iloc[0]
     shown = ", ".join(f"{m} {_fmt(row[m])}" for m in [*spec.metrics, *spec.report_metrics])
     line = f"baseline ({spec.baseline.name}, trial {row['trial']}): {shown}"
-    if spec.targets_from_baseline and report.target is not None:
+    scale = spec.scale_of(report.study_name)
+    if spec.target is not None and scale in spec.target.epochs and report.target is not None:
+        line += (f"; target: test accuracy {report.target:.4g}, calibrated (results/targets/{spec.name}-{scale}.json), "
+                 "the same for every trial")
+    elif spec.targets_from_baseline and report.target is not None:
         line += (f"; target: test accuracy {report.target:.4g}, the baseline's after "
-                 f"{spec.baseline.target_epoch(spec.scale_of(report.study_name))} epoch(s)")
+                 f"{spec.baseline.target_epoch(scale)} epoch(s)")
     return line
 
 

@@ -41,7 +41,8 @@ from harness.studies.variants import Variant, own_factor as _own_factor, params_
 from harness.specs.study_spec import StudySpec
 
 VERIFY = "verify"
-TUNED, WINNER = "tuned baseline", "winner"   # roles in the race's CSV (the other candidates: "trial N")
+# roles in the race's CSV (the other candidates: "trial N"; without an lr to tune, the baseline's own name)
+TUNED, WINNER = "tuned baseline", "winner"
 ROLE = "harness.verify_role"    # tag: which part of the verification a run is (best, baseline, tuned, ...)
 TIME = "time_to_accuracy_s"
 
@@ -77,21 +78,23 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
             return row
 
         known = calibrated_target.tuned_factor(spec, scale)
+        # an experiment with no lr to scale (airbench sets its own) has no tuned baseline: the baseline as it is
+        has_lr = "lr" in experiments.get(spec.experiment).reads
+        reference = TUNED if has_lr else spec.baseline.name
         if known is not None:   # the calibration found it, to the same target's accuracy
             tuned_factor = known / _own_factor(spec, book)
-        else:   # an experiment with no lr to scale (airbench sets its own) has no tuned baseline: x1 only
-            has_lr = "lr" in experiments.get(spec.experiment).reads
+        else:
             factors = sorted({1.0, *map(float, v.lr_factors)}) if has_lr else [1.0]
             search = [timed(Variant(f"lr x{f:g}", book, f), seeds[0]) for f in factors]
             reached = [r for r in search if r["reached"]]
             tuned_factor = min(reached, key=lambda r: r[TIME])["lr_factor"] / _own_factor(spec, book) if reached else 1.0
-        tuned = Variant(TUNED, book, tuned_factor)
+        tuned = Variant(reference, book, tuned_factor)
         entrants = {f"trial {t.number}": Variant(f"trial {t.number}", _params(spec, t.params)) for t in candidates}
 
         def measure(role: str, seed: int) -> float:
-            return timed(tuned if role == TUNED else entrants[role], seed)[TIME]
+            return timed(tuned if role == reference else entrants[role], seed)[TIME]
 
-        result = race.race(list(entrants), measure, seeds=seeds, first=v.first_seeds, budget=v.budget, reference=TUNED)
+        result = race.race(list(entrants), measure, seeds=seeds, first=v.first_seeds, budget=v.budget, reference=reference)
         for row in runs:
             if row["role"] in entrants:
                 row["trial"] = int(row["role"].split()[1])
