@@ -106,8 +106,8 @@ def test_the_target_is_the_tuned_baselines_median_best_less_the_margin_and_every
     assert found["lr_factor"] == tuned["lr_factor"]
     bests = sorted([tuned["best_test_accuracy"], *(r["best_test_accuracy"] for r in runs if r["step"] == "seed")])
     assert found["target_accuracy"] == pytest.approx(sum(bests) / 2 - 0.02, abs=1e-4)   # the median of 2 seeds
-    # the fine clock: a check every 2% of the tuned baseline's steps to the target (at least one)
-    assert found["check_every_steps"] == max(1, int(0.02 * found["steps_to_target"]))
+    # the fine clock: a check every 2% of the tuned baseline's training samples to the target (a step at least)
+    assert found["check_every_samples"] == max(32, int(0.02 * found["samples_to_target"]))
     assert found["probe_size"] == 64 and found["within_epochs"] == 2
 
     capsys.readouterr()
@@ -122,7 +122,7 @@ def test_the_target_is_the_tuned_baselines_median_best_less_the_margin_and_every
     for run in trials:        # the baseline trial too: one target and one clock for all
         params = run.data.params
         assert float(params["target_accuracy"]) == found["target_accuracy"] and params["target_from_epoch"] == "0"
-        assert int(params["check_every_steps"]) == found["check_every_steps"] and params["probe_size"] == "64"
+        assert int(params["check_every_samples"]) == found["check_every_samples"] and params["probe_size"] == "64"
         if run.data.metrics.get("target_reached") == 1.0:
             assert run.data.metrics["time_to_accuracy_resolution_s"] <= run.data.metrics["time_to_accuracy_s"]
 

@@ -186,12 +186,25 @@ def test_probe_size_in_an_experiment_without_a_probe_is_one_sentence():
 def test_the_fine_clock_on_digits_checks_every_k_steps_and_logs_its_resolution():
     cfg = make_config({"experiment": "recipe", "model": "tiny_cnn", "dataset": "digits", "train_limit": 512,
                        "test_limit": 256, "epochs": 2, "batch_size": 32, "lr": 0.005, "optimizer": "adam",
-                       "threads": 1, "target_accuracy": 0.6, "stop_at_target": True, "check_every_steps": 2,
+                       "threads": 1, "target_accuracy": 0.6, "stop_at_target": True, "check_every_samples": 64,
                        "probe_size": 64})
     import experiments
 
     metrics = experiments.get("recipe").run(cfg)
     assert metrics["target_reached"] == 1.0
-    # 16 steps an epoch, a check every 2: the crossing is known to within 2 steps' training seconds
+    # 16 steps an epoch of 32 samples, a check every 64 samples (2 steps): the crossing is known to within
+    # 2 steps' training seconds
     assert 0 < metrics["time_to_accuracy_resolution_s"] < metrics["time_to_accuracy_s"]
     assert metrics["accuracy_checks"] == metrics["epochs_to_accuracy"] * 16 / 2
+
+
+def test_a_check_interval_in_samples_is_whole_steps_of_each_runs_own_global_batch():
+    from harness.training.time_to_accuracy import check_every_steps
+
+    base = {"experiment": "recipe", "model": "tiny_cnn", "dataset": "digits", "target_accuracy": 0.5,
+            "check_every_samples": 1024}
+    assert check_every_steps(make_config({**base, "batch_size": 64})) == 16
+    assert check_every_steps(make_config({**base, "batch_size": 512})) == 2     # the same share of training
+    assert check_every_steps(make_config({**base, "batch_size": 4096})) == 1    # at least one step
+    assert check_every_steps(make_config({**base, "batch_size": 256, "world_size": 2})) == 2   # each rank's batch
+    assert check_every_steps(make_config({**base, "check_every_samples": 0})) == 0

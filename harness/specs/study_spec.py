@@ -262,7 +262,7 @@ class StudySpec(SpecFile):
                 raise UserError(f"--set {key}: '{key}' is searched by this study; edit [space] in {self.path} "
                                 "to change its range.")
             if self.target is not None and scale in self.target.epochs and key in (
-                    "target_accuracy", "target_from_epoch", "check_every_steps", "probe_size"):
+                    "target_accuracy", "target_from_epoch", "check_every_samples", "probe_size"):
                 raise UserError(f"--set {key}: this study's target at scale {scale} is calibrated ([target] in "
                                 f"{self.path}); recalibrate it with --calibrate-target instead.")
             if self.targets_from_baseline and key in ("target_accuracy", "target_from_epoch"):
@@ -358,7 +358,7 @@ def check(spec: StudySpec) -> None:
         if spec.baseline is None or unknown:
             raise UserError(f"study file {where}: [target] " + (f"names scale '{unknown[0]}'; the scales are "
                             f"{', '.join(spec.scales)}." if unknown else "is calibrated on the [baseline]; add one."))
-        spec.check_read(["target_accuracy", "check_every_steps", "probe_size"])
+        spec.check_read(["target_accuracy", "check_every_samples", "probe_size"])
     pruner = spec.pruner
     if pruner.active and spec.multi_objective:
         raise UserError(f"study file {where} has a pruner and {len(spec.metrics)} objectives; Optuna prunes "

@@ -13,9 +13,10 @@ which runs, each in a fresh process and resumably (studies/remeasure.py):
    the tuned baseline (an experiment without an lr of its own, airbench, has x1 only);
 2. the tuned baseline on the other `seeds`: the target is the median of their best accuracies less
    `margin`;
-3. the tuned baseline once more, timed to that target with a check every few steps: its steps to the
-   target set the fine clock, a check every `resolution` of them (check_every_steps), on a probe of
-   `probe_size` test images (time_to_accuracy.AccuracyWatch).
+3. the tuned baseline once more, timed to that target with a check every few steps: its training
+   samples to the target set the fine clock, a check every `resolution` of them (check_every_samples,
+   whole steps of each run's own batch, so a recipe with a bigger batch is resolved as finely), on a
+   probe of `probe_size` test images (time_to_accuracy.AccuracyWatch).
 
 The result is `results/targets/<study>-<scale>.json`, committed beside the study's results: the
 target, the tuned lr factor, the fine clock's settings and every run behind them. Every trial, the
@@ -27,7 +28,6 @@ in one sentence, before anything runs.
 from __future__ import annotations
 
 import json
-import math
 import socket
 import statistics
 import time
@@ -74,7 +74,7 @@ def applied(spec: StudySpec, scale: str, fixed: dict[str, Any]) -> dict[str, Any
     if found is None:
         return fixed
     return {**fixed, "target_from_epoch": 0, "target_accuracy": found["target_accuracy"],
-            "check_every_steps": found["check_every_steps"], "probe_size": found["probe_size"]}
+            "check_every_samples": found["check_every_samples"], "probe_size": found["probe_size"]}
 
 
 def tuned_factor(spec: StudySpec, scale: str) -> float | None:
@@ -85,9 +85,9 @@ def tuned_factor(spec: StudySpec, scale: str) -> float | None:
 
 def check_study(study, fixed: dict[str, Any]) -> None:
     """A study's trials are timed to one target: a calibration redone after trials ran is refused."""
-    if not fixed.get("target_accuracy") or not fixed.get("check_every_steps"):
+    if not fixed.get("target_accuracy") or not fixed.get("check_every_samples"):
         return
-    now = {k: fixed[k] for k in ("target_accuracy", "check_every_steps", "probe_size")}
+    now = {k: fixed[k] for k in ("target_accuracy", "check_every_samples", "probe_size")}
     had = study.user_attrs.get(ATTR)
     if had is None:
         study.set_user_attr(ATTR, now)
@@ -142,21 +142,22 @@ def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[st
         tuned = max(factors, key=lambda f: (best[f], -f))
         accuracies = [best[tuned]] + [reference(tuned, s, fixed, "seed")["best_test_accuracy"] for s in target.seeds[1:]]
         goal = round(statistics.median(accuracies) - target.margin, 4)
-        batch = make_config(values_of(spec, fixed, Variant("", book), 0)).batch_size
-        steps_per_epoch = math.ceil(runs[0]["train_samples"] / batch)
-        first_every = max(1, steps_per_epoch * epochs // FIRST_CHECKS)
+        config = make_config(values_of(spec, fixed, Variant("", book), 0))   # the baseline's own epochs and batch
+        per_epoch = runs[0]["train_samples"]
+        first_every = max(config.batch_size, int(per_epoch * config.epochs) // FIRST_CHECKS)
         timed = reference(tuned, target.seeds[0], {**fixed, "target_accuracy": goal, "stop_at_target": True,
-                                                    "check_every_steps": first_every}, "time")
+                                                    "check_every_samples": first_every,
+                                                    "probe_size": target.probe_size}, "time")
         if timed.get("target_reached") != 1.0:
             raise UserError(f"the tuned baseline did not reach its own calibrated target {goal:.4g} again; "
                             "raise [target] margin.")
-        steps = timed["epochs_to_accuracy"] * steps_per_epoch
-        every = max(1, int(target.resolution * steps))
+        samples = timed["epochs_to_accuracy"] * per_epoch
+        every = max(config.batch_size, int(target.resolution * samples))
     finally:
         trials.close()
     found = {"study": spec.name, "scale": scale, "target_accuracy": goal, "best_accuracy_median": statistics.median(accuracies),
              "margin": target.margin, "within_epochs": epochs, "lr_factor": tuned * own_factor(spec, book),
-             "check_every_steps": every, "probe_size": target.probe_size, "steps_to_target": steps,
+             "check_every_samples": every, "probe_size": target.probe_size, "samples_to_target": samples,
              "reference_time_to_target_s": timed.get("time_to_accuracy_s"), "overrides": overrides,
              "host": socket.gethostname(), "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
     where = path(spec, scale)
@@ -164,6 +165,6 @@ def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[st
     where.write_text(json.dumps(found, indent=1, default=str) + "\n")
     log(f"target for {spec.name} at scale {scale}: test accuracy {goal:.4g} (median best {statistics.median(accuracies):.4g} "
         f"of {spec.baseline.name} at lr x{found['lr_factor']:g} within {epochs} epoch(s), less {target.margin:g}); "
-        f"a check every {every} step(s) ({target.resolution:.0%} of its {steps:.0f} steps to it)"
+        f"a check every {every} training samples ({target.resolution:.0%} of its {samples:.0f} to it)"
         + (f" on a probe of {target.probe_size} test images" if target.probe_size else "") + f"\nwritten: {where}")
     return where

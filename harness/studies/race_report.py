@@ -137,9 +137,9 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
 
 
 def _target_line(spec: StudySpec, scale: str, target: float, fixed: dict[str, Any]) -> str:
-    clock = (f" Checked every {fixed['check_every_steps']} step(s)" + (f" on a probe of {fixed['probe_size']} test images, "
+    clock = (f" Checked every {fixed['check_every_samples']} training samples" + (f" on a probe of {fixed['probe_size']} test images, "
              "a crossing confirmed on the whole test set" if fixed.get("probe_size") else "") + "; each run's resolution "
-             "is in the CSV (time_to_accuracy_resolution_s).") if fixed.get("check_every_steps") else ""
+             "is in the CSV (time_to_accuracy_resolution_s).") if fixed.get("check_every_samples") else ""
     if calibrated_target.calibrated_at(spec, scale):
         return (f"Target: test accuracy **{target:.4g}**, calibrated ({calibrated_target.path(spec, scale).name}): the tuned "
                 f"{spec.baseline.name}'s median best within {spec.target.epochs[scale]} epoch(s), less "

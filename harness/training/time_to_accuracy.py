@@ -2,7 +2,7 @@
 
 Throughput alone can flatter a method that hurts convergence (a bigger batch, fewer filters, lower
 precision); the time to reach an accuracy tells the rest. `AccuracyWatch` evaluates the model at
-`per_epoch` checkpoints an epoch, or every `every` training steps (check_every_steps: a fine clock).
+`per_epoch` checkpoints an epoch, or every `every` training steps (check_every_samples: a fine clock).
 The training loop stops its clock for each evaluation, so the seconds it keeps are training seconds
 only, and it may end training at the first checkpoint that meets the target (stop_at_target).
 
@@ -63,7 +63,7 @@ class AccuracyWatch:
             return None
         if not targeted:
             return cls(evaluate)
-        every, size = getattr(cfg, "check_every_steps", 0), getattr(cfg, "probe_size", 0)
+        every, size = check_every_steps(cfg), getattr(cfg, "probe_size", 0)
         if size and probe is None:
             raise UserError(f"experiment {cfg.experiment} checks the whole test set only; probe_size needs "
                             "one whose checks can read a probe (recipe, airbench).")
@@ -138,3 +138,14 @@ class AccuracyWatch:
             metrics.update(target_reached=1.0, time_to_accuracy_s=first.seconds, epochs_to_accuracy=first.epochs,
                            time_to_accuracy_resolution_s=first.seconds - before)
         return metrics
+
+
+def check_every_steps(cfg: RunConfig) -> int:
+    """The steps between checks that `check_every_samples` asks for: that many samples in whole steps of
+    the run's global batch (each rank's batch times the ranks, unless batch_size is global), at least
+    one; 0 when it is not set."""
+    samples = getattr(cfg, "check_every_samples", 0)
+    if not samples:
+        return 0
+    ranks = 1 if getattr(cfg, "batch_is_global", True) else getattr(cfg, "world_size", 1)
+    return max(1, round(samples / (cfg.batch_size * ranks)))
