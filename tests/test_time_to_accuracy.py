@@ -158,6 +158,15 @@ def test_a_probe_crossing_counts_only_once_the_whole_test_set_confirms_it_and_th
     assert metrics["accuracy_checks"] == 4.0
 
 
+def test_a_probe_reading_just_under_the_target_is_confirmed_so_a_low_probe_does_not_hold_a_crossing_back():
+    # a probe of 400 images at a target of 0.6: two standard errors are 0.049
+    watch = AccuracyWatch(_scripted([0.50, 0.56]), target=0.6, every=10, confirm=_scripted([0.61]), probe_n=400)
+    watch.check(epochs=0.1, seconds=1.0, samples=10)     # 0.50: too far under, not confirmed
+    watch.check(epochs=0.2, seconds=1.0, samples=10)     # 0.56: within 0.049, confirmed at 0.61
+    assert [c.whole for c in watch.checkpoints] == [False, True]
+    assert watch.metrics()["time_to_accuracy_s"] == 2.0
+
+
 def test_checks_every_k_steps_end_each_epoch_with_a_check_and_without_k_keep_the_per_epoch_ones():
     assert AccuracyWatch(lambda: 0.0, target=0.5, every=4).bounds(10) == [4, 8, 10]
     assert AccuracyWatch(lambda: 0.0, target=0.5, every=20).bounds(10) == [10]

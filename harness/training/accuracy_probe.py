@@ -6,8 +6,9 @@ costs more wall time than the training it watches (off the clock, but a study ha
 so the frequent checks read a probe: `size` test images, the same ones in every run of every recipe
 (chosen with a fixed generator, not the run's seed), each class in proportion to its share of the
 test set, so that the probe's accuracy estimates the whole set's without a class's weight drifting.
-A probe crossing the target is confirmed on the whole test set (time_to_accuracy.AccuracyWatch):
-only a confirmed check counts, so the probe's noise can delay a crossing by a check, never advance it.
+A probe reading within two standard errors of the target is confirmed on the whole test set
+(time_to_accuracy.AccuracyWatch): only a confirmed check counts, so the probe's noise cannot advance
+a crossing, and only a probe that reads more than two standard errors low can delay one.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ The training loop stops its clock for each evaluation, so the seconds it keeps a
 only, and it may end training at the first checkpoint that meets the target (stop_at_target).
 
 With a probe (probe_size, harness/training/accuracy_probe.py) each check reads a fixed stratified part of the
-test set, and a check that meets the target there is confirmed on the whole test set: only whole-set
-accuracies count, so the time is the first confirmed crossing. `time_to_accuracy_resolution_s` goes
+test set, and a check within two standard errors of the target there is confirmed on the whole test
+set: only whole-set accuracies count, so the time is the first confirmed crossing. `time_to_accuracy_resolution_s` goes
 with every time to accuracy: the training seconds between the crossing check and the check before
 it, the window the true crossing lies in.
 
@@ -20,6 +20,7 @@ after N epochs. A target never met is recorded as not reached: `target_reached =
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -48,6 +49,7 @@ class AccuracyWatch:
     per_epoch: int = 1                     # checkpoints per epoch
     every: int = 0                         # > 0: a checkpoint every this many steps instead
     confirm: Callable[[], float] | None = None   # with a probe: the whole test set's accuracy (evaluate: the probe's)
+    probe_n: int = 0                       # the probe's images: how far its reading may fall short of the whole set's
     checkpoints: list[Checkpoint] = field(default_factory=list)
 
     @classmethod
@@ -69,7 +71,7 @@ class AccuracyWatch:
                             "one whose checks can read a probe (recipe, airbench).")
         if size:
             return cls(probe, target=target, from_epoch=from_epoch, stop=stop, per_epoch=per_epoch, every=every,
-                       confirm=evaluate)
+                       confirm=evaluate, probe_n=size)
         return cls(evaluate, target=target, from_epoch=from_epoch, stop=stop, per_epoch=per_epoch, every=every)
 
     @property
@@ -91,10 +93,16 @@ class AccuracyWatch:
         if not whole:
             goal = self.goal()
             # a probe's crossing is confirmed on the whole set, and so is a baseline's target epoch
-            if (goal is not None and accuracy >= goal) or (self.from_epoch and epochs == self.from_epoch):
+            if (goal is not None and accuracy >= goal - self.slack(goal)) or (self.from_epoch and epochs == self.from_epoch):
                 accuracy, whole = self.confirm(), True
         self.checkpoints.append(Checkpoint(epochs, last.seconds + seconds, last.samples + samples, accuracy, whole))
         return accuracy
+
+    def slack(self, goal: float) -> float:
+        """Two standard errors of a probe's accuracy at the goal: a probe reading within them of the
+        goal is confirmed on the whole set, so that a probe that happens to read low near a plateau
+        does not hold back a crossing the whole set has made (at most a 2.3% chance per check)."""
+        return 2 * math.sqrt(goal * (1 - goal) / self.probe_n) if self.probe_n else 0.0
 
     def goal(self) -> float | None:
         """The accuracy to reach; for a baseline, known once its epoch `from_epoch` has ended."""
