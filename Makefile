@@ -94,7 +94,7 @@ study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity
 study-%-calibrate: ## measure a study's target from its tuned baseline ([target]): results/targets/ (resumable)
 	$(HARNESS) study $(subst -,_,$*) --calibrate-target --scale $(SCALE) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
 
-study-%-verify: ## re-time a study's best trial in fresh processes: seeds, tuned-lr baseline, ablation (resumable)
+study-%-verify: ## race a study's best trials over seeds in fresh processes against its tuned baseline, then ablate the winner (resumable)
 	$(HARNESS) study $(subst -,_,$*) --verify --scale $(SCALE) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
 
 report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)
