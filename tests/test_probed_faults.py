@@ -42,3 +42,55 @@ def test_a_dangling_symlink_among_the_images_is_a_mistake_named_with_status_2(tm
     one_sentence(capsys, ["run", "pruning", "--set", "model=tiny_cnn", "--set", "dataset=imagefolder",
                           "--set", f"data_dir={root}", "--set", "epochs=1", "--set", "pruning_backend=torch-pruning",
                           "--tracking-uri", uri], 2, str(link), "a link to nothing")
+
+
+def test_a_grid_past_max_cells_is_refused_on_its_count_without_building_a_cell(tmp_path, monkeypatch, capsys):
+    from harness.cells import Cell
+
+    sweep = tmp_path / "vast.toml"
+    sweep.write_text('name = "vast"\nexperiment = "pruning"\n[base]\nmodel = "tiny_cnn"\ndataset = "synthetic"\n'
+                     f"[grid]\nsparsity = {[round(i / 1000, 3) for i in range(1000)]}\n"
+                     f"lr = {[round(0.001 * (i + 1), 3) for i in range(100)]}\n")
+    built = []
+    monkeypatch.setattr(Cell, "build", classmethod(lambda cls, *a, **k: built.append(1)))
+    one_sentence(capsys, ["sweep", str(sweep), "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}",
+                          "--max-cells", "1000"], 2, "100000 cells", "more than --max-cells 1000")
+    assert built == []   # 100,000 configs were built and validated first: seconds and a gigabyte
+    assert not (tmp_path / "m.db").exists()
+
+
+# Stands in for the heavy imports' slow teardown on a busy machine: work the interpreter does at its
+# end, after the atexit handlers (threading's own shutdown hooks, as concurrent.futures uses them).
+SLOW_TEARDOWN = '''
+import threading, time
+
+threading._register_atexit(lambda: time.sleep(60))
+'''
+
+
+def test_a_mistake_exits_once_its_sentence_is_out_not_after_the_interpreters_teardown(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SLOW_TEARDOWN)
+    sweep = tmp_path / "zero.toml"
+    sweep.write_text('name = "zero"\nexperiment = "pruning"\nrepeats = 0\n[base]\nmodel = "tiny_cnn"\n'
+                     'dataset = "synthetic"\n[grid]\nsparsity = [0.0]\n')
+    import harness
+
+    project = str(Path(harness.__file__).resolve().parents[1])   # the code under test, wherever it is
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), project])}
+    process = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(sweep), "--tracking-uri",
+                                f"sqlite:///{tmp_path / 'm.db'}"], stderr=subprocess.PIPE, text=True, env=env,
+                               cwd=tmp_path)
+    try:
+        line = process.stderr.readline()
+        said = time.monotonic()
+        assert process.wait(timeout=45) == 2, "the process lived on after its sentence"
+        assert time.monotonic() - said < 30, "the process lived on after its sentence"
+    finally:
+        process.kill()
+    assert "key 'repeats'" in line and "greater than or equal to 1" in line

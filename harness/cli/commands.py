@@ -149,7 +149,8 @@ def _size_of_job(spec, args) -> None:
     from harness.cli import job_size
 
     job_size.check_cap("--max-cells", args.max_cells)
-    job_size.announce(job_size.sweep_size(spec, args.scale, _overrides(args, spec.experiment)), args.max_cells)
+    job_size.announce(job_size.sweep_size(spec, args.scale, _overrides(args, spec.experiment), args.max_cells),
+                      args.max_cells)
 
 
 def _size_of_study(spec, args, overrides) -> None:
