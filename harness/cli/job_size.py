@@ -56,7 +56,7 @@ def sweep_size(spec, scale: str, overrides: dict[str, Any], cap: int | None = No
     """A sweep's cells at `scale` and their epochs, as expand() builds them. A grid of more cells
     than `cap` is only counted: announce() refuses it on the count, and building its configs first
     took seconds and a gigabyte for 100,000 cells."""
-    from harness.sweeps.sweep_spec import cell_count, expand
+    from harness.specs.sweep_spec import cell_count, expand
 
     def size(cells: int, epochs: int) -> JobSize:
         return JobSize("sweep", spec.name, scale, cells, "cells", epochs, "--max-cells",
