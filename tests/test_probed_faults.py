@@ -94,3 +94,93 @@ def test_a_mistake_exits_once_its_sentence_is_out_not_after_the_interpreters_tea
     finally:
         process.kill()
     assert "key 'repeats'" in line and "greater than or equal to 1" in line
+
+
+# --- the store probe: a starved process is not a silent server ------------------------------------------
+class _AnsweringEngine:
+    """What check_server needs of an engine on a server that answers."""
+
+    def connect(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def dispose(self):
+        pass
+
+
+def _burn_cpu(seconds: float) -> None:
+    import time
+
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_a_probe_busy_importing_and_handshaking_is_not_a_silent_server(monkeypatch):
+    from harness.store import probe
+
+    monkeypatch.setattr(probe, "PROBE_TIMEOUT_S", 1.0)
+
+    def slow_to_build(url):   # the driver's imports and handshake: CPU work, here twice the budget
+        _burn_cpu(2.0)
+        return _AnsweringEngine()
+
+    probe.check_server("postgresql://u@127.0.0.1/x", "the shared database", slow_to_build)
+
+
+STARVED_PROBE = '''
+import os, sys, time
+os.sched_setaffinity(0, {int(sys.argv[1])})
+from harness.store import probe
+probe.PROBE_TIMEOUT_S = 1.0
+sys.path.insert(0, sys.argv[2])
+from test_probed_faults import _AnsweringEngine, _burn_cpu
+
+def starved_build(url):   # 0.8 s of CPU, inside the budget, but a third of one core takes ~2.4 s of wall
+    _burn_cpu(0.8)
+    return _AnsweringEngine()
+
+started = time.monotonic()
+probe.check_server("postgresql://u@127.0.0.1/x", "the shared database", starved_build)
+print(f"answered after {time.monotonic() - started:.1f} s")
+'''
+
+
+def test_a_probe_starved_of_cpu_by_other_work_waits_for_the_server_to_answer(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    pin = lambda: os.sched_setaffinity(0, {cpu})  # noqa: E731 (run in each busy loop before it starts)
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin) for _ in range(2)]
+    try:
+        done = subprocess.run([sys.executable, "-c", STARVED_PROBE, str(cpu), str(Path(__file__).parent)],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+    assert done.returncode == 0 and "answered after" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_silent_server_is_still_refused_at_the_probes_budget(monkeypatch):
+    import socket
+    import time
+
+    import pytest
+
+    from harness.errors import UserError
+    from harness.store import probe, shared_db
+
+    monkeypatch.setattr(probe, "PROBE_TIMEOUT_S", 1.0)
+    with socket.socket() as silent:   # takes connections and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/x"
+        started = time.monotonic()
+        with pytest.raises(UserError, match="did not answer within 1 s"):
+            probe.check_server(url, "the shared database", shared_db.create_engine)
+        assert time.monotonic() - started < 5
