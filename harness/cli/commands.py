@@ -190,7 +190,6 @@ def _until_decided(spec, store, args, max_repeats):
 def cmd_study(args) -> int:
     from harness.launchers import WorkerRole
     from harness.store import resolve_db_url
-    from harness.studies import study_engine
     from harness.specs import study_spec
 
     spec = study_spec.load(args.study)
@@ -201,13 +200,21 @@ def cmd_study(args) -> int:
             raise UserError(f"{name} must be a positive finite number (got {value}).")
     if role is None and not (args.status or args.verify):  # --status and --verify run no trial of the study
         _size_of_study(spec, args, overrides)
+    if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
+        from harness.store import resolve_tracking_uri
+        from harness.store.uris import check_sqlite_path
+        from harness.studies import study_status
+
+        db_url = resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri))
+        check_sqlite_path(db_url, "the shared database")
+        print(study_status.status(spec, db_url, scale=args.scale, overrides=overrides))
+        return 0
+    from harness.studies import study_engine
+
     out_dir = _out_dir(args.out, None) if args.out else None
-    launcher = None if args.status else _launcher(args)
+    launcher = _launcher(args)
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
-    if args.status:
-        print(study_engine.status(spec, store, db_url, scale=args.scale, overrides=overrides))
-        return 0
     if args.verify:
         from harness.studies import verify
 
