@@ -19,6 +19,7 @@ from harness.studies.study_report import markdown
 from harness.specs.study_spec import StudySpec
 
 TIME = "time_to_accuracy_s"
+WINNER = "winner"
 RESAMPLES = 2000
 
 
@@ -97,7 +98,9 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
         row = {"candidate": label + (" (winner)" if label == result.leader else ""),
                "in-study s": in_study.get(label),
                "re-measured median s": entrant.median, "95% interval s": f"{fmt(lo)} to {fmt(hi)}",
-               "seeds": len(entrant.times), "reached": f"{sum(math.isfinite(t) for t in entrant.times)}/{len(entrant.times)}"}
+               "seeds": len(entrant.times), "reached": f"{sum(math.isfinite(t) for t in entrant.times)}/{len(entrant.times)}",
+               "resolution s": _median_of(by_role.get(WINNER if label == result.leader else label, []),
+                                          "time_to_accuracy_resolution_s")}
         if label in in_study:
             row["in-study inside interval"] = "yes" if lo <= in_study[label] <= hi else "no"
         table.append(row)
@@ -146,3 +149,9 @@ def _target_line(spec: StudySpec, scale: str, target: float, fixed: dict[str, An
                 f"{spec.target.margin:g}." + clock)
     return (f"Target: test accuracy **{target:.4g}**, what {spec.baseline.name} reached at the end of epoch "
             f"{spec.baseline.target_epoch(scale)}, its budget; the same for every trial and run." + clock)
+
+
+def _median_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The median of a column over the runs that have it (a run that missed the target has no resolution)."""
+    values = [r[key] for r in rows if r.get(key) is not None and not (isinstance(r[key], float) and math.isnan(r[key]))]
+    return statistics.median(values) if values else None

@@ -1,22 +1,26 @@
-"""`harness study NAME --verify`: the study's best recipe re-timed so that its claim stands on more
-than one in-study measurement.
+"""`harness study NAME --verify`: the race. A study's winner is named only after its best trials are
+re-measured, because the fastest of many single in-study draws is often the luckiest one.
 
-For a study with a baseline that sets the target (the speed-recipe study), every run below is timed
-to that same target, within the same epoch budget, each in a fresh process (the fork server of
-studies/isolation.py), interleaved:
+Every run below is timed to the study's one target (calibrated, studies/calibrated_target.py, or the
+baseline trial's), within the same epoch budget, each in a fresh process (the fork server of
+studies/isolation.py):
 
-1. the tuned-lr baseline: the baseline's loop at the study's lr times each of `[verify] lr_factors`
-   (and x1) on the first seed; the fastest to the target is the tuned baseline;
-2. the best recipe (the fastest complete trial to the target), the baseline (the book's lr) and the
-   tuned baseline, once per seed: the share that reaches the target and the median time with a
-   bootstrap interval; the best recipe's speed-up over each baseline, with its interval;
-3. an ablation on the first `ablation_seeds` seeds: each method of the best recipe alone on the
-   baseline, and the recipe with each one left out; a method that changes more than speed (the
+1. the tuned baseline: the calibration's lr factor when the target is calibrated; else the baseline's
+   loop at the study's lr times each of `[verify] lr_factors` (and x1) on the first seed, the fastest
+   to the target (an experiment with no lr to tune, airbench, races its baseline as it is);
+2. the race (studies/race.py): the fastest `[verify] candidates` of the Pareto front, each on the
+   first `first_seeds` seeds, interleaved with the tuned baseline, then one more seed a round for
+   the leader and every candidate whose median interval still overlaps the leader's, until the
+   leader separates, the seeds run out or the `budget` would be passed; the leader is the winner
+   (role `winner` in the CSV), named on these re-measured intervals only;
+3. an ablation on the first `ablation_seeds` seeds: each method of the winner alone on the
+   baseline, and the winner with each one left out; a method that changes more than speed (the
    model, the optimizer) is labelled so (`[verify.changes]`).
 
 Each run is an MLflow run of the study's experiment (tag harness.kind = verify); a run already
-finished with the same config is reused, so the command resumes where it was cut off. The report
-(<study>-verify.md and .csv, every run) goes beside the study's.
+finished with the same config is reused, so the command resumes where it was cut off and the race
+takes the same path. The report (<study>-verify.md, race_report.py, and .csv, every run) goes
+beside the study's.
 """
 
 from __future__ import annotations
