@@ -96,13 +96,12 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
     for label, entrant in [*result.entrants.items(), (reference, result.reference)]:
         lo, hi = entrant.interval
         row = {"candidate": label + (" (winner)" if label == result.leader else ""),
-               "in-study s": in_study.get(label),
+               "in-study s": in_study.get(label, "(the reference)"),
                "re-measured median s": entrant.median, "95% interval s": f"{fmt(lo)} to {fmt(hi)}",
                "seeds": len(entrant.times), "reached": f"{sum(math.isfinite(t) for t in entrant.times)}/{len(entrant.times)}",
                "resolution s": _median_of(by_role.get(WINNER if label == result.leader else label, []),
                                           "time_to_accuracy_resolution_s")}
-        if label in in_study:
-            row["in-study inside interval"] = "yes" if lo <= in_study[label] <= hi else "no"
+        row["in-study inside interval"] = ("yes" if lo <= in_study[label] <= hi else "no") if label in in_study else ""
         table.append(row)
     lines += ["## The race", "", f"The {len(candidates)} fastest trial(s) of the front, each re-measured on seeds "
               f"{', '.join(map(str, spec.verify.seeds))} in rounds with the {reference}: every candidate ran the first "
