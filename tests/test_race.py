@@ -64,3 +64,28 @@ def test_the_race_names_the_true_best_more_often_than_one_draw_each_and_as_often
     # measured with this seeding: race 78%, one draw each 58%, four seeds each 79% (with 20% more runs)
     assert raced / worlds >= single / worlds + 0.15
     assert raced / worlds >= even / worlds - 0.03 and runs < 0.9 * 24 * worlds
+
+
+def test_the_race_report_puts_each_in_study_figure_beside_its_re_measured_interval_and_names_the_leader():
+    from types import SimpleNamespace
+
+    from harness.specs import study_spec
+    from harness.studies import race_report
+
+    spec = study_spec.load("study_speed_recipe")
+    book = {k: spec.space[k].optuna_value(v) for k, v in spec.baseline.params.items()}
+    trials = [SimpleNamespace(number=7, values=[0.6], params={**book, "dtype": "bf16"}),     # lucky in the study
+              SimpleNamespace(number=9, values=[1.0], params={**book, "batch_size": 128})]
+    times = {("trial 7", s): t for s, t in enumerate([1.5, 1.6, 1.4])} | \
+            {("trial 9", s): t for s, t in enumerate([1.0, 1.1, 0.9])} | {("tuned baseline", s): 3.0 for s in range(3)}
+    result = race(["trial 7", "trial 9"], lambda n, s: times[n, s], seeds=[0, 1, 2], first=2, reference="tuned baseline")
+    runs = [{"role": "winner" if n == "trial 9" else n, "seed": s, "time_to_accuracy_s": t,
+             "time_to_accuracy_resolution_s": 0.01, "test_accuracy": 0.6} for n, s, t in result.runs]
+    fixed = {**spec.fixed("smoke"), "target_from_epoch": 0, "target_accuracy": 0.6, "check_every_samples": 640}
+    text = race_report.text(spec, "study_speed_recipe-smoke", "smoke", 0.6, fixed, SimpleNamespace(number=0, values=[4.0]),
+                            trials, result, runs, 8.0, [])
+    assert result.leader == "trial 9" and result.separated
+    assert "Winner, named on the re-measured intervals: **trial 9** (" in text and "overlaps no other" in text
+    assert "| trial 7 | 0.6 | 1.55 | 1.5 to 1.6 | 2 | 2/2 | 0.01 | no |" in text     # the lucky draw, outside
+    assert "| trial 9 (winner) | 1 | 1.05 | 1 to 1.1 | 2 | 2/2 | 0.01 | yes |" in text   # apart after two seeds
+    assert "over the tuned baseline: **2.86x**" in text and "Checked every 640 training samples" in text
