@@ -174,28 +174,7 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     rounds = repeats or spec.repeats_at(scale)
     check_keys(overrides, read_by=spec.experiment)
     spec.check_read(overrides)
-    scale_values = spec.scale_values(scale)
-    grid = {**spec.grid, **spec.scale_grids.get(scale, {})}
-    fixed = spec.fixed(scale)
-    # A scale may narrow or widen a grid axis (a list replaces it, a single value pins it).
-    for key, value in scale_values.items():
-        if key in grid:
-            grid[key] = value if isinstance(value, list) else [value]
-    compound = {k: axis for axis, values in grid.items() for k in _compound_keys(values)}
-    for key, value in overrides.items():
-        if key in compound:
-            raise UserError(f"'{key}' is varied together with other fields by the grid axis "
-                            f"'{compound[key]}' of {spec.path}; edit that axis in the sweep file instead.")
-        if isinstance(value, list):
-            if not value:
-                raise UserError(f"--set {key}=[] leaves the sweep no cell to run; give at least one value.")
-            grid[key] = value
-        elif key in grid:
-            grid[key] = [value]
-        else:
-            fixed[key] = value
-    for key in [*grid, *compound]:
-        fixed.pop(key, None)
+    grid, fixed, compound = _grid_at(spec, scale, overrides)
     make_config(fixed)  # a bad value shared by every cell fails the whole sweep, before anything runs
 
     cells = []
@@ -220,6 +199,35 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     for model in dict.fromkeys(getattr(c.config, "model", None) for c in cells if c.config is not None):
         experiment.check_model(model, where=f"sweep {spec.name}")
     return cells
+
+
+def _grid_at(spec: SweepSpec, scale: str, overrides: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """The grid (axis -> values), the fixed values every cell shares, and the compound axes (field ->
+    the axis that varies it), at a scale and with the overrides. A scale's value for a grid axis,
+    and then an override of it, replaces that axis (a list becomes the axis, a single value pins it);
+    any other override applies to every cell."""
+    scale_values = spec.scale_values(scale)
+    grid = {**spec.grid, **spec.scale_grids.get(scale, {})}
+    fixed = spec.fixed(scale)
+    for key, value in scale_values.items():
+        if key in grid:
+            grid[key] = value if isinstance(value, list) else [value]
+    compound = {k: axis for axis, values in grid.items() for k in _compound_keys(values)}
+    for key, value in overrides.items():
+        if key in compound:
+            raise UserError(f"'{key}' is varied together with other fields by the grid axis "
+                            f"'{compound[key]}' of {spec.path}; edit that axis in the sweep file instead.")
+        if isinstance(value, list):
+            if not value:
+                raise UserError(f"--set {key}=[] leaves the sweep no cell to run; give at least one value.")
+            grid[key] = value
+        elif key in grid:
+            grid[key] = [value]
+        else:
+            fixed[key] = value
+    for key in [*grid, *compound]:
+        fixed.pop(key, None)
+    return grid, fixed, compound
 
 
 def _check_every_cell(spec: SweepSpec, cells: list[Cell], overrides: dict[str, Any]) -> None:
