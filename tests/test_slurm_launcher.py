@@ -238,7 +238,7 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
 
     from harness.store import Claims, Store
     from harness.store.tracking import OUTCOME
-    from harness.studies import liveness, study_engine, study_parent, study_storage, trial_loop, trial_tags
+    from harness.studies import liveness, study_engine, study_parent, study_storage, trial_loop, trial_status, trial_tags
     from harness.specs import study_spec
 
     spec = study_spec.load(str(study_file("sib", space='lr = { type = "float", low = 0.001, high = 0.1, log = true }\n',
@@ -273,7 +273,7 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
     assert outcome.stop is trial_loop.StopReason.TARGET_REACHED and outcome.ran == 2
     trials = optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
     assert trials[orphan.number].state == TrialState.FAIL
-    retried = [t for t in trials if t.user_attrs.get(trial_tags.RETRY_OF) == orphan.number]
+    retried = [t for t in trials if t.user_attrs.get(trial_status.RETRY_OF) == orphan.number]
     assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
     assert retried[0].params == trials[orphan.number].params
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 2

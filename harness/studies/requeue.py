@@ -10,7 +10,8 @@ from harness.store import Outcome, Store
 from harness.store.claims import Claim
 from harness.studies import baseline
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
-from harness.studies.trial_tags import RETRIES_ATTR, RETRY_OF, STUDY, TRIAL
+from harness.studies.trial_status import RETRY_OF
+from harness.studies.trial_tags import RETRIES_ATTR, STUDY, TRIAL
 
 MAX_RETRY = 2
 
@@ -37,7 +38,7 @@ def requeue_line(number: int, dead: Claim, again: int | None) -> str:
     """What a resumed study says of a trial a dead process left running."""
     fate = f"requeued as trial {again}" if again is not None else \
         f"not requeued (its parameters were retried {MAX_RETRY} times already, or it had none yet)"
-    return f"  trial {number} was interrupted (its process {dead.pid} on {dead.host} is gone): failed, {fate}"
+    return f"  trial {number} was interrupted (its process {dead.pid} on {dead.host} is gone), {fate}"
 
 
 def told_before_release(study, slot: str) -> bool:

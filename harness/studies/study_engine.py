@@ -1,5 +1,6 @@
 """Optuna studies over the experiments, on Optuna's ask/tell interface: one invocation of
 `harness study`, here, as a launcher of workers, or as one worker (harness/invocation.py).
+`--status` reads the study's storage alone (study_status), without this engine's imports.
 
 Its parts, one job each: the study's storage and opening (study_storage), its MLflow parent run
 (study_parent), the loop over trials (trial_loop), the requeueing of trials cut off (requeue), the
@@ -79,11 +80,3 @@ def _as_parent(run: Invocation, loop: TrialLoop, overrides: dict[str, Any], out_
     run.log(report.text)
     run.log("written: " + ", ".join(str(p) for p in paths))
     return outcome
-
-
-def status(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any]) -> str:
-    from harness.studies import study_report
-    from harness.studies.liveness import running_trials, status_text
-
-    study = open_study(spec, spec.study_name(scale, overrides), db_url, create=False)
-    return status_text(study_report.build(spec, study), running_trials(study, db_url))

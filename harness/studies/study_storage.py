@@ -22,6 +22,7 @@ from harness.specs.study_spec import StudySpec
 from harness.store import redact
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.uris import hide_password, is_sqlite
+from harness.studies import study_status, trial_status
 from harness.studies.trial_status import TrialStatus
 
 SPACE_ATTR = "harness.space"        # the study's own attribute: a digest of the [space] that created it
@@ -64,8 +65,7 @@ def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed
     store = storage(url)
     exists = study_name in {s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)}
     if not exists and not create:
-        raise UserError(f"study '{study_name}' has not been run in {redact(url)}; run "
-                        f"`harness study {spec.name.removeprefix('study_')} --scale {study_name.split('-')[1]}` first.")
+        raise study_status.not_run(spec, study_name, url)
     n_before = 0
     if exists:
         stored = optuna.load_study(study_name=study_name, storage=store)
@@ -101,8 +101,7 @@ def _check_space(study, spec: StudySpec, study_name: str, url: str) -> None:
 
 
 def counts(study) -> dict[TrialStatus, int]:
-    states = [t.state.name.lower() for t in study.get_trials(deepcopy=False)]
-    return {s: states.count(s) for s in TrialStatus}
+    return trial_status.count(study.get_trials(deepcopy=False))
 
 
 @contextlib.contextmanager

@@ -35,8 +35,9 @@ from harness.store.claims import DONE, RUNNING, Claim
 from harness.store.tracking import KIND, SCALE
 from harness.studies import baseline, isolation, requeue
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
-from harness.studies.trial_status import TrialStatus
-from harness.studies.trial_tags import METRICS_ATTR, RETRY_OF, RUN_ATTR, STUDY, TRIAL
+from harness.studies import trial_status
+from harness.studies.trial_status import INTERRUPTED_ATTR, RETRY_OF, TrialStatus
+from harness.studies.trial_tags import METRICS_ATTR, RUN_ATTR, STUDY, TRIAL
 
 if TYPE_CHECKING:
     from harness.studies.study_report import StudyReport
@@ -202,7 +203,10 @@ class TrialLoop:
         except BaseException:  # Ctrl-C, SIGTERM, a store fault: the cut-off trial is queued to run again
             # Best effort: if the storage refuses, whoever takes the slot over next does it instead.
             with contextlib.suppress(Exception):
-                requeue.fail_and_requeue(self.study, trial.number, dict(trial.params), trial.user_attrs)
+                trial.set_user_attr(INTERRUPTED_ATTR, True)   # counted as interrupted, never as failed
+                again = requeue.fail_and_requeue(self.study, trial.number, dict(trial.params), trial.user_attrs)
+                self.log(f"  trial {trial.number} interrupted, " + (f"requeued as trial {again}" if again is not None
+                                                                   else "not requeued (its retries are spent)"))
             with contextlib.suppress(Exception):
                 claims.drop(self.namespace, slot)
             raise
@@ -300,10 +304,12 @@ class TrialLoop:
     def _count_workers_trials(self, outcome: StudyOutcome, before: set[int]) -> None:
         """The trials this invocation's workers ran (every trial settled since they started), so the
         launcher's summary says what they did, not the "0 trial(s)" this process ran itself."""
-        for trial in self.study.get_trials(deepcopy=False):
+        trials = self.study.get_trials(deepcopy=False)
+        status = trial_status.statuses(trials)
+        for trial in trials:
             if trial.number not in before and trial.state.is_finished():
                 outcome.ran += 1
-                outcome.states[TrialStatus(trial.state.name.lower())] += 1
+                outcome.states[status[trial.number]] += 1
 
     def report(self, outcome: StudyOutcome, parent: str, out_dir: Path | None) -> tuple[StudyReport, list[Path]]:
         """The study's report (best trials, Pareto front), written beside the parent run; the
