@@ -384,9 +384,9 @@ def _make_study_tables(storage: str) -> None:
     """optuna-dashboard opens the storage without creating Optuna's tables, and a database that holds
     only the sweeps' claims (any sweep makes it) has none, which crashed it: opened here, they are
     made, and the dashboard shows an empty study list. A storage that cannot be opened is one sentence."""
-    from harness.studies import study_engine
+    from harness.studies import study_storage
 
-    study_engine.storage(storage).engine.dispose()
+    study_storage.storage(storage).engine.dispose()
 
 
 def cmd_reproduce(args) -> int:

@@ -2,13 +2,19 @@
 beside the figures they bound, the MFU or why there is none, each row's note below the table, the
 cells without a result grouped by reason, and a Scale line naming only what the grid keeps fixed.
 
-The table itself (harness/report/tables.py) is data; this module only writes it as Markdown."""
+The table itself (harness/report/tables.py) is data; this module only writes it as Markdown: the
+table's page (to_markdown) and each figure (format_value)."""
 
 from __future__ import annotations
 
 import math
 
 import pandas as pd
+
+from harness.report import checks
+from harness.store import RunRecord
+
+MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/training/flops.py)
 
 MAX_COLUMNS = 8   # a table of more is unreadable on a page; the CSV has the rest
 INVALID_MFU = "peak below achieved"
@@ -164,3 +170,45 @@ def _setting(run, name: str) -> str:
         return run.params[name]
     value = run.metrics.get(name)
     return "?" if value is None else f"{value:g}"
+
+
+def to_markdown(report, sample_run: RunRecord, conventions: bool = True) -> str:
+    """The table's page: what it is, the readable table (harness/report/render.py), its verdicts and
+    the cells without a result. `conventions`: also the bullets on the clock, speed-up and MFU that
+    REPRODUCTION.md states once for every table."""
+    spec, t = report.spec, report.table
+    title = spec.title + (f" ({report.variant})" if report.variant else "")
+    lines = [f"# {title}", ""] + ([f"Source: {spec.source}", ""] if spec.source else [])
+    if report.scale == "smoke" and report.verdicts:
+        lines += [f"**{checks.SMOKE_REASON[:1].upper()}{checks.SMOKE_REASON[1:]}**: at scale smoke only the exact "
+                  "checks are judged; the claims about the documents' figures are N/A.", ""]
+    lines += [scale_line(report, sample_run),
+              f"- Machine: {report.machine} (fingerprint {report.fingerprint})."]
+    if conventions:
+        lines.append(f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.")
+    if report.drift:
+        lines.append(f"- **Machine speed differs across cells**: {report.drift}.")
+    if spec.published.get("note"):
+        lines.append(f"- Published figures: {spec.published['note']}.")
+    if conventions and "speedup" in t:
+        lines.append("- Speed-up: our baseline's median time divided by the cell's (the book's likewise), with its "
+                     "95% interval over the repeats in brackets (bootstrap, paired by round; "
+                     "harness/report/intervals.py); absolute seconds from different hardware are shown, not compared.")
+    if conventions and MFU in t:
+        lines.append("- MFU: training FLOPs per second (counted per step, harness/training/flops.py) over the measured peak "
+                     "of the cores or devices the run used, in its dtype (`harness peak`); the CSV holds what it "
+                     "is computed from.")
+    lines += [f"- {text}" for text in spec.report.get("comments", [])]
+    lines.append("")
+    lines.append(table_markdown(report))
+    if report.verdicts:
+        lines += ["", "| check | verdict | measured |", "|---|---|---|"]
+        lines += [f"| {v.check} | **{v.label}** | {v.detail} |" for v in report.verdicts]
+    if report.problems:
+        lines += ["", "Cells without a result:", *problems_markdown(report.problems)]
+    return "\n".join(lines) + "\n"
+
+
+def format_value(column: str, value) -> str:
+    """A figure as the report prints it: the terminal summary uses it too."""
+    return "—" if pd.isna(value) else value_text(column, value)

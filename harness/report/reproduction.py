@@ -19,7 +19,7 @@ from harness.errors import UserError
 from harness.machine.fingerprint import cpu_flags, fingerprint
 from harness.folders import REPORTS_DIR
 from harness.machine.machine_load import CONTENDED_CORES
-from harness.report import checks, overview, tables as report
+from harness.report import checks, overview, render, tables as report
 from harness.report.order import in_document_order
 from harness.store import Store, redact
 from harness.store.tracking import NOTE_PREFIX
@@ -65,7 +65,7 @@ def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path,
              "## Tables", ""]
     for name, pairs in built.items():
         for built_report, paths in pairs:
-            section = report.to_markdown(built_report, built_report.runs[0], conventions=False)
+            section = render.to_markdown(built_report, built_report.runs[0], conventions=False)
             lines += ["##" + section, f"![{specs[name].title}]({paths[2].name})", ""]
     if not_run:
         lines += ["### Not run", "", "**Not run** here, each with the command that runs it (`SCALE=smoke`, `quick`, "

@@ -1,28 +1,26 @@
 """A sweep's table read back from the tracking store (never from printed logs), set beside the
-published figures from its sweep file, with the figures it derives for each cell, and written as
-Markdown, CSV and a PNG plot (report/writeback.py puts them back into the store)."""
+published figures from its sweep file, with the figures it derives for each cell. It is written as
+Markdown by render.py, plotted by plots.py, written to files by report_files.py, and put back into
+the store by writeback.py."""
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from harness.errors import UserError
 from harness.machine.fingerprint import machine_text
-from harness.folders import REPORTS_DIR
-from harness.report import checks, intervals, measured_on
+from harness.report import checks, intervals, measured_on, render
 from harness.report.intervals import iqr
+from harness.report.render import MFU
 from harness.store import Outcome, RunRecord, Store, redact
-from harness.store.paths import inside
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, SCALE
 from harness.specs.sweep_spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
-MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/training/flops.py)
 # What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
 MFU_INPUTS = ("flops_per_sample", "mfu_samples", "mfu_time_s", "peak_devices", "peak_tflops", "mfu_invalid")
@@ -115,7 +113,7 @@ def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunR
                                       measured=measured_on.measured_on(runs, unfinished),
                                       machine=spec.published.get("machine", checks.DOCUMENT_MACHINE),
                                       repeats=spec.repeats_at(scale))
-    report.markdown = to_markdown(report, runs[0])
+    report.markdown = render.to_markdown(report, runs[0])
     return report
 
 
@@ -196,11 +194,42 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     rows too, noted "not run". The cells' own values stay in `table.attrs["rounds"]` (the checks'
     intervals need them)."""
     axes = spec.axes()
-    metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
+    metrics = _metrics_read(spec, runs)
+    cells = _cells(spec, runs, axes, metrics)
+    table = _medians(cells, axes, metrics, time)
+    if scale is not None:
+        table = _with_unrun_points(spec, scale, table, axes)
+    baseline = spec.report.get("baseline")
+    workers = spec.report.get("workers")  # the field counting workers, for parallel efficiency
+    if baseline and time in metrics:
+        rounds = {tuple(k if isinstance(k, tuple) else (k,)): dict(zip(g["repeat"], g[time]))
+                  for k, g in cells.groupby(axes, sort=False)}
+        _speedup_with_interval(table, baseline, time, axes, rounds)
+        if workers:
+            for suffix in ("", "_lo", "_hi"):
+                table["efficiency" + suffix] = _efficiency(table, baseline, "speedup" + suffix, workers)
+    table = _in_grid_order(_with_published(table, spec, axes, time), spec, axes)
+    table = table[_column_order(table, axes, time)].reset_index(drop=True)
+    table.attrs["rounds"] = intervals.Rounds(cells[[*axes, "repeat", *metrics]].copy(),
+                                             _replicates(table, cells, axes, metrics, time, baseline, workers))
+    table.attrs["time"] = time
+    if cells["test_samples"].notna().any():
+        table.attrs["test_samples"] = float(cells["test_samples"].median())
+    return table
+
+
+def _metrics_read(spec: SweepSpec, runs) -> list[str]:
+    """The metrics the table reads of each cell: the sweep's, the MFU where the cells logged it
+    (every training run does: shown beside the time), and what the MFU is computed from."""
+    metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     if MFU not in metrics and any(MFU in run.metrics or "mfu_invalid" in run.metrics for run in runs):
-        metrics = [*metrics, MFU]   # every training run logs it: shown beside the time (below)
-    metrics = [*metrics, *_mfu_inputs(runs, metrics)]
+        metrics = [*metrics, MFU]
+    return [*metrics, *_mfu_inputs(runs, metrics)]
+
+
+def _cells(spec: SweepSpec, runs, axes: list[str], metrics: list[str]) -> pd.DataFrame:
+    """One row per finished cell: its grid point, repeat, metrics, id, MFU texts and note."""
     notes = spec.report.get("notes", [])
     rows = []
     for run in runs:
@@ -216,6 +245,12 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     cells = pd.DataFrame(rows)
     for m in [*metrics, "test_samples", "target_reached"]:  # a metric no cell logged is all None: NaN for the medians
         cells[m] = pd.to_numeric(cells[m], errors="coerce")
+    return cells
+
+
+def _medians(cells: pd.DataFrame, axes: list[str], metrics: list[str], time: str) -> pd.DataFrame:
+    """One row per grid point: the medians over its repeats, how many there are, the time's IQR,
+    and the cells' notes and MFU texts joined."""
     # One record per cell_id (the engine's guarantee); repeats of a grid point are grouped here.
     grouped = cells.groupby(axes, sort=True)
     table = grouped[metrics].median()
@@ -229,19 +264,13 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     for text in MFU_TEXTS:
         if text in cells and cells[text].notna().any():
             table[text] = grouped[text].agg(lambda texts: " | ".join(dict.fromkeys(t for t in texts if isinstance(t, str))))
-    table = table.reset_index()
-    if scale is not None:
-        table = _with_unrun_points(spec, scale, table, axes)
+    return table.reset_index()
 
-    baseline = spec.report.get("baseline")
-    workers = spec.report.get("workers")  # the field counting workers, for parallel efficiency
-    if baseline and time in metrics:
-        rounds = {tuple(k if isinstance(k, tuple) else (k,)): dict(zip(g["repeat"], g[time]))
-                  for k, g in cells.groupby(axes, sort=False)}
-        _speedup_with_interval(table, baseline, time, axes, rounds)
-        if workers:
-            for suffix in ("", "_lo", "_hi"):
-                table["efficiency" + suffix] = _efficiency(table, baseline, "speedup" + suffix, workers)
+
+def _with_published(table: pd.DataFrame, spec: SweepSpec, axes: list[str], time: str) -> pd.DataFrame:
+    """The published rows' figures beside ours as book_* columns (with the book's speed-up and
+    efficiency derived as ours are)."""
+    baseline, workers = spec.report.get("baseline"), spec.report.get("workers")
     published = pd.DataFrame(spec.published.get("rows", []))
     if not published.empty:
         published = published.rename(columns={c: f"book_{c}" for c in published.columns if c not in axes})
@@ -255,22 +284,21 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
         column = table[axis]
         if column.dtype.kind == "f" and column.notna().all() and (column % 1 == 0).all():
             table[axis] = column.astype(int)
-    table = _in_grid_order(table, spec, axes)
+    return table
+
+
+def _column_order(table: pd.DataFrame, axes: list[str], time: str) -> list[str]:
+    """The axes, ours (the intervals' bounds last, the Markdown shows them inside their column), the
+    book's, and the note when a row has one."""
     ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency", MFU) if c in table]
     bounds = [c for c in ("speedup_lo", "speedup_hi", "efficiency_lo", "efficiency_hi") if c in table]
     ours += [c for c in table.columns if c not in ours + bounds and c not in axes and not c.startswith("book_")
              and c != "note"]
-    ours += bounds   # the intervals' bounds last among ours: the Markdown shows them inside their column
+    ours += bounds
     book = [c for c in (f"book_{time}", "book_speedup", "book_efficiency") if c in table]
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
-    table = table[axes + ours + book + tail].reset_index(drop=True)
-    table.attrs["rounds"] = intervals.Rounds(cells[[*axes, "repeat", *metrics]].copy(),
-                                             _replicates(table, cells, axes, metrics, time, baseline, workers))
-    table.attrs["time"] = time
-    if cells["test_samples"].notna().any():
-        table.attrs["test_samples"] = float(cells["test_samples"].median())
-    return table
+    return axes + ours + book + tail
 
 
 REPLICATES = 400   # resampled tables a trend, flat or best timing check is judged on
@@ -479,137 +507,3 @@ def _number(text):
         return float(text) if "." in text or "e" in text else int(text)
     except (TypeError, ValueError):
         return text
-
-
-def to_markdown(report: Report, sample_run: RunRecord, conventions: bool = True) -> str:
-    """The table's page: what it is, the readable table (harness/report/render.py), its verdicts and
-    the cells without a result. `conventions`: also the bullets on the clock, speed-up and MFU that
-    REPRODUCTION.md states once for every table."""
-    from harness.report import render
-
-    spec, t = report.spec, report.table
-    title = spec.title + (f" ({report.variant})" if report.variant else "")
-    lines = [f"# {title}", ""] + ([f"Source: {spec.source}", ""] if spec.source else [])
-    if report.scale == "smoke" and report.verdicts:
-        lines += [f"**{checks.SMOKE_REASON[:1].upper()}{checks.SMOKE_REASON[1:]}**: at scale smoke only the exact "
-                  "checks are judged; the claims about the documents' figures are N/A.", ""]
-    lines += [render.scale_line(report, sample_run),
-              f"- Machine: {report.machine} (fingerprint {report.fingerprint})."]
-    if conventions:
-        lines.append(f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.")
-    if report.drift:
-        lines.append(f"- **Machine speed differs across cells**: {report.drift}.")
-    if spec.published.get("note"):
-        lines.append(f"- Published figures: {spec.published['note']}.")
-    if conventions and "speedup" in t:
-        lines.append("- Speed-up: our baseline's median time divided by the cell's (the book's likewise), with its "
-                     "95% interval over the repeats in brackets (bootstrap, paired by round; "
-                     "harness/report/intervals.py); absolute seconds from different hardware are shown, not compared.")
-    if conventions and MFU in t:
-        lines.append("- MFU: training FLOPs per second (counted per step, harness/training/flops.py) over the measured peak "
-                     "of the cores or devices the run used, in its dtype (`harness peak`); the CSV holds what it "
-                     "is computed from.")
-    lines += [f"- {text}" for text in spec.report.get("comments", [])]
-    lines.append("")
-    lines.append(render.table_markdown(report))
-    if report.verdicts:
-        lines += ["", "| check | verdict | measured |", "|---|---|---|"]
-        lines += [f"| {v.check} | **{v.label}** | {v.detail} |" for v in report.verdicts]
-    if report.problems:
-        lines += ["", "Cells without a result:", *render.problems_markdown(report.problems)]
-    return "\n".join(lines) + "\n"
-
-
-def format_value(column: str, value) -> str:
-    """A figure as the report prints it (harness/report/render.py): the terminal summary uses it too."""
-    from harness.report.render import value_text
-
-    return "—" if pd.isna(value) else value_text(column, value)
-
-
-def plot(report: Report, path: Path, width_px: int | None = None) -> Path:
-    """Our time, speed-up and accuracy against the swept value, the book's beside them; `width_px`
-    scales the image to a width (the MLflow UI crops a wider one in an experiment's description)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = report.table
-    spec = report.spec
-    x = spec.report.get("x", list(spec.grid)[0])
-    if spec.report.get("plot") == "twin":
-        return _twin_plot(report, x, path, width_px)
-    time = spec.report.get("time", "train_time_s")
-    # Panels: [ours, published or "", title]; the sweep file may name its own.
-    panels = spec.report.get("plots") or [
-        [time, "", "our training time (s)" if time == "train_time_s" else f"our {time}"],
-        ["speedup", "book_speedup", "speed-up over baseline"],
-        ["test_accuracy", "book_test_accuracy", "test accuracy"]]
-    panels = [p for p in panels if p[0] in t or (p[1] and p[1] in t)] or panels[:1]
-    # One line per combination of the other axes (e.g. per model when x is the execution mode).
-    series = spec.report.get("series")  # the axis whose values get a line each (backend, lr_scaling)
-    others = [series] if series else [a for a in spec.axes() if a != x and a in t]
-    lines = list(t.groupby(others, sort=False)) if others else [((), t)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(14 if len(panels) == 3 else 4.7 * len(panels), 4),
-                             squeeze=False)
-    for ax, (ours, book, title) in zip(axes[0], panels):
-        for key, part in lines:
-            suffix = "" if not others else " " + " ".join(map(str, key if isinstance(key, tuple) else (key,)))
-            if ours in part:
-                ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[ours], "o-",
-                        label=f"ours ({report.scale}){suffix}")
-            if book and book in part and part[book].notna().any():
-                ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[book], "s--",
-                        label=f"published{suffix}")
-        ax.set_xlabel(x)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(report.spec.title)
-    return _save(fig, path, width_px)
-
-
-def _save(fig, path: Path, width_px: int | None) -> Path:
-    import matplotlib.pyplot as plt
-
-    dpi = 110
-    if width_px:  # narrower panels at a lower resolution, so the labels stay readable
-        dpi = 80
-        fig.set_size_inches(width_px / dpi, fig.get_size_inches()[1])
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
-
-
-def _twin_plot(report: Report, x: str, path: Path, width_px: int | None = None) -> Path:
-    """Accuracy and time against the swept value on two y-axes (d2l 12.6's exercise plots)."""
-    import matplotlib.pyplot as plt
-
-    t = report.table.dropna(subset=["train_time_s"]).sort_values(x)
-    fig, left = plt.subplots(figsize=(7, 4))
-    right = left.twinx()
-    left.plot(t[x], t["test_accuracy"], "o-", color="tab:blue", label="test accuracy")
-    # d2l's seconds per epoch are a mean over the epochs (its Timer.avg()); older runs logged only the median
-    time_column = next(c for c in ("epoch_time_mean_s", "epoch_time_median_s", "train_time_s")
-                       if c in t and t[c].notna().any())
-    right.plot(t[x], t[time_column], "s--", color="tab:red", label=time_column)
-    left.set_xlabel(x)
-    left.set_ylabel("test accuracy", color="tab:blue")
-    right.set_ylabel(f"{time_column} (s)", color="tab:red")
-    left.grid(alpha=0.3)
-    fig.suptitle(f"{report.spec.title} ({report.scale})")
-    return _save(fig, path, width_px)
-
-
-def write_files(report: Report, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:
-    """Write <sweep>.md, .csv and .png into out_dir (report/writeback.py logs them to the parent run)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = inside(out_dir, f"{report.spec.name}{stem_suffix}")  # the name came from a file a user may share
-    paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
-    paths[0].write_text(report.markdown)
-    report.table.to_csv(paths[1], index=False)
-    paths.append(plot(report, stem.with_suffix(".png")))
-    return paths

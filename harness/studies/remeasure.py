@@ -16,8 +16,8 @@ from harness.cells import run_cell
 from harness.specs.cell_spec import Cell
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, KIND, SCALE
+from harness.studies.trial_tags import STUDY
 
-STUDY = "harness.study"     # the same tag as the study's trials carry (study_engine.STUDY)
 TIME = "time_to_accuracy_s"
 
 

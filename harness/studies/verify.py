@@ -38,7 +38,8 @@ from harness.specs.cell_spec import Cell
 from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Store
-from harness.studies import baseline as study_baseline, calibrated_target, isolation, race, race_report, remeasure, study_engine
+from harness.studies import baseline as study_baseline, calibrated_target, isolation, race, race_report, remeasure
+from harness.studies.study_storage import open_study
 from harness.studies.race_report import (bootstrap_median, bootstrap_ratio, fmt_speedup as _fmt_speedup,  # noqa: F401
                                          methods_text as _methods)
 from harness.studies.variants import Variant, own_factor as _own_factor, params_of as _params, values_of as _values
@@ -53,23 +54,11 @@ TIME = "time_to_accuracy_s"
 
 def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any],
                out_dir: Path | None = None, show_progress: bool = False, log=print) -> list[Path]:
-    calibrated = calibrated_target.calibrated_at(spec, scale)
-    if spec.baseline is None or not (spec.targets_from_baseline or calibrated) or spec.metrics[0] != TIME:
-        raise UserError(f"study {spec.name} has no baseline and no target for {TIME}; --verify races a "
-                        "time-to-accuracy study's best trials against its tuned baseline.")
     name = spec.study_name(scale, overrides)
     fixed = calibrated_target.applied(spec, scale, spec.fixed(scale, overrides))
-    study = study_engine.open_study(spec, name, db_url, create=False)
-    base = study_baseline.finished(study)
-    target = fixed["target_accuracy"] if calibrated else study_baseline.target(study)
-    if base is None or target is None:
-        raise UserError(f"study {name} has no complete baseline trial yet; run the study first.")
-    candidates = _candidates(spec, study, base.number)
-    if not candidates:
-        raise UserError(f"study {name} has no complete trial that reached the target {target:.4g}; nothing to verify.")
+    base, candidates, target = _entrants_of(spec, name, scale, db_url, fixed)
     fixed = {**fixed, "target_from_epoch": 0, "target_accuracy": target}
     book = _params(spec, base.params)
-    seeds, v = list(spec.verify.seeds), spec.verify
     experiment_id = store.experiment_id(spec.name)
     store.reap_stale_runs(experiment_id)
     preflight([make_config(fixed)])
@@ -81,42 +70,88 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
             runs.append(row)
             return row
 
-        known = calibrated_target.tuned_factor(spec, scale)
-        # an experiment with no lr to scale (airbench sets its own) has no tuned baseline: the baseline as it is
-        has_lr = "lr" in experiments.get(spec.experiment).reads
-        reference = TUNED if has_lr else spec.baseline.name
-        if known is not None:   # the calibration found it, to the same target's accuracy
-            tuned_factor = known / _own_factor(spec, book)
-        else:
-            factors = sorted({1.0, *map(float, v.lr_factors)}) if has_lr else [1.0]
-            search = [timed(Variant(f"lr x{f:g}", book, f), seeds[0]) for f in factors]
-            reached = [r for r in search if r["reached"]]
-            tuned_factor = min(reached, key=lambda r: r[TIME])["lr_factor"] / _own_factor(spec, book) if reached else 1.0
-        tuned = Variant(reference, book, tuned_factor)
-        entrants = {f"trial {t.number}": Variant(f"trial {t.number}", _params(spec, t.params)) for t in candidates}
-
-        def measure(role: str, seed: int) -> float:
-            return timed(tuned if role == reference else entrants[role], seed)[TIME]
-
-        result = race.race(list(entrants), measure, seeds=seeds, first=v.first_seeds, budget=v.budget, reference=reference)
-        for row in runs:
-            if row["role"] in entrants:
-                row["trial"] = int(row["role"].split()[1])
-            if row["role"] == result.leader:
-                row["role"] = WINNER
-        winner = entrants[result.leader].params
-        methods = [k for k in spec.space if winner[k] != book[k]]
-        ablation = []
-        for k in methods:
-            note = v.changes.get(k, "")
-            ablation.append(Variant(f"alone: {k}", {**book, k: winner[k]}, note=note))
-            ablation.append(Variant(f"without: {k}", {**winner, k: book[k]}, note=note))
-        for seed in seeds[:v.ablation_seeds]:
-            for variant in ablation:
-                timed(variant, seed)
+        tuned = _tuned_baseline(spec, scale, book, timed)
+        result = _race(spec, candidates, tuned, runs, timed)
+        methods = _ablation(spec, book, _params(spec, _trial_named(candidates, result.leader).params), timed)
     finally:
         trials.close()
-    text = race_report.text(spec, name, scale, target, fixed, base, candidates, result, runs, tuned_factor, methods)
+    text = race_report.text(spec, name, scale, target, fixed, base, candidates, result, runs, tuned.lr_factor, methods)
+    return _write(name, text, runs, out_dir, log)
+
+
+def _entrants_of(spec: StudySpec, name: str, scale: str, db_url: str, fixed: dict[str, Any]):
+    """The study's baseline trial, the candidates to race and the target; one sentence when the
+    study cannot be raced (yet)."""
+    calibrated = calibrated_target.calibrated_at(spec, scale)
+    if spec.baseline is None or not (spec.targets_from_baseline or calibrated) or spec.metrics[0] != TIME:
+        raise UserError(f"study {spec.name} has no baseline and no target for {TIME}; --verify races a "
+                        "time-to-accuracy study's best trials against its tuned baseline.")
+    study = open_study(spec, name, db_url, create=False)
+    base = study_baseline.finished(study)
+    target = fixed["target_accuracy"] if calibrated else study_baseline.target(study)
+    if base is None or target is None:
+        raise UserError(f"study {name} has no complete baseline trial yet; run the study first.")
+    candidates = _candidates(spec, study, base.number)
+    if not candidates:
+        raise UserError(f"study {name} has no complete trial that reached the target {target:.4g}; nothing to verify.")
+    return base, candidates, target
+
+
+def _tuned_baseline(spec: StudySpec, scale: str, book: dict[str, Any], timed) -> Variant:
+    """The reference the candidates race: the baseline at the calibration's lr factor; without a
+    calibration, the fastest to the target of the baseline at each lr factor on the first seed. An
+    experiment with no lr to scale (airbench sets its own) races its baseline as it is, by its name."""
+    has_lr = "lr" in experiments.get(spec.experiment).reads
+    role = TUNED if has_lr else spec.baseline.name
+    known = calibrated_target.tuned_factor(spec, scale)
+    if known is not None:   # the calibration found it, to the same target's accuracy
+        return Variant(role, book, known / _own_factor(spec, book))
+    factors = sorted({1.0, *map(float, spec.verify.lr_factors)}) if has_lr else [1.0]
+    search = [timed(Variant(f"lr x{f:g}", book, f), spec.verify.seeds[0]) for f in factors]
+    reached = [r for r in search if r["reached"]]
+    factor = min(reached, key=lambda r: r[TIME])["lr_factor"] / _own_factor(spec, book) if reached else 1.0
+    return Variant(role, book, factor)
+
+
+def _race(spec: StudySpec, candidates: list, tuned: Variant, runs: list[dict[str, Any]], timed) -> race.RaceResult:
+    """The candidates raced over the seeds against the tuned baseline; the leader's rows become the winner's."""
+    v = spec.verify
+    entrants = {f"trial {t.number}": Variant(f"trial {t.number}", _params(spec, t.params)) for t in candidates}
+
+    def measure(role: str, seed: int) -> float:
+        return timed(tuned if role == tuned.role else entrants[role], seed)[TIME]
+
+    result = race.race(list(entrants), measure, seeds=list(v.seeds), first=v.first_seeds, budget=v.budget,
+                       reference=tuned.role)
+    for row in runs:
+        if row["role"] in entrants:
+            row["trial"] = int(row["role"].split()[1])
+        if row["role"] == result.leader:
+            row["role"] = WINNER
+    return result
+
+
+def _trial_named(candidates: list, label: str):
+    return next(t for t in candidates if f"trial {t.number}" == label)
+
+
+def _ablation(spec: StudySpec, book: dict[str, Any], winner: dict[str, Any], timed) -> list[str]:
+    """Each method the winner changes alone on the baseline, and the winner without it, on the
+    first `ablation_seeds` seeds; returns those methods."""
+    v = spec.verify
+    methods = [k for k in spec.space if winner[k] != book[k]]
+    ablation = []
+    for k in methods:
+        note = v.changes.get(k, "")
+        ablation.append(Variant(f"alone: {k}", {**book, k: winner[k]}, note=note))
+        ablation.append(Variant(f"without: {k}", {**winner, k: book[k]}, note=note))
+    for seed in v.seeds[:v.ablation_seeds]:
+        for variant in ablation:
+            timed(variant, seed)
+    return methods
+
+
+def _write(name: str, text: str, runs: list[dict[str, Any]], out_dir: Path | None, log) -> list[Path]:
     out = Path(out_dir or REPORTS_DIR)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}-verify.md", out / f"{name}-verify.csv"]
