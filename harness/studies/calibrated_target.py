@@ -99,72 +99,108 @@ def check_study(study, fixed: dict[str, Any]) -> None:
 def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[str, Any], show_progress: bool = False,
               log=print) -> Path:
     """Run the reference (the module's steps 1-3) and write the target file; returns its path."""
-    import experiments
     from experiments import make_config
     from harness.cells import preflight
-    from harness.studies import isolation, remeasure
-    from harness.studies.variants import Variant, own_factor, params_of, values_of
+    from harness.studies import isolation
 
     if spec.baseline is None or not calibrated_at(spec, scale):
         listed = ", ".join(spec.target.epochs) if spec.target else "none"
         raise UserError(f"study file {spec.path} calibrates no target at scale {scale}: it needs a [baseline] and "
                         f"a [target] whose epochs list the scale (listed: {listed}).")
-    target = spec.target
-    epochs = target.epochs[scale]
-    name = spec.study_name(scale, overrides)
-    fixed = {**spec.fixed(scale, overrides), "target_from_epoch": 0, "epochs": epochs, "stop_at_target": False,
-             "target_accuracy": 1.0}   # never met: every check of every epoch is read
-    book = params_of(spec, spec.baseline.params)
+    fixed = {**spec.fixed(scale, overrides), "target_from_epoch": 0, "epochs": spec.target.epochs[scale],
+             "stop_at_target": False, "target_accuracy": 1.0}   # never met: every check of every epoch is read
     preflight([make_config(fixed)])
     experiment_id = store.experiment_id(spec.name)
     store.reap_stale_runs(experiment_id)
-    has_lr = "lr" in experiments.get(spec.experiment).reads
-    factors = sorted({1.0, *map(float, spec.verify.lr_factors)}) if has_lr else [1.0]
-    runs: list[dict[str, Any]] = []
     trials = isolation.runner(isolation.PROCESS)
     try:
-        def reference(factor: float, seed: int, values: dict[str, Any], what: str) -> dict[str, float]:
-            variant = Variant(f"lr x{factor:g}", book, factor)
-            config = values_of(spec, values, variant, seed)
-            _, metrics, run_id = remeasure.measured(
-                store, experiment_id, name, scale, config, f"calibrate {what}: lr x{factor:g} seed {seed}",
-                kind=CALIBRATE, tags={}, trials=trials, show_progress=show_progress, log=log)
-            if "best_test_accuracy" not in metrics:
-                raise UserError(f"the calibration's reference run (lr x{factor:g}, seed {seed}) ended without an "
-                                f"accuracy; see MLflow run {run_id}.")
-            runs.append({"step": what, "lr_factor": factor * own_factor(spec, book), "seed": seed,
-                         **{k: metrics.get(k) for k in ("best_test_accuracy", "time_to_accuracy_s",
-                                                       "epochs_to_accuracy", "train_samples")},
-                         "mlflow_run_id": run_id})
-            return metrics
+        reference = _Reference(spec, store, experiment_id, spec.study_name(scale, overrides), scale, trials,
+                               show_progress, log)
+        tuned, accuracies = reference.best_accuracies(fixed)
+        goal = round(statistics.median(accuracies) - spec.target.margin, 4)
+        clock = reference.fine_clock(fixed, tuned, goal)
+    finally:
+        trials.close()
+    found = {"study": spec.name, "scale": scale, "target_accuracy": goal,
+             "best_accuracy_median": statistics.median(accuracies), "margin": spec.target.margin,
+             "within_epochs": spec.target.epochs[scale], "lr_factor": tuned * reference.own, **clock,
+             "probe_size": spec.target.probe_size, "overrides": overrides, "host": socket.gethostname(),
+             "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": reference.runs}
+    return _write(spec, scale, found, log)
 
-        best = {f: reference(f, target.seeds[0], fixed, "lr")["best_test_accuracy"] for f in factors}
+
+class _Reference:
+    """The calibration's runs of the study's baseline, each in a fresh process and reused when it
+    finished before (studies/remeasure.py), kept as rows for the target file."""
+
+    def __init__(self, spec: StudySpec, store: "Store", experiment_id: str, name: str, scale: str, trials,
+                 show_progress: bool, log) -> None:
+        from harness.studies.variants import own_factor, params_of
+
+        self.spec, self.store, self.experiment_id, self.name, self.scale = spec, store, experiment_id, name, scale
+        self.trials, self.show_progress, self.log = trials, show_progress, log
+        self.book = params_of(spec, spec.baseline.params)
+        self.own = own_factor(spec, self.book)     # the lr factor the baseline's params set themselves
+        self.runs: list[dict[str, Any]] = []
+
+    def run(self, factor: float, seed: int, values: dict[str, Any], step: str) -> dict[str, float]:
+        from harness.studies import remeasure
+        from harness.studies.variants import Variant, values_of
+
+        config = values_of(self.spec, values, Variant(f"lr x{factor:g}", self.book, factor), seed)
+        _, metrics, run_id = remeasure.measured(
+            self.store, self.experiment_id, self.name, self.scale, config, f"calibrate {step}: lr x{factor:g} seed {seed}",
+            kind=CALIBRATE, tags={}, trials=self.trials, show_progress=self.show_progress, log=self.log)
+        if "best_test_accuracy" not in metrics:
+            raise UserError(f"the calibration's reference run (lr x{factor:g}, seed {seed}) ended without an "
+                            f"accuracy; see MLflow run {run_id}.")
+        self.runs.append({"step": step, "lr_factor": factor * self.own, "seed": seed,
+                          **{k: metrics.get(k) for k in ("best_test_accuracy", "time_to_accuracy_s",
+                                                        "epochs_to_accuracy", "train_samples")},
+                          "mlflow_run_id": run_id})
+        return metrics
+
+    def best_accuracies(self, fixed: dict[str, Any]) -> tuple[float, list[float]]:
+        """Steps 1-2: the lr factor (over the baseline's own) with the best accuracy on the first seed,
+        and its best accuracy on every seed."""
+        import experiments
+
+        seeds = self.spec.target.seeds
+        has_lr = "lr" in experiments.get(self.spec.experiment).reads
+        factors = sorted({1.0, *map(float, self.spec.verify.lr_factors)}) if has_lr else [1.0]
+        best = {f: self.run(f, seeds[0], fixed, "lr")["best_test_accuracy"] for f in factors}
         tuned = max(factors, key=lambda f: (best[f], -f))
-        accuracies = [best[tuned]] + [reference(tuned, s, fixed, "seed")["best_test_accuracy"] for s in target.seeds[1:]]
-        goal = round(statistics.median(accuracies) - target.margin, 4)
-        config = make_config(values_of(spec, fixed, Variant("", book), 0))   # the baseline's own epochs and batch
-        per_epoch = runs[0]["train_samples"]
+        return tuned, [best[tuned]] + [self.run(tuned, s, fixed, "seed")["best_test_accuracy"] for s in seeds[1:]]
+
+    def fine_clock(self, fixed: dict[str, Any], tuned: float, goal: float) -> dict[str, Any]:
+        """Step 3: the tuned baseline timed to the goal with a check every 1/FIRST_CHECKS of its budget,
+        on the probe; a check every `resolution` of its training samples to the goal is the fine clock."""
+        from experiments import make_config
+        from harness.studies.variants import Variant, values_of
+
+        target = self.spec.target
+        config = make_config(values_of(self.spec, fixed, Variant("", self.book), 0))   # its own epochs and batch
+        per_epoch = self.runs[0]["train_samples"]
         first_every = max(config.batch_size, int(per_epoch * config.epochs) // FIRST_CHECKS)
-        timed = reference(tuned, target.seeds[0], {**fixed, "target_accuracy": goal, "stop_at_target": True,
-                                                    "check_every_samples": first_every,
-                                                    "probe_size": target.probe_size}, "time")
+        timed = self.run(tuned, target.seeds[0], {**fixed, "target_accuracy": goal, "stop_at_target": True,
+                                                  "check_every_samples": first_every,
+                                                  "probe_size": target.probe_size}, "time")
         if timed.get("target_reached") != 1.0:
             raise UserError(f"the tuned baseline did not reach its own calibrated target {goal:.4g} again; "
                             "raise [target] margin.")
         samples = timed["epochs_to_accuracy"] * per_epoch
-        every = max(config.batch_size, int(target.resolution * samples))
-    finally:
-        trials.close()
-    found = {"study": spec.name, "scale": scale, "target_accuracy": goal, "best_accuracy_median": statistics.median(accuracies),
-             "margin": target.margin, "within_epochs": epochs, "lr_factor": tuned * own_factor(spec, book),
-             "check_every_samples": every, "probe_size": target.probe_size, "samples_to_target": samples,
-             "reference_time_to_target_s": timed.get("time_to_accuracy_s"), "overrides": overrides,
-             "host": socket.gethostname(), "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": runs}
+        return {"check_every_samples": max(config.batch_size, int(target.resolution * samples)),
+                "samples_to_target": samples, "reference_time_to_target_s": timed.get("time_to_accuracy_s")}
+
+
+def _write(spec: StudySpec, scale: str, found: dict[str, Any], log) -> Path:
     where = path(spec, scale)
     where.parent.mkdir(parents=True, exist_ok=True)
     where.write_text(json.dumps(found, indent=1, default=str) + "\n")
-    log(f"target for {spec.name} at scale {scale}: test accuracy {goal:.4g} (median best {statistics.median(accuracies):.4g} "
-        f"of {spec.baseline.name} at lr x{found['lr_factor']:g} within {epochs} epoch(s), less {target.margin:g}); "
-        f"a check every {every} training samples ({target.resolution:.0%} of its {samples:.0f} to it)"
+    target = spec.target
+    log(f"target for {spec.name} at scale {scale}: test accuracy {found['target_accuracy']:.4g} (median best "
+        f"{found['best_accuracy_median']:.4g} of {spec.baseline.name} at lr x{found['lr_factor']:g} within "
+        f"{found['within_epochs']} epoch(s), less {target.margin:g}); a check every {found['check_every_samples']} "
+        f"training samples ({target.resolution:.0%} of its {found['samples_to_target']:.0f} to it)"
         + (f" on a probe of {target.probe_size} test images" if target.probe_size else "") + f"\nwritten: {where}")
     return where

@@ -78,37 +78,58 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
              "each in a fresh process (forked from a server that had imported torch and run nothing); time to the "
              "target counts training steps only. "
              f"In the study, {spec.baseline.name} (trial {base.number}) took {fmt(base.values[0])} s.", ""]
+    lines += _reference_section(spec, by_role, result, tuned_factor)
+    lines += _race_section(spec, candidates, result, by_role)
+    lines += _winner_section(spec, candidates, result)
+    lines += _ablation_section(by_role, result, methods)
+    lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
+                 "every run is in the CSV beside this file (its role, seed, time_to_accuracy_s and reached) and in "
+                 "MLflow (tag harness.kind = verify).*")
+    return "\n".join(lines) + "\n"
+
+
+def _reference_section(spec: StudySpec, by_role: dict[str, list[dict]], result: RaceResult,
+                       tuned_factor: float) -> list[str]:
+    """How the reference the candidates race was chosen: an lr search, the calibration, or as it is."""
     search = [r for role, rs in by_role.items() if role.startswith("lr x") for r in rs]
     if search:
-        lines += [f"## The tuned-lr baseline (seed {search[0]['seed']})", "",
-                  f"{spec.baseline.name} at lr x factor; the fastest to the target is the tuned baseline: "
-                  f"**lr x{tuned_factor:g}**.", "",
-                  markdown(pd.DataFrame([{"lr factor": r["lr_factor"], "lr": r["lr"], "time to target s": r[TIME],
-                                          "test accuracy": r["test_accuracy"]} for r in search])), ""]
-    elif result.reference.name != "tuned baseline":
-        lines += [f"The reference is {spec.baseline.name} itself: experiment {spec.experiment} has no lr to tune.", ""]
-    else:
-        lines += [f"The tuned baseline is {spec.baseline.name} at lr x{tuned_factor:g}, as the target's calibration "
-                  "found it.", ""]
+        return [f"## The tuned-lr baseline (seed {search[0]['seed']})", "",
+                f"{spec.baseline.name} at lr x factor; the fastest to the target is the tuned baseline: "
+                f"**lr x{tuned_factor:g}**.", "",
+                markdown(pd.DataFrame([{"lr factor": r["lr_factor"], "lr": r["lr"], "time to target s": r[TIME],
+                                        "test accuracy": r["test_accuracy"]} for r in search])), ""]
+    if result.reference.name != "tuned baseline":
+        return [f"The reference is {spec.baseline.name} itself: experiment {spec.experiment} has no lr to tune.", ""]
+    return [f"The tuned baseline is {spec.baseline.name} at lr x{tuned_factor:g}, as the target's calibration "
+            "found it.", ""]
+
+
+def _race_section(spec: StudySpec, candidates, result: RaceResult, by_role: dict[str, list[dict]]) -> list[str]:
+    """Each candidate's in-study figure beside its re-measured median and interval."""
     in_study = {f"trial {t.number}": t.values[0] for t in candidates}
-    table = []
-    reference = result.reference.name
+    reference, table = result.reference.name, []
     for label, entrant in [*result.entrants.items(), (reference, result.reference)]:
         lo, hi = entrant.interval
-        row = {"candidate": label + (" (winner)" if label == result.leader else ""),
-               "in-study s": in_study.get(label, "(the reference)"),
-               "re-measured median s": entrant.median, "95% interval s": f"{fmt(lo)} to {fmt(hi)}",
-               "seeds": len(entrant.times), "reached": f"{sum(math.isfinite(t) for t in entrant.times)}/{len(entrant.times)}",
-               "resolution s": _median_of(by_role.get(WINNER if label == result.leader else label, []),
-                                          "time_to_accuracy_resolution_s")}
-        row["in-study inside interval"] = ("yes" if lo <= in_study[label] <= hi else "no") if label in in_study else ""
-        table.append(row)
-    lines += ["## The race", "", f"The {len(candidates)} fastest trial(s) of the front, each re-measured on seeds "
-              f"{', '.join(map(str, spec.verify.seeds))} in rounds with the {reference}: every candidate ran the first "
-              f"{min(spec.verify.first_seeds, len(spec.verify.seeds))}, then only those whose interval still overlapped "
-              f"the leader's ran more. Race ended: {result.stop}. Interval: the order-statistic 95% interval of the "
-              "median (the range of five draws or fewer).", "", markdown(pd.DataFrame(table)), ""]
-    win, tuned = result.entrants[result.leader].times, result.reference.times
+        reached = sum(math.isfinite(t) for t in entrant.times)
+        table.append({
+            "candidate": label + (" (winner)" if label == result.leader else ""),
+            "in-study s": in_study.get(label, "(the reference)"), "re-measured median s": entrant.median,
+            "95% interval s": f"{fmt(lo)} to {fmt(hi)}", "seeds": len(entrant.times),
+            "reached": f"{reached}/{len(entrant.times)}",
+            "resolution s": _median_of(by_role.get(WINNER if label == result.leader else label, []),
+                                       "time_to_accuracy_resolution_s"),
+            "in-study inside interval": ("yes" if lo <= in_study[label] <= hi else "no") if label in in_study else ""})
+    v = spec.verify
+    return ["## The race", "", f"The {len(candidates)} fastest trial(s) of the front, each re-measured on seeds "
+            f"{', '.join(map(str, v.seeds))} in rounds with the {reference}: every candidate ran the first "
+            f"{min(v.first_seeds, len(v.seeds))}, then only those whose interval still overlapped the leader's ran "
+            f"more. Race ended: {result.stop}. Interval: the order-statistic 95% interval of the median (the range "
+            "of five draws or fewer).", "", markdown(pd.DataFrame(table)), ""]
+
+
+def _winner_section(spec: StudySpec, candidates, result: RaceResult) -> list[str]:
+    """The winner, named on the re-measured intervals, its speed-up and the goal's verdict."""
+    win, tuned, reference = result.entrants[result.leader].times, result.reference.times, result.reference.name
     x = ratio(statistics.median(tuned), statistics.median(win))
     lo, hi = bootstrap_ratio(tuned, win)
     apart = "its interval overlaps no other candidate's" if result.separated else \
@@ -117,25 +138,25 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
     every = all(math.isfinite(t) for t in win)
     verdict = "MET" if x >= v.goal_speedup and lo > v.goal_lower and every else "NOT MET"
     chosen = next(t for t in candidates if f"trial {t.number}" == result.leader)
-    lines += [f"Winner, named on the re-measured intervals: **{result.leader}** ({methods_text(spec, chosen.params)}), "
-              f"median {fmt(statistics.median(win))} s over {len(win)} seeds; {apart}.",
-              f"- over the {reference}: **{fmt_speedup(x)}** (95% bootstrap interval {fmt(lo)}x to {fmt(hi)}x; 0x: a "
-              "resample whose median did not reach the target)",
-              f"- goal (at least {v.goal_speedup:g}x the {reference}, interval's lower bound above {v.goal_lower:g}x, every "
-              f"seed reaching the target): **{verdict}**", ""]
+    return [f"Winner, named on the re-measured intervals: **{result.leader}** ({methods_text(spec, chosen.params)}), "
+            f"median {fmt(statistics.median(win))} s over {len(win)} seeds; {apart}.",
+            f"- over the {reference}: **{fmt_speedup(x)}** (95% bootstrap interval {fmt(lo)}x to {fmt(hi)}x; 0x: a "
+            "resample whose median did not reach the target)",
+            f"- goal (at least {v.goal_speedup:g}x the {reference}, interval's lower bound above {v.goal_lower:g}x, "
+            f"every seed reaching the target): **{verdict}**", ""]
+
+
+def _ablation_section(by_role: dict[str, list[dict]], result: RaceResult, methods: list[str]) -> list[str]:
+    if not methods:
+        return []
     ablation = [r for role, rs in by_role.items() if role.startswith(("alone:", "without:")) for r in rs]
-    if methods:
-        tuned_median = statistics.median(tuned)
-        lines += ["## Ablation of the winner", "", f"Its methods: {', '.join(methods)}. Speed-up: over the "
-                  f"{reference}'s median.", "",
-                  markdown(pd.DataFrame([{"variant": r["role"], "seed": r["seed"], "time to target s": r[TIME],
-                                          "speedup": fmt_speedup(ratio(tuned_median, r[TIME])),
-                                          "test accuracy": r["test_accuracy"],
-                                          "changes": r["changes"] or "speed only"} for r in ablation])), ""]
-    lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
-                 "every run is in the CSV beside this file (its role, seed, time_to_accuracy_s and reached) and in "
-                 "MLflow (tag harness.kind = verify).*")
-    return "\n".join(lines) + "\n"
+    tuned_median = statistics.median(result.reference.times)
+    return ["## Ablation of the winner", "", f"Its methods: {', '.join(methods)}. Speed-up: over the "
+            f"{result.reference.name}'s median.", "",
+            markdown(pd.DataFrame([{"variant": r["role"], "seed": r["seed"], "time to target s": r[TIME],
+                                    "speedup": fmt_speedup(ratio(tuned_median, r[TIME])),
+                                    "test accuracy": r["test_accuracy"],
+                                    "changes": r["changes"] or "speed only"} for r in ablation])), ""]
 
 
 def _target_line(spec: StudySpec, scale: str, target: float, fixed: dict[str, Any]) -> str:
