@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 from experiments import make_config
 from harness import hardware
-from harness.config import RunConfig
+from harness.config import MEASUREMENT_PROCEDURE, RunConfig
 from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
 from harness.signals import raise_if_stopped, stops_held
 from harness.store import Outcome, Store
-from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
+from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, PROCEDURE, REASON_LIMIT
 
 EpochHook = Callable[[int, dict[str, float]], None]
 # How often MLflow samples system metrics in a cell that asks for them (MLflow's default, 10 s,
@@ -82,7 +82,7 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     import experiments
 
     raise_if_stopped()   # no new cell after a stop signal, even one whose KeyboardInterrupt was lost
-    tags = {**tags, CELL_ID: cell.cell_id}
+    tags = {**tags, CELL_ID: cell.cell_id, PROCEDURE: str(MEASUREMENT_PROCEDURE)}
     experiment = experiments.get(cell.config.experiment) if cell.config is not None else None
     if experiment is not None:
         tags[CLOCK] = experiment.clock

@@ -68,9 +68,14 @@ How a verdict is reached on our tables (harness/report/tables.py passes the scal
 - a timing check (a time, a speed-up, an efficiency) has three: PASS only when its whole 95% interval
   over the repeats passes, FAIL only when the whole interval fails, INCONCLUSIVE otherwise (one run is
   always inconclusive), with n and the interval;
+- an accuracy check (compare, trend, best, bound, ratio) has the same three outcomes over seeds: a
+  sweep's round r trains seed base + r for every row, so a row's repeats are its seeds and an
+  accuracy's interval is over them; a row of one seed (a store from before seeds per round) is
+  INCONCLUSIVE, saying "one seed";
 - an accuracy check is N/A while its reference rows are within chance (10%) plus 3 standard errors
   of the test-set size: a claim about accuracy cannot be judged on an untrained model (for a best,
-  the rows are its own and its nearest rival's: two untrained rows tie; a trend ranks its untrained
+  the rows are its own and its nearest rival's: two untrained rows tie, and a "highest" whose own
+  row is untrained is N/A whatever the rival; a trend ranks its untrained
   rows as one level and is N/A while fewer than 3 of its rows learned);
 - a check whose `needs` this machine lacks is a stand-in result whatever its verdict; its FAIL is
   DIFFERS: machine only when the figure misses the claim on the side the missing resource predicts
@@ -157,6 +162,8 @@ def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: Measure
         return Verdict(name, NA, at_chance, kind)
     if repeats is not None and repeats > 1 and is_timing(check.metric, table):
         verdict = _judge_timing(check, table, axes)
+    elif repeats is not None and is_accuracy(check.metric) and kind != "exact":
+        verdict = _judge_accuracy(check, table, axes)
     else:
         verdict = JUDGES[kind](check, table, axes)
     verdict.kind = kind
@@ -188,6 +195,11 @@ def is_timing(metric: str, table: pd.DataFrame | None = None) -> bool:
     return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric)
 
 
+def is_accuracy(metric: str) -> bool:
+    """A figure that moves with the seed a run trained: an accuracy (a time to accuracy is a time)."""
+    return "accuracy" in metric and "to_accuracy" not in metric
+
+
 def _chance_ceiling(check: Check, table: pd.DataFrame) -> float | None:
     """The accuracy at or below which a row of this table has not learned: chance plus 3 standard
     errors of its test-set size (None for a metric that is no accuracy, or an unknown test set)."""
@@ -209,7 +221,14 @@ def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
         # A best is decided between its row and the nearest rival: two untrained rows tie at chance,
         # and which of them is lower is noise even when some other row has learned.
         pair = _stated_and_rival(check, table)
-        if pair is None or max(row[metric] for row in pair) > ceiling:
+        if pair is None:
+            return None
+        if check.goal == "highest" and pair[0][metric] <= ceiling < pair[1][metric]:
+            # "the highest" said of a row that has not learned cannot be the claim's row winning
+            # or losing: it lost to training, not to the rival's setting.
+            return (f"{metric} of {_where_text(check.row)} ({100 * pair[0][metric]:.1f}%) is {bound}: a row that "
+                    "has not learned cannot be the highest or lose to another")
+        if max(row[metric] for row in pair) > ceiling:
             return None
         return (f"{metric} of {_where_text(check.row)} and of its nearest rival ({100 * pair[0][metric]:.1f}%, "
                 f"{100 * pair[1][metric]:.1f}%) are both {bound}: the order of two untrained rows is noise")
@@ -445,22 +464,44 @@ def _fewest_runs(check: Check, table: pd.DataFrame) -> int:
     return int(counts.min()) if len(counts) else 0
 
 
+def _fewest_seeds(check: Check, table: pd.DataFrame) -> int:
+    """The fewest seeds among the rows the check reads (0 when it reads none)."""
+    if "seeds" not in table:
+        return 1 if _fewest_runs(check, table) else 0
+    picked = pd.concat([_rows(table, rows) for rows in check.row_sets().values()] or [table])
+    counts = picked["seeds"].dropna()
+    return int(counts.min()) if len(counts) else 0
+
+
 def _judge_timing(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:
-    """A timing claim judged on its interval: PASS when the whole interval passes, FAIL when the
-    whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
+    """A timing claim judged on its interval over the rounds: PASS when the whole interval passes,
+    FAIL when the whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
+    return _judge_on_interval(check, table, axes, _fewest_runs(check, table), "",
+                              "one timing cannot decide a claim (run the sweep with repeats, or --until-decided)")
+
+
+def _judge_accuracy(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    """An accuracy claim judged on its interval over seeds (a sweep's round r trains seed base + r, so
+    a row's repeats are its seeds), as a timing is on its rounds: one seed decides nothing."""
+    return _judge_on_interval(check, table, axes, _fewest_seeds(check, table), " seeds",
+                              "one seed: the accuracy of one training cannot decide a claim (its repeats, "
+                              "if any, trained the same seed)")
+
+
+def _judge_on_interval(check: Check, table: pd.DataFrame, axes: list[str], n: int, unit: str,
+                       one: str) -> Verdict:
     point = JUDGES[check.kind](check, table, axes)
     if point.verdict == NA or _never_reached(check, table):
         return point
-    n = _fewest_runs(check, table)
     if n < 2:
-        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; n = {n} run(s) per grid point: one timing "
-                       "cannot decide a claim (run the sweep with repeats, or --until-decided)")
+        what = "seed(s)" if unit else "run(s)"
+        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; n = {n} {what} per grid point: {one}")
     lo_col, hi_col = intervals.bounds(check.metric)
     if isinstance(check, (Bound, Ratio)) and lo_col in table:
-        return _interval_verdict(check, table, point, n, lo_col, hi_col)
+        return _interval_verdict(check, table, point, n, lo_col, hi_col, unit)
     if isinstance(check, Compare) and check.within is None:
-        return _compare_interval(check, table, axes, point, n)
-    return _resampled_verdict(check, table, axes, point, n)
+        return _compare_interval(check, table, axes, point, n, unit)
+    return _resampled_verdict(check, table, axes, point, n, unit)
 
 
 def _within(lo: float, hi: float, low: float, high: float) -> Judgement:
@@ -469,7 +510,7 @@ def _within(lo: float, hi: float, low: float, high: float) -> Judgement:
 
 
 def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict, n: int, lo_col: str,
-                      hi_col: str) -> Verdict:
+                      hi_col: str, unit: str = "") -> Verdict:
     """bound and ratio: each row's interval against the allowed range."""
     rows = _rows(table, check.where)
     metric = check.metric
@@ -493,14 +534,15 @@ def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict,
             continue
         states.append(_within(lo, hi, low, high))
         shown.append(intervals.format_ratio(rows.at[i, metric] / scale[i], lo, hi, suffix=""))
-    detail = f"{what} " + ", ".join(shown) + f" (95% interval, n = {n})"
+    detail = f"{what} " + ", ".join(shown) + f" (95% interval, n = {n}{unit})"
     if FAIL in states:
         side = "low" if any(rows.at[i, hi_col] / scale[i] < low for i in rows.index) else "high"
         return Verdict(point.check, FAIL, detail, side=side)
     return Verdict(point.check, PASS if states and all(x == PASS for x in states) else INCONCLUSIVE, detail)
 
 
-def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
+def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], point: Verdict, n: int,
+                      unit: str = "") -> Verdict:
     """compare on a timing: the ratio of the two rows' medians with its interval over the rounds."""
     metric, where, against = check.metric, check.where, check.against
     low, high = _low_high(check)
@@ -520,26 +562,27 @@ def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], poin
                          + intervals.format_ratio(ratio.value, ratio.lo, ratio.hi, suffix=""))
     if not states:
         return point
-    detail = "; ".join(shown) + f" (95% interval, n = {n})"
+    detail = "; ".join(shown) + f" (95% interval, n = {n}{unit})"
     if FAIL in states:
         return Verdict(point.check, FAIL, detail, side=point.side or "high")
     return Verdict(point.check, PASS if all(x == PASS for x in states) else INCONCLUSIVE, detail)
 
 
-def _resampled_verdict(check: Check, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
+def _resampled_verdict(check: Check, table: pd.DataFrame, axes: list[str], point: Verdict, n: int,
+                       unit: str = "") -> Verdict:
     """trend, flat, best (and a timing without interval columns): the check judged again on tables
     whose medians come from resampled rounds (tables.py's replicates); decided when it passes, or
     fails, in at least 97.5% of them."""
     replicates = table.attrs["rounds"].replicates.get(check.metric) if "rounds" in table.attrs else None
     if replicates is None:
-        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; no resampled rounds to judge it on (n = {n})")
+        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; no resampled rounds to judge it on (n = {n}{unit})")
     passes = 0
     for draw in replicates:
         copy = table.copy()
         copy[check.metric] = draw
         passes += JUDGES[check.kind](check, copy, axes).verdict == PASS
     share = passes / len(replicates)
-    detail = f"{point.detail}; passes in {share:.0%} of {len(replicates)} resampled rounds (n = {n})"
+    detail = f"{point.detail}; passes in {share:.0%} of {len(replicates)} resampled rounds (n = {n}{unit})"
     if point.verdict == PASS and share >= RESAMPLE_PASS:
         return Verdict(point.check, PASS, detail)
     if point.verdict == FAIL and share <= 1 - RESAMPLE_PASS:

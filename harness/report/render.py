@@ -113,9 +113,25 @@ def table_markdown(report) -> str:
         for key in ("note", "mfu_invalid_reason", "mfu_na"):
             if isinstance(row.get(key), str) and row[key]:
                 notes.append(f"- {where}: {row[key]}")
+    notes += _one_seed(t, columns)
     if notes:
         lines += ["", "Notes:", *dict.fromkeys(notes)]
     return "\n".join(lines)
+
+
+def _one_seed(t: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The line that says an accuracy shown without an interval is one training's, not a median
+    over seeds: the rows whose cells all trained one seed (repeats of a store from before a round
+    trained its own seed), or none."""
+    shown = [c for c in columns if "accuracy" in c and "to_accuracy" not in c and not c.startswith("book_")]
+    if not shown or "seeds" not in t:
+        return []
+    one = t[(t["seeds"] == 1) & t[shown].notna().any(axis=1)]
+    if one.empty:
+        return []
+    which = "every row" if len(one) == int(t["seeds"].notna().sum()) else f"{len(one)} row(s)"
+    return [f"- {label(shown[0])}: one seed in {which} (its repeats, if any, trained the same seed): "
+            "the figure is one training's, with no interval, and the accuracy checks on it are INCONCLUSIVE"]
 
 
 def problems_markdown(problems: list[str]) -> list[str]:

@@ -18,10 +18,11 @@ from harness.report import checks, intervals, machine
 from harness.report.intervals import iqr
 from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.paths import inside
-from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, SCALE
+from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, PROCEDURE, SCALE
 from harness.sweeps.sweep_spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
+SEEDED_ROUNDS_FROM = 4   # the MEASUREMENT_PROCEDURE from which a sweep's round r trains seed base + r
 MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/flops.py)
 # What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
@@ -142,8 +143,22 @@ def settings_of(run: RunRecord, axes: list[str]) -> dict[str, str]:
     import experiments
 
     fields = experiments.all_fields()
-    return {k: v for k, v in sorted(run.params.items())
+    params = dict(run.params)
+    if "seed" in params:
+        params["seed"] = str(base_seed(run))
+    return {k: v for k, v in sorted(params.items())
             if k not in axes and k != "repeat" and not (k in fields and v == str(fields[k].default))}
+
+
+def base_seed(run: RunRecord):
+    """The seed a cell's sweep was given: its own seed less its round from procedure 4 on (round r
+    trains seed base + r), its own seed before (every round trained it). Rows group by it, so the
+    rounds of one sweep are repeats of one setting, not settings of their own."""
+    seed = _number(run.params.get("seed", "0"))
+    seeded_rounds = int(_number(run.tags.get(PROCEDURE, "0")) or 0) >= SEEDED_ROUNDS_FROM
+    if not seeded_rounds or not isinstance(seed, int):
+        return seed
+    return seed - int(_number(run.params.get("repeat", "0")) or 0)
 
 
 def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[RunRecord]]:
@@ -207,6 +222,7 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
         row = {a: _number(run.params.get(a)) for a in axes}
         row.update({m: run.metrics.get(m) for m in metrics})
         row["repeat"] = int(_number(run.params.get("repeat", "0")) or 0)
+        row["seed"] = _number(run.params.get("seed", "0"))
         row["test_samples"] = run.metrics.get("test_samples")
         row["target_reached"] = run.metrics.get("target_reached")   # 0: no time to accuracy, as none was
         row[CELL_ID] = run.tags.get(CELL_ID)
@@ -224,6 +240,7 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
         table["target_reached"] = grouped["target_reached"].max()   # 1 when any repeat reached it
     if time in metrics:
         table[_iqr_name(time)] = grouped[time].agg(iqr)   # NaN (printed "-") for one repeat
+    _accuracy_over_seeds(table, cells, axes, [m for m in metrics if checks.is_accuracy(m)])
     if (cells["note"] != "").any():
         table["note"] = grouped["note"].agg(lambda texts: "; ".join(dict.fromkeys(t for t in texts if t)))
     for text in MFU_TEXTS:
@@ -258,6 +275,8 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     table = _in_grid_order(table, spec, axes)
     ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency", MFU) if c in table]
     bounds = [c for c in ("speedup_lo", "speedup_hi", "efficiency_lo", "efficiency_hi") if c in table]
+    bounds += [c for c in table.columns if c.endswith(("_lo", "_hi")) and c not in bounds and c not in axes
+               and not c.startswith("book_")]
     ours += [c for c in table.columns if c not in ours + bounds and c not in axes and not c.startswith("book_")
              and c != "note"]
     ours += bounds   # the intervals' bounds last among ours: the Markdown shows them inside their column
@@ -271,6 +290,23 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     if cells["test_samples"].notna().any():
         table.attrs["test_samples"] = float(cells["test_samples"].median())
     return table
+
+
+def _accuracy_over_seeds(table: pd.DataFrame, cells: pd.DataFrame, axes: list[str], accuracies: list[str]) -> None:
+    """`seeds`: how many seeds each grid point's cells trained, and for each accuracy its 95% interval
+    over them (`_lo`/`_hi`, harness/report/intervals.py). A row of one seed (its repeats timed the
+    same training again) has no interval: its accuracy is one draw, and the report says so."""
+    if not accuracies:
+        return
+    grouped = cells.groupby(axes, sort=True)
+    table["seeds"] = grouped["seed"].nunique()
+    for metric in accuracies:
+        found = {key: intervals.median_interval(group.groupby("seed")[metric].median())
+                 if group["seed"].nunique() > 1 else (np.nan, np.nan, np.nan) for key, group in grouped}
+        lo, hi = intervals.bounds(metric)
+        keys = [key if isinstance(key, tuple) else (key,) for key in table.index]
+        table[lo] = [found[key][1] for key in keys]
+        table[hi] = [found[key][2] for key in keys]
 
 
 REPLICATES = 400   # resampled tables a trend, flat or best timing check is judged on

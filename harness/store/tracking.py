@@ -34,6 +34,7 @@ SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIN
     "harness.sweep", "harness.scale", "harness.cell_id", "harness.outcome", "harness.reason",
     "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId", "harness.clock", "harness.kind",
 )
+PROCEDURE = "harness.procedure"   # MEASUREMENT_PROCEDURE of the cell (from 4 on: round r trains seed base + r)
 DETACHED_HOST = "(detached workers)"  # HOST of a parent run whose launcher left; its workers close it
 DESCRIPTION = "mlflow.note.content"  # what the MLflow UI shows as an experiment's or a run's description
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)

@@ -1,0 +1,113 @@
+"""Seeds as the source of accuracy intervals: a sweep's round r trains seed base + r for every row,
+a row's accuracy is printed with its interval over those seeds, and accuracy checks have three
+outcomes on it, judged here on fabricated runs whose spread over seeds is known. A store from before
+(every round trained one seed) says "one seed" and decides nothing."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from harness.report import checks, intervals, render, tables
+from harness.store import RunRecord
+from harness.store.tracking import CELL_ID, OUTCOME, PROCEDURE
+from harness.sweeps import sweep_spec
+
+
+def _runs(accuracies: dict[float, list[float]], seeded: bool = True, base: int = 0) -> list[RunRecord]:
+    """One finished cell per round and sparsity; round r trained seed base + r (`seeded`) or the
+    base seed in every round (a procedure-3 store)."""
+    runs = []
+    for sparsity, values in accuracies.items():
+        for repeat, value in enumerate(values):
+            seed = base + repeat if seeded else base
+            runs.append(RunRecord(f"r{sparsity}-{repeat}", f"s={sparsity} r{repeat}", "FINISHED",
+                                  {"sparsity": str(sparsity), "repeat": str(repeat), "seed": str(seed)},
+                                  {"train_time_s": 10.0 + repeat, "test_accuracy": value, "test_samples": 10_000},
+                                  {OUTCOME: "ok", CELL_ID: f"c{sparsity}-{repeat}",
+                                   PROCEDURE: "4" if seeded else "3"}, 0))
+    return runs
+
+
+@pytest.fixture
+def spec(sweep_file):
+    return sweep_spec.load(str(sweep_file("seeds", {"sparsity": [0.0, 0.5]}, repeats=3)))
+
+
+def test_round_r_trains_seed_base_plus_r_the_same_for_every_row(spec):
+    cells = sweep_spec.expand(spec, "full")
+    seeds = {(c.config.sparsity, c.config.repeat): c.config.seed for c in cells}
+    assert seeds == {(0.0, 0): 0, (0.5, 0): 0, (0.0, 1): 1, (0.5, 1): 1, (0.0, 2): 2, (0.5, 2): 2}
+    based = sweep_spec.expand(spec, "full", {"seed": 7})
+    assert sorted({(c.config.repeat, c.config.seed) for c in based}) == [(0, 7), (1, 8), (2, 9)]
+    assert len({c.cell_id for c in cells}) == len(cells)
+
+
+def test_the_rounds_of_one_sweep_are_one_table_and_another_base_seed_is_another(spec):
+    reports = tables.settings_groups(spec, _runs({0.0: [0.5, 0.5, 0.5]}) + _runs({0.0: [0.5, 0.5, 0.5]}, base=5))
+    assert sorted(len(r) for r in reports.values()) == [3, 3] and "seed=5" in " ".join(reports)
+    assert list(tables.settings_groups(spec, _runs({0.0: [0.5, 0.5, 0.5]}))) == [""]
+
+
+def test_an_accuracy_has_its_interval_over_seeds(spec):
+    """Seeds 0.60, 0.62, 0.64: the median 0.62, and the bootstrap-SE interval with t(2) = 4.30
+    around it; seeds that agree exactly have an interval of no width."""
+    table = tables.build_table(spec, _runs({0.0: [0.60, 0.62, 0.64], 0.5: [0.55, 0.55, 0.55]})).set_index("sparsity")
+    assert table.loc[0.0, "seeds"] == 3 and table.loc[0.0, "test_accuracy"] == pytest.approx(0.62)
+    lo, hi = table.loc[0.0, "test_accuracy_lo"], table.loc[0.0, "test_accuracy_hi"]
+    assert lo < 0.60 and hi > 0.64 and hi - 0.62 == pytest.approx(0.62 - lo)
+    value, low, high = intervals.median_interval([0.60, 0.62, 0.64])
+    assert (value, low, high) == pytest.approx((0.62, lo, hi))
+    assert table.loc[0.5, "test_accuracy_lo"] == pytest.approx(0.55) == table.loc[0.5, "test_accuracy_hi"]
+    markdown = render.table_markdown(SimpleNamespace(table=table.reset_index(), spec=spec))
+    assert "62.00% [" in markdown and "one seed" not in markdown
+
+
+def test_one_seed_says_so_and_invents_no_interval(spec):
+    """A procedure-3 store: three repeats of seed 0 with the same accuracy are one training."""
+    table = tables.build_table(spec, _runs({0.0: [0.62] * 3, 0.5: [0.55] * 3}, seeded=False))
+    assert (table["seeds"] == 1).all() and table["test_accuracy_lo"].isna().all()
+    markdown = render.table_markdown(SimpleNamespace(table=table, spec=spec))
+    assert "one seed in every row" in markdown and "62.00% [" not in markdown
+    check = {"kind": "compare", "metric": "test_accuracy", "where": {"sparsity": 0.5},
+             "against": {"sparsity": 0.0}, "within": 0.1}
+    verdict = checks.evaluate([check], table, axes=spec.axes(), scale="cpu", repeats=3)[0]
+    assert verdict.verdict == checks.INCONCLUSIVE and "one seed" in verdict.detail, verdict.detail
+
+
+def _verdict(spec, accuracies, check):
+    table = tables.build_table(spec, _runs(accuracies))
+    return checks.evaluate([check], table, axes=spec.axes(), scale="cpu", repeats=3)[0]
+
+
+def test_an_accuracy_bound_passes_fails_or_is_inconclusive_on_its_interval(spec):
+    floor = {"kind": "bound", "metric": "test_accuracy", "min": 0.6, "where": {"sparsity": 0.0}}
+    assert _verdict(spec, {0.0: [0.70, 0.71, 0.72], 0.5: [0.5] * 3}, floor).verdict == checks.PASS
+    assert _verdict(spec, {0.0: [0.50, 0.51, 0.52], 0.5: [0.5] * 3}, floor).verdict == checks.FAIL
+    spread = _verdict(spec, {0.0: [0.55, 0.62, 0.69], 0.5: [0.5] * 3}, floor)   # median above, interval across
+    assert spread.verdict == checks.INCONCLUSIVE and "n = 3 seeds" in spread.detail, spread.detail
+
+
+def test_an_accuracy_within_compare_is_decided_only_when_the_seeds_agree(spec):
+    """"Costs little accuracy": within 2 points. Paired by seed, a steady 1-point loss passes; a
+    steady 10-point loss fails; a loss of 1 point on one seed and 9 on another is undecided."""
+    same = {"kind": "compare", "metric": "test_accuracy", "where": {"sparsity": 0.5},
+            "against": {"sparsity": 0.0}, "within": 0.02}
+    assert _verdict(spec, {0.0: [0.60, 0.62, 0.64], 0.5: [0.59, 0.61, 0.63]}, same).verdict == checks.PASS
+    assert _verdict(spec, {0.0: [0.60, 0.62, 0.64], 0.5: [0.50, 0.52, 0.54]}, same).verdict == checks.FAIL
+    mixed = _verdict(spec, {0.0: [0.60, 0.62, 0.64], 0.5: [0.59, 0.61, 0.55]}, same)
+    assert mixed.verdict == checks.INCONCLUSIVE, mixed.detail
+
+
+def test_an_accuracy_best_and_trend_are_judged_over_resampled_seeds(sweep_file):
+    three = sweep_spec.load(str(sweep_file("best", {"sparsity": [0.0, 0.5, 0.8]}, repeats=3)))
+    best = {"kind": "best", "metric": "test_accuracy", "goal": "highest", "row": {"sparsity": 0.0}}
+    clear = {0.0: [0.70, 0.71, 0.72], 0.5: [0.60, 0.61, 0.62], 0.8: [0.50, 0.51, 0.52]}
+    assert _verdict(three, clear, best).verdict == checks.PASS
+    overlapping = {0.0: [0.70, 0.60, 0.72], 0.5: [0.61, 0.71, 0.62], 0.8: [0.50, 0.51, 0.52]}
+    assert _verdict(three, overlapping, best).verdict == checks.INCONCLUSIVE
+    trend = {"kind": "trend", "metric": "test_accuracy", "x": "sparsity", "direction": "decreasing",
+             "min_correlation": 0.9}
+    assert _verdict(three, clear, trend).verdict == checks.PASS
+    assert _verdict(three, {0.0: [0.5] * 3, 0.5: [0.6] * 3, 0.8: [0.7] * 3}, trend).verdict == checks.FAIL
