@@ -200,5 +200,6 @@ def test_a_cells_id_does_not_depend_on_the_order_or_spelling_of_its_values():
     values, cell_id = PINNED[0]
     assert make_config(dict(reversed(list(values.items())))).cell_id() == cell_id
     assert make_config({**values, "epochs": str(values["epochs"])}).cell_id() == cell_id
-    assert make_config({**values, "threads": 0, "seed": 0}).cell_id() == cell_id   # defaults add nothing
+    assert make_config({**values, "threads": 0, "repeat": 2, "seed": 2}).cell_id() == cell_id   # as pinned
+    assert make_config({**values, "malloc": "glibc_default"}).cell_id() == cell_id   # defaults add nothing
     assert make_config({**values, "seed": 1}).cell_id() != cell_id

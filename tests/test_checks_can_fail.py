@@ -239,6 +239,11 @@ def _fabricated(check: Check, points: pd.DataFrame, agree: bool) -> pd.DataFrame
         table[metric] = rising if agree else -rising
     elif kind == "flat":
         table[metric] = 1.0 if agree else [1.0 + i for i in range(len(table))]
+    elif kind == "compare":   # the against rows at 1; the claim's rows at 1 (inside every range) or far off
+        table[metric] = 1.0
+        low = 0.0 if check.min_ratio is None else check.min_ratio
+        off = 1.0 + 2 * (check.within or 0.5) if check.max_ratio is not None or check.within else low / 2
+        table.loc[checks._rows(table, check.where).index, metric] = 1.0 if agree else off
     else:
         raise AssertionError(f"no fabricated table for a '{kind}' check on ours; add one here")
     return table

@@ -210,8 +210,11 @@ def test_shipped_training_sweeps_repeat_three_times_off_smoke(name):
     import experiments
 
     spec = sweep_spec.load(name)
-    trains = experiments.get(spec.experiment).needs_dataset   # the others time repeats inside one cell
-    assert [spec.repeats_at(s) for s in spec.scales] == [1 if s == "smoke" or not trains else 3 for s in spec.scales]
+    # The others time repeats inside one cell; hybridize's and async's timings are ratios whose noise is
+    # per process (identical cells differ by 4-11% between processes), so they run 3 processes too.
+    repeated = experiments.get(spec.experiment).needs_dataset or name in ("hybridize", "async")
+    assert [spec.repeats_at(s) for s in spec.scales] == [1 if s == "smoke" or not repeated else 3
+                                                         for s in spec.scales]
 
 
 def test_a_quick_sweep_runs_every_point_three_times():

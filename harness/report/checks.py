@@ -123,6 +123,7 @@ class Verdict:
     kind: str = ""   # the check's kind: "exact" facts are counted apart from measured claims
     stand_in: bool = False   # measured without what the claim needs (cores, GPUs, native dtype)
     side: str = ""   # on a FAIL of a bound, ratio or compare: "low" or "high", the side it missed on
+    claim: str = "published"   # a document's claim, the project's "goal", or a "consistency" check
 
     @property
     def label(self) -> str:
@@ -131,13 +132,15 @@ class Verdict:
 
 def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[str] | None = None,
              measured: MeasuredOn | None = None, machine: str = DOCUMENT_MACHINE,
-             scale: str | None = None, repeats: int | None = None) -> list[Verdict]:
+             scale: str | None = None, repeats: int | None = None,
+             settings: dict[str, set[str]] | None = None) -> list[Verdict]:
     """Each check's verdict on `table` (a check given as its TOML table is read as its kind's model
     first; one that is no check is N/A, saying why). `axes` are the sweep's axes (a `compare` pairs
     its rows on the ones it does not name); `measured` what the cells ran on, `machine` what the
     document's is called; `scale` the table's scale (None: judge every check, as on the published
     rows); `repeats` the runs each grid point should have: above 1, timing checks have three
-    outcomes (None: two, as on the published rows, which are single figures)."""
+    outcomes (None: two, as on the published rows, which are single figures); `settings` what the
+    cells ran with (param -> the values found), for the settings a check `assumes`."""
     verdicts = []
     for entry in checks:
         try:
@@ -145,12 +148,57 @@ def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[
         except ValueError as err:   # a table no kind reads (sweep files are read before this): never a PASS
             verdicts.append(Verdict(str(entry), NA, str(err)))
             continue
-        verdicts.append(_judge(check, table, axes or [], measured, machine, scale, repeats))
+        verdict = _judge(check, table, axes or [], measured, machine, scale, repeats, settings or {})
+        verdict.claim = check.claim
+        verdicts.append(verdict)
     return verdicts
 
 
+def _assumed(check: Check, settings: dict[str, set[str]]) -> tuple[str, str]:
+    """Why the cells' settings are not the ones the claim is about ("" when they are), and the
+    stand-ins among them ("" when none): a setting the cells did not log is not held against them."""
+    other, standing = [], []
+    for key, want in (check.assumes or {}).items():
+        found = settings.get(key)
+        if not found:
+            continue
+        wanted = _texts(want)
+        if found <= wanted:
+            continue
+        allowed = _texts((check.stand_ins or {}).get(key))
+        shown = "/".join(sorted(found))
+        if found <= wanted | allowed:
+            standing.append(f"{key} {shown} for {'/'.join(sorted(wanted))}")
+        else:
+            other.append(f"{key} {shown}")
+    if other:
+        assumed = ", ".join(f"{k}={'/'.join(sorted(_texts(v)))}" for k, v in check.assumes.items())
+        return f"the claim assumes {assumed}; these cells ran {', '.join(other)}", ""
+    return "", "; ".join(standing)
+
+
+def _texts(value) -> set[str]:
+    """A setting (or a list of them) as the cells' params spell it."""
+    if value is None:
+        return set()
+    return {str(v).lower() if isinstance(v, bool) else str(v) for v in (value if isinstance(value, list) else [value])}
+
+
 def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
-           machine: str, scale: str | None, repeats: int | None = None) -> Verdict:
+           machine: str, scale: str | None, repeats: int | None = None,
+           settings: dict[str, set[str]] | None = None) -> Verdict:
+    other, standing = _assumed(check, settings or {})
+    if other:
+        return Verdict(check.name, NA, other, check.kind)
+    verdict = _judge_here(check, table, axes, measured, machine, scale, repeats)
+    if standing and verdict.verdict != NA:
+        verdict.stand_in = True
+        verdict.detail += f" (a stand-in: {standing})"
+    return verdict
+
+
+def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
+                machine: str, scale: str | None, repeats: int | None = None) -> Verdict:
     kind, name = check.kind, check.name
     if scale is not None and check.scales and scale not in check.scales:
         return Verdict(name, NA, f"judged at scale {', '.join(check.scales)} only (the document's data and epochs); "
@@ -192,7 +240,8 @@ def is_timing(metric: str, table: pd.DataFrame | None = None) -> bool:
     """A figure that moves with the machine's speed from run to run: a time, a speed-up, an
     efficiency, a throughput (and the table's own time metric)."""
     time = table.attrs.get("time") if table is not None else None
-    return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric)
+    # "_over_": a ratio of two times taken in one process (numpy_over_torch), as noisy as they are
+    return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric) or "_over_" in metric
 
 
 def is_accuracy(metric: str) -> bool:
@@ -264,14 +313,18 @@ def _stated_and_rival(check: Best, table: pd.DataFrame) -> tuple[pd.Series, pd.S
 
 def count_line(verdicts: list[Verdict]) -> str:
     """The summary of a report's verdicts, counting apart what is evidence of different kinds: exact
-    facts, measured claims, stand-ins (measured without what the claim needs), inconclusive, N/A."""
-    groups = {"exact facts": Counter(), "measured claims": Counter(), "stand-ins": Counter()}
+    facts, measured claims, stand-ins (measured without what the claim needs, or on a stand-in data
+    set or dtype), this project's own goals, consistency checks of the measurement (true by
+    construction on some machines: never a reproduced claim), inconclusive, N/A."""
+    groups = {"exact facts": Counter(), "measured claims": Counter(), "stand-ins": Counter(),
+              "project goals": Counter(), "consistency": Counter()}
     inconclusive = sum(v.verdict == INCONCLUSIVE for v in verdicts)
     na = sum(v.verdict == NA for v in verdicts)
     for v in verdicts:
         if v.verdict in (INCONCLUSIVE, NA):
             continue
-        group = "stand-ins" if v.stand_in else "exact facts" if v.kind == "exact" else "measured claims"
+        group = ("project goals" if v.claim == "goal" else "consistency" if v.claim == "consistency" else
+                 "stand-ins" if v.stand_in else "exact facts" if v.kind == "exact" else "measured claims")
         groups[group][v.verdict] += 1
     parts = []
     for group, found in groups.items():
@@ -342,10 +395,24 @@ def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
     if pairs.empty:
         return Verdict(name, NA, "no row has both our figure and the published one")
     ratios = pairs[metric] / pairs[published]
-    worst = (ratios - 1).abs().max()
+    low, high = _ratio_range(check, pairs[published])
+    inside = (ratios >= low) & (ratios <= high)
     detail = "ours/published = " + ", ".join(f"{r:.2f}" for r in ratios)
-    side = "" if worst <= tolerance else "low" if (ratios < 1 - tolerance).any() else "high"
-    return Verdict(name, PASS if worst <= tolerance else FAIL, detail, side=side)
+    if check.max is not None:
+        detail += f" (ours at most {check.max:g})"
+    side = "" if inside.all() else "low" if (ratios < low).any() else "high"
+    return Verdict(name, PASS if inside.all() else FAIL, detail, side=side)
+
+
+def _ratio_range(check: Ratio, published: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """The allowed range of ours/published, row by row: 1 +- tolerance, capped where our figure has
+    a ceiling of its own (`max`: two devices cannot be more than 2x one)."""
+    tolerance = float(check.tolerance)
+    low = pd.Series(1 - tolerance, index=published.index)
+    high = pd.Series(1 + tolerance, index=published.index)
+    if check.max is not None:
+        high = high.where(high <= check.max / published, check.max / published)
+    return low, high
 
 
 # Metrics a run that never met its target leaves out rather than recording a number
@@ -518,12 +585,13 @@ def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict,
         published = check.published_column
         rows = rows.dropna(subset=[metric, published])
         scale = rows[published]
-        low, high = 1 - float(check.tolerance), 1 + float(check.tolerance)
+        lows, highs = _ratio_range(check, scale)
         what = "ours/published"
     else:
         rows = rows.dropna(subset=[metric])
         scale = pd.Series(1.0, index=rows.index)
         low, high = _low_high(check)
+        lows, highs = pd.Series(low, index=rows.index), pd.Series(high, index=rows.index)
         what = metric
     states, shown = [], []
     for i in rows.index:
@@ -532,11 +600,13 @@ def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict,
             states.append(INCONCLUSIVE)
             shown.append(f"{rows.at[i, metric] / scale[i]:.3g} (no interval)")
             continue
-        states.append(_within(lo, hi, low, high))
+        states.append(_within(lo, hi, lows[i], highs[i]))
         shown.append(intervals.format_ratio(rows.at[i, metric] / scale[i], lo, hi, suffix=""))
     detail = f"{what} " + ", ".join(shown) + f" (95% interval, n = {n}{unit})"
+    if isinstance(check, Ratio) and check.max is not None:
+        detail += f"; ours at most {check.max:g}: ours/published at most " + ", ".join(f"{h:.2f}" for h in highs)
     if FAIL in states:
-        side = "low" if any(rows.at[i, hi_col] / scale[i] < low for i in rows.index) else "high"
+        side = "low" if any(rows.at[i, hi_col] / scale[i] < lows[i] for i in rows.index) else "high"
         return Verdict(point.check, FAIL, detail, side=side)
     return Verdict(point.check, PASS if states and all(x == PASS for x in states) else INCONCLUSIVE, detail)
 

@@ -115,9 +115,18 @@ def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunR
     report.verdicts = checks.evaluate(spec.checks, report.table, axes=spec.axes(), scale=scale,
                                       measured=machine.measured_on(runs, unfinished),
                                       machine=spec.published.get("machine", checks.DOCUMENT_MACHINE),
-                                      repeats=spec.repeats_at(scale))
+                                      repeats=spec.repeats_at(scale), settings=cell_settings(runs))
     report.markdown = to_markdown(report, runs[0])
     return report
+
+
+def cell_settings(runs: list[RunRecord]) -> dict[str, set[str]]:
+    """Every param of the cells with the values they ran (the settings a check `assumes`)."""
+    found: dict[str, set[str]] = {}
+    for run in runs:
+        for key, value in run.params.items():
+            found.setdefault(key, set()).add(value)
+    return found
 
 
 def _listed(problems: list[str], label: str) -> bool:
@@ -480,7 +489,12 @@ def _in_grid_order(table: pd.DataFrame, spec: SweepSpec, axes: list[str]) -> pd.
     def key(column: pd.Series) -> pd.Series:
         if pd.api.types.is_numeric_dtype(column):
             return column
-        order = {v: i for i, v in enumerate(spec.grid.get(column.name, [])) if not isinstance(v, dict)}
+        listed = [v for values in spec.grid.values() for v in values if isinstance(v, dict) and column.name in v]
+        listed = [v[column.name] for v in listed] or spec.grid.get(column.name, [])
+        order = {}
+        for v in listed:   # a compound axis lists a value once per combination: its first place counts
+            if not isinstance(v, dict):
+                order.setdefault(v, len(order))
         return column.map(lambda v: (0, order[v], "") if v in order else
                           (1, v, "") if isinstance(v, (int, float)) else (2, 0, str(v)))
     return table.sort_values(axes, key=key)
@@ -511,6 +525,8 @@ def _efficiency(frame: pd.DataFrame, baseline: dict, speedup: str, workers: str)
 
 
 def _number(text):
+    if text in ("True", "False"):   # a bool field as MLflow logs it (grad_scaler), compared with the file's true
+        return text == "True"
     try:
         return float(text) if "." in text or "e" in text else int(text)
     except (TypeError, ValueError):
