@@ -22,6 +22,7 @@ every row. `text` says the claim in words and where it comes from.
     metric = "speedup"              # compared with book_speedup (or `published = "book_..."`)
     tolerance = 0.25                # |ours / published - 1| allowed
     where = { sparsity = 0.5 }
+    max = 2.0                       # optional: our figure at most this (two devices: 2x), whatever the tolerance
 
     [[checks]]                      # a bound on our own figure: a floor (min > 1 on a speed-up), a ceiling
     kind = "bound"
@@ -58,6 +59,10 @@ Every kind also takes (the models and their defaults: harness/checkkinds.py):
                                     # document's data and epochs); N/A elsewhere, saying so
     on = "ours"                     # the published rows cannot judge it (no such figure printed) ...
     reason = "d2l prints no outputs"  # ... and why (tests/test_checks_can_fail.py exempts exactly these)
+    assumes = { model = "cnn" }     # the settings the claim is about: cells that ran others are N/A ...
+    stand_ins = { dataset = "imagefolder" }  # ... but these are judged, labelled "(stand-in)"
+    claim = "goal"                  # "published" (default), "goal" (this project's own) or "consistency"
+                                    # (true by construction on some machines): the last two counted apart
 
 Verdicts: PASS, FAIL, DIFFERS: machine, INCONCLUSIVE, or N/A when the table lacks the cells a check needs
 (it says which).
