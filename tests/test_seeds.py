@@ -111,3 +111,20 @@ def test_an_accuracy_best_and_trend_are_judged_over_resampled_seeds(sweep_file):
              "min_correlation": 0.9}
     assert _verdict(three, clear, trend).verdict == checks.PASS
     assert _verdict(three, {0.0: [0.5] * 3, 0.5: [0.6] * 3, 0.8: [0.7] * 3}, trend).verdict == checks.FAIL
+
+
+def test_a_speed_up_over_fewer_rounds_than_its_baseline_prints_the_paired_baseline_time(spec):
+    """--until-decided added a 4th round to the baseline alone (a faster day, 6 s): its row shows the
+    median of 4 rounds (10.5 s), while the speed-up divides the median of the 3 rounds shared (11 s)."""
+    runs = _runs({0.0: [0.5] * 3, 0.5: [0.5] * 3})
+    for run in runs:
+        run.metrics["train_time_s"] = {"0.0": 10.0, "0.5": 5.0}[run.params["sparsity"]] + int(run.params["repeat"])
+    extra = RunRecord("r0-3", "s=0.0 r3", "FINISHED", {"sparsity": "0.0", "repeat": "3", "seed": "3"},
+                      {"train_time_s": 6.0, "test_accuracy": 0.5, "test_samples": 10_000},
+                      {OUTCOME: "ok", CELL_ID: "c0-3", PROCEDURE: "4"}, 0)
+    table = tables.build_table(spec, runs + [extra])
+    assert table.set_index("sparsity").loc[0.5, "paired_baseline_time_s"] == 11.0
+    assert table.set_index("sparsity").loc[0.5, "speedup"] == pytest.approx(11.0 / 6.0)
+    markdown = render.table_markdown(SimpleNamespace(table=table, spec=spec))
+    assert "speed-up of sparsity=0.5: over the 3 rounds shared with the baseline, whose median time (s) over them is 11.0" \
+        in markdown, markdown

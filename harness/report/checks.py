@@ -548,16 +548,17 @@ def _fewest_seeds(check: Check, table: pd.DataFrame) -> int:
 def _judge_timing(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:
     """A timing claim judged on its interval over the rounds: PASS when the whole interval passes,
     FAIL when the whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
-    return _judge_on_interval(check, table, axes, _fewest_runs(check, table), "",
-                              "one timing cannot decide a claim (run the sweep with repeats, or --until-decided)")
+    n = _fewest_runs(check, table)
+    return _judge_on_interval(check, table, axes, n, "", f"n = {n} run(s) per grid point: one timing cannot decide "
+                              "a claim (run the sweep with repeats, or --until-decided)")
 
 
 def _judge_accuracy(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:
     """An accuracy claim judged on its interval over seeds (a sweep's round r trains seed base + r, so
     a row's repeats are its seeds), as a timing is on its rounds: one seed decides nothing."""
-    return _judge_on_interval(check, table, axes, _fewest_seeds(check, table), " seeds",
-                              "one seed: the accuracy of one training cannot decide a claim (its repeats, "
-                              "if any, trained the same seed)")
+    n = _fewest_seeds(check, table)
+    return _judge_on_interval(check, table, axes, n, " seeds", f"one seed (n = {n} per grid point): the accuracy "
+                              "of one training cannot decide a claim (its repeats, if any, trained the same seed)")
 
 
 def _judge_on_interval(check: Check, table: pd.DataFrame, axes: list[str], n: int, unit: str,
@@ -566,8 +567,7 @@ def _judge_on_interval(check: Check, table: pd.DataFrame, axes: list[str], n: in
     if point.verdict == NA or _never_reached(check, table):
         return point
     if n < 2:
-        what = "seed(s)" if unit else "run(s)"
-        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; n = {n} {what} per grid point: {one}")
+        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; {one}")
     lo_col, hi_col = intervals.bounds(check.metric)
     if isinstance(check, (Bound, Ratio)) and lo_col in table:
         return _interval_verdict(check, table, point, n, lo_col, hi_col, unit)

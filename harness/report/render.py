@@ -113,10 +113,27 @@ def table_markdown(report) -> str:
         for key in ("note", "mfu_invalid_reason", "mfu_na"):
             if isinstance(row.get(key), str) and row[key]:
                 notes.append(f"- {where}: {row[key]}")
+    notes += _paired_baseline(t, axes, time)
     notes += _one_seed(t, columns)
     if notes:
         lines += ["", "Notes:", *dict.fromkeys(notes)]
     return "\n".join(lines)
+
+
+def _paired_baseline(t: pd.DataFrame, axes: list[str], time: str) -> list[str]:
+    """Where a speed-up divides the baseline's median over fewer rounds than the baseline row shows
+    (a round --until-decided added to the baseline alone), the time it divides, once per such time."""
+    if "paired_baseline_time_s" not in t:
+        return []
+    groups: dict[tuple, list[str]] = {}
+    for row in t.astype(object).where(t.notna(), None).to_dict("records"):
+        if row.get("paired_baseline_time_s") is None:
+            continue
+        where = " ".join(f"{a}={value_text(a, row[a])}" for a in axes)
+        groups.setdefault((row["paired_baseline_time_s"], row["paired_rounds"]), []).append(where)
+    return [f"- speed-up of {'; '.join(rows)}: over the {int(rounds)} rounds shared with the baseline, whose median "
+            f"{label(time)} over them is {value_text(time, paired)} (its row shows the median over all its rounds)"
+            for (paired, rounds), rows in groups.items()]
 
 
 def _one_seed(t: pd.DataFrame, columns: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.fingerprint import cpu_flags, fingerprint
+from harness.fingerprint import machine_text
 from harness.folders import REPORTS_DIR
 from harness.machine_load import CONTENDED_CORES
 from harness.report import checks, overview, tables as report
@@ -26,11 +26,7 @@ from harness.store.tracking import NOTE_PREFIX
 from harness.store.uris import hide_password
 from harness.sweeps import sweep_spec
 
-# The CPU flags that decide what a CPU computes natively (harness/precision.py) and how fast.
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
-               "amx_int8", "amx_fp16")
 CHANCE = 0.12   # best test accuracy at or below this, on the 10-class data sets used here: chance (10%)
-CLAIM_LIMIT = 150
 
 
 def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path, str]:
@@ -55,7 +51,7 @@ def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path,
                + (f" (not run: {', '.join(not_run)})" if not_run else "")
                + "; checks: " + checks.count_line(verdicts))
     first = [pairs[0][0] for pairs in built.values()]
-    lines = ["# Reproduction report", "",
+    lines = ["# Reproduction report", "", measured_line(first), "",
              f"Our figures beside the published ones, read back from the tracking store {redact(store.uri)}. "
              f"**{summary}.**", "",
              "## At a glance", "", *glance(first, not_run, specs), "",
@@ -84,17 +80,49 @@ def label(spec) -> str:
     return (f"{''.join(g for g in found.groups() if g)} " if found else "") + f"`{spec.name}`"
 
 
-def glance(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
-    lines = ["| table | claim | ours vs published | verdict | caveat |", "|---|---|---|---|---|"]
+def measured_line(reports: list) -> str:
+    """Line 3 of the page: the machine(s) the cells ran on and when, from what the cells logged
+    (never the machine that writes the page, so the page is the same wherever it is written)."""
+    machines: dict[str, list] = {}
     for r in reports:
-        judged = [v for v in r.verdicts if v.verdict != checks.NA] or r.verdicts
-        claim, detail = (judged[0].check, judged[0].detail) if judged else (r.spec.title, "no check")
-        verdict = checks.count_line(r.verdicts) if r.verdicts else "not judged"
-        lines.append(f"| {label(r.spec)} | {_short(claim)} | {_short(detail)} | {verdict} | "
-                     f"{'; '.join(table_caveats(r)) or '—'} |")
+        machines.setdefault(r.fingerprint, []).append(r)
+    parts = []
+    for key, found in machines.items():
+        runs = [run for r in found for run in r.runs]
+        days = sorted({_day(run.start_time) for run in runs if run.start_time})
+        when = (days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}") if days else "date unknown"
+        parts.append(f"{found[0].machine}, host {runs[0].tags.get('host', 'unknown')} (fingerprint {key}), {when}"
+                     + ("" if len(machines) == 1 else f": {', '.join(label(r.spec) for r in found)}"))
+    return "**Measured on** " + "; ".join(parts) + "." if parts else "**Measured on** no machine yet (no table run)."
+
+
+def _day(ms: int) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def glance(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
+    """One line a table: the claim shown (a judged published claim first), its own verdict, and the
+    count of all the table's checks beside it; nothing cut."""
+    lines = ["| table | claim | ours vs published | verdict | all its checks | caveat |", "|---|---|---|---|---|---|"]
+    for r in reports:
+        shown = _shown_verdict(r.verdicts)
+        claim, detail = (shown.check, shown.detail) if shown else (r.spec.title, "no check")
+        verdict = f"**{shown.label}**" if shown else "not judged"
+        lines.append(f"| {label(r.spec)} | {_cell(claim)} | {_cell(detail)} | {verdict} | "
+                     f"{checks.count_line(r.verdicts) if r.verdicts else '—'} | {'; '.join(table_caveats(r)) or '—'} |")
     for name in not_run:
-        lines.append(f"| {label(specs[name])} | {_short(specs[name].title)} | — | not run | — |")
+        lines.append(f"| {label(specs[name])} | {_cell(specs[name].title)} | — | not run | — | — |")
     return lines
+
+
+def _shown_verdict(verdicts: list):
+    """The verdict a table's glance line shows: a decided published claim first, then an undecided
+    one, then a goal or consistency check, then a fact; an N/A only when nothing else was judged."""
+    def rank(v) -> tuple:
+        return (v.verdict == checks.NA, v.claim != "published", v.kind == "exact", v.verdict == checks.INCONCLUSIVE)
+    return min(verdicts, key=rank) if verdicts else None
 
 
 def table_caveats(r) -> list[str]:
@@ -151,15 +179,17 @@ def caveats(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
 
 
 def machine(reports: list) -> list[str]:
-    this = fingerprint()
-    flags = cpu_flags()
-    have = [f for f in SPEED_FLAGS if f in flags]
-    lines = [f"- Written on {this['host']}: {this['cpu.model']}, {this['cpu.cores']} cores, GPUs: {this['gpu.names']}, "
-             f"torch {this['torch.version']} (fingerprint {this['fingerprint']}); each table names the machine its "
-             "cells ran on.",
-             f"- CPU flags that decide native dtypes and speed: {', '.join(have) or 'none of ' + ', '.join(SPEED_FLAGS)}"
-             + (f"; missing: {', '.join(f for f in SPEED_FLAGS if f not in flags)}" if len(have) < len(SPEED_FLAGS) else "")
-             + ".",
+    """What the cells ran on, from the tags they logged (the page reads the same wherever it is
+    written): each machine's CPU flags hash and BF16 flag, the load probe, every peak."""
+    seen: dict[str, dict] = {}
+    for r in reports:
+        if r.runs:
+            seen.setdefault(r.fingerprint, r.runs[0].tags)
+    lines = [f"- {tags.get('host', 'unknown')} (fingerprint {key}): {machine_text(tags)}; CPU flags hash "
+             f"{tags.get('cpu.flags_hash', 'unknown')}, AVX512-BF16/AMX-BF16 flag {tags.get('cpu.native_bf16', 'unknown')}. "
+             "A dtype counts as native for a speed claim when its measured peak is at least fp32's (the peaks below), "
+             "not by a flag." for key, tags in seen.items()]
+    lines += [
              f"- Calibration: around every cell the load probe (harness/machine_load.py) counts the cores other work "
              f"kept busy; {CONTENDED_CORES} or more marks the cell contended and its row says so. "
              f"{sum(run.metrics.get('contended') == 1 for r in reports for run in r.runs)} of "
@@ -216,6 +246,6 @@ def conventions(reports: list) -> list[str]:
     return lines
 
 
-def _short(text: str) -> str:
-    text = " ".join(str(text).split()).replace("|", "/")
-    return text if len(text) <= CLAIM_LIMIT else text[:CLAIM_LIMIT - 1] + "…"
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell: one line, no column bar; never cut."""
+    return " ".join(str(text).split()).replace("|", "/")

@@ -211,6 +211,9 @@ def drift_note(runs: list[RunRecord]) -> str | None:
 
 
 NOT_RUN = "not run"
+# Where a speed-up is formed over fewer rounds than its baseline row has: the baseline's median time
+# over the rounds the two share (the time actually divided), and how many those are.
+PAIRED_BASELINE, PAIRED_ROUNDS = "paired_baseline_time_s", "paired_rounds"
 
 
 def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame:
@@ -384,19 +387,29 @@ def _speedup_with_interval(table: pd.DataFrame, baseline: dict, time: str, axes:
     """`speedup` = the baseline's median time / the row's, with `speedup_lo`/`speedup_hi`, its 95%
     interval over the rounds (harness/report/intervals.py). The baseline row is found as _speedup does."""
     base_rows = _baseline_rows(table, baseline, axes)
-    values = {"speedup": [], "speedup_lo": [], "speedup_hi": []}
+    values = {"speedup": [], "speedup_lo": [], "speedup_hi": [], PAIRED_BASELINE: [], PAIRED_ROUNDS: []}
     for i in table.index:
         base = base_rows.get(i)
         point = tuple(table.at[i, a] for a in axes)
+        paired_time, paired_rounds = float("nan"), float("nan")
         if base is None or point not in rounds:
             ratio = intervals.Ratio(float("nan"), float("nan"), float("nan"), 0, False)
         elif base == i:
             ratio = intervals.Ratio(1.0, float("nan"), float("nan"), len(rounds[point]), True)
         else:
-            ratio = intervals.ratio_of_medians(rounds[tuple(table.at[base, a] for a in axes)], rounds[point])
+            base_rounds = rounds[tuple(table.at[base, a] for a in axes)]
+            ratio = intervals.ratio_of_medians(base_rounds, rounds[point])
+            shared = set(base_rounds) & set(rounds[point])
+            if ratio.paired and len(shared) < len(base_rounds):   # the baseline row's median is not the one divided
+                paired_time = intervals.median(base_rounds[k] for k in shared)
+                paired_rounds = len(shared)
         values["speedup"].append(ratio.value)
         values["speedup_lo"].append(ratio.lo)
         values["speedup_hi"].append(ratio.hi)
+        values[PAIRED_BASELINE].append(paired_time)
+        values[PAIRED_ROUNDS].append(paired_rounds)
+    if all(pd.isna(v) for v in values[PAIRED_BASELINE]):
+        del values[PAIRED_BASELINE], values[PAIRED_ROUNDS]
     for column, found in values.items():
         table[column] = found
 
@@ -487,7 +500,7 @@ def _in_grid_order(table: pd.DataFrame, spec: SweepSpec, axes: list[str]) -> pd.
     """Numbers ascending; names (dtype, execution, device) in the order the grid lists them; a
     column that mixes both after the merge with published rows puts numbers first."""
     def key(column: pd.Series) -> pd.Series:
-        if pd.api.types.is_numeric_dtype(column):
+        if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
             return column
         listed = [v for values in spec.grid.values() for v in values if isinstance(v, dict) and column.name in v]
         listed = [v[column.name] for v in listed] or spec.grid.get(column.name, [])
