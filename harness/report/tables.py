@@ -194,20 +194,39 @@ def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[Ru
 
 
 def drift_note(runs: list[RunRecord]) -> str | None:
-    """A sentence when the table's cells were measured on machines of different speed (their
-    `speed_index`, harness/calibration.py, apart by more than the noise floor): its ratios divide
-    one machine's time by another's."""
+    """A sentence when the table's cells were measured at different speeds (their `speed_index`,
+    harness/calibration.py, apart by more than the noise floor), saying where: between rounds, which a
+    speed-up paired by round divides out (both rows of a round saw the same speed), or within a round,
+    which it does not."""
     from harness.calibration import DRIFT_TOLERANCE, SPEED_INDEX
 
-    found = [r.metrics[SPEED_INDEX] for r in runs if r.metrics.get(SPEED_INDEX)]
+    found = [(r.params.get("repeat", "0"), r.metrics[SPEED_INDEX]) for r in runs if r.metrics.get(SPEED_INDEX)]
     if len(found) < 2:
         return None
-    low, high = min(found), max(found)
+    values = [v for _, v in found]
+    low, high = min(values), max(values)
     if high / low - 1 <= DRIFT_TOLERANCE:
         return None
-    return (f"the cells of this table were measured at speed_index {low:.3g} to {high:.3g} ({high / low - 1:.0%} "
-            f"apart, more than the {DRIFT_TOLERANCE:.0%} noise floor): its speed-ups divide times taken on a "
-            "machine of different speed; `harness sweep NAME --remeasure-drifted` measures them again")
+    rounds: dict[str, list[float]] = {}
+    for key, value in found:
+        rounds.setdefault(key, []).append(value)
+    shown = ", ".join(f"round {key}: {_range_text(v)}" for key, v in sorted(rounds.items(), key=lambda kv: int(kv[0])))
+    text = (f"the cells were measured at speed_index {low:.3g} to {high:.3g} ({high / low - 1:.0%} apart, more than "
+            f"the {DRIFT_TOLERANCE:.0%} noise floor; {shown})")
+    within = {key: max(v) / min(v) - 1 for key, v in rounds.items() if max(v) / min(v) - 1 > DRIFT_TOLERANCE}
+    if not within:
+        return (text + ": the speed moved between rounds, not within one, and a speed-up is formed over the rounds "
+                "both rows share, each row of a round at that round's speed, so the drift does not enter it; a "
+                "row's median time over rounds does mix the speeds")
+    return (text + ": within round(s) " + ", ".join(sorted(within, key=int)) + " the cells ran at speeds "
+            + ", ".join(f"{d:.0%}" for _, d in sorted(within.items(), key=lambda kv: int(kv[0])))
+            + " apart, so a speed-up over such a round divides times taken at different speeds; "
+            "`harness sweep NAME --remeasure-drifted` measures again the cells away from today's speed")
+
+
+def _range_text(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g}"
 
 
 NOT_RUN = "not run"
