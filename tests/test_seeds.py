@@ -128,3 +128,25 @@ def test_a_speed_up_over_fewer_rounds_than_its_baseline_prints_the_paired_baseli
     markdown = render.table_markdown(SimpleNamespace(table=table, spec=spec))
     assert "speed-up of sparsity=0.5: over the 3 rounds shared with the baseline, whose median time (s) over them is 11.0" \
         in markdown, markdown
+
+
+def test_the_same_configuration_in_two_tables_is_a_free_a_a_pair():
+    """T9.1's threads=2 and T9.2's 1 x 2 gloo cell: one configuration, two tables, 140.8 vs 156.9 s."""
+    from harness.report import aa_pairs
+
+    def cell(sweep, repeat, time, threads="2"):
+        return RunRecord(f"{sweep}{repeat}", "c", "FINISHED", {"threads": threads, "repeat": str(repeat), "seed": "0"},
+                         {"train_time_s": time}, {CELL_ID: f"id{threads}-{repeat}"}, 0)
+
+    def table(name, axes, runs):
+        return SimpleNamespace(spec=SimpleNamespace(name=name, axes=lambda: axes, report={}), runs=runs,
+                               fingerprint="m1")
+    threads = table("threads", ["threads"], [cell("t", r, v) for r, v in enumerate([140.8, 139.0, 142.0])]
+                    + [cell("t", 0, 250.0, threads="1")])
+    ddp = table("cpu-ddp", ["threads"], [cell("d", r, v) for r, v in enumerate([156.9, 150.0, 160.0])])
+    other_machine = SimpleNamespace(**{**vars(ddp), "fingerprint": "m2"})
+    [pair] = aa_pairs.find([threads, ddp, other_machine], lambda spec: spec.name)
+    assert pair.tables == ["threads", "cpu-ddp"] and pair.medians == [140.8, 156.9] and pair.rounds == [3, 3]
+    assert pair.spread == pytest.approx(156.9 / 140.8 - 1)
+    assert "11.4% apart" in aa_pairs.lines([threads, ddp], lambda spec: spec.name, lambda m, v: f"{v:.1f}")[0]
+    assert aa_pairs.find([threads], lambda spec: spec.name) == []

@@ -2,9 +2,10 @@
 figures, with the verdicts of their checks, in one document: reports/REPRODUCTION.md (+ one PNG,
 one CSV a table).
 
-Its order is a reader's: one line per table first (the claim, ours against the published figure,
-the verdict and its caveat), then the caveats that matter, the machine (CPU flags, the load probe,
-every peak an MFU was divided by, so each MFU can be recomputed), the conventions every table
+Its order is a reader's: the machine the cells ran on (line 3), one line per table (the claim, ours
+against the published figure, its verdict, the table's counts and its caveat), then the caveats that
+matter, the machine (CPU flags hash, the load probe, every peak an MFU was divided by, so each MFU
+can be recomputed), the noise (free A/A pairs beside the noise floor), the conventions every table
 shares (stated once), and then the tables in the documents' order. A sweep not run yet is listed
 as "not run" with the command that runs it; cells measured on different machines or software are
 reported as separate tables."""
@@ -19,7 +20,7 @@ from harness.errors import UserError
 from harness.fingerprint import machine_text
 from harness.folders import REPORTS_DIR
 from harness.machine_load import CONTENDED_CORES
-from harness.report import checks, overview, tables as report
+from harness.report import aa_pairs, checks, overview, tables as report
 from harness.report.order import in_document_order
 from harness.store import Store, redact
 from harness.store.tracking import NOTE_PREFIX
@@ -57,6 +58,7 @@ def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path,
              "## At a glance", "", *glance(first, not_run, specs), "",
              "## Caveats", "", *caveats(first, not_run, specs), "",
              "## Machine", "", *machine(first), "",
+             "## Noise", "", *noise(first), "",
              "## Conventions", "", *conventions(first), "",
              "## Tables", ""]
     for name, pairs in built.items():
@@ -198,6 +200,16 @@ def machine(reports: list) -> list[str]:
              "`peak_key`; measured here, `harness peak`):", ""]
     lines += peaks_used(reports)
     return lines
+
+
+def noise(reports: list) -> list[str]:
+    """The free A/A pairs (harness/report/aa_pairs.py) beside the noise floor measured on purpose."""
+    return ["- The noise floor: `make bench-noise` runs one cell as two identical arms in fresh processes; "
+            "its figures on this project's hosts (the spread of the per-round ratio, the smallest speed-up n "
+            "rounds can show) are in docs/MEASUREMENT.md#repeats.",
+            "- Free A/A pairs: the same configuration measured by more than one table, on the same machine, "
+            "at different times; how far apart they are is the noise between two rows that differ in nothing:",
+            *("  " + line for line in aa_pairs.lines(reports, label, report.format_value))]
 
 
 def peaks_used(reports: list) -> list[str]:
