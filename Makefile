@@ -140,7 +140,7 @@ bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute a
 bench-cells: ## the harness's own seconds per cell outside run(cfg), by part (goal <= 0.3 s on SQLite)
 	$(BIN)/python benchmarks/cell_cost.py $(ARGS)
 
-bench-noise: ## A/A noise floor (train_time_s and the median epoch): CV, minimum detectable effect at n=3/5, false "faster" rate (ARGS="--rounds N --variants harness,keep-freed")
+bench-noise: ## A/A noise floor (train_time_s and the median epoch): CV, minimum detectable effect at n=3/5, false "faster" rate (ARGS="--rounds N --variants harness,keep-freed,calibrated"; calibrated: each run also divided by its process's speed_index)
 	$(BIN)/python benchmarks/noise.py $(ARGS)
 
 bench-calibration: ## the speed index in N fresh processes, 5 calls vs the full budget: CV, range, pairs falsely called drifted (ARGS="--processes N")
