@@ -278,7 +278,8 @@ text = "any speed-up at all"
                                       log=lines.append)
     after = tables.build(store, spec, "quick").table.set_index("sparsity")
     assert list(after["repeats"]) == [2, 2, 1] and len(rounds) == 1
-    assert any("every timing check" in line for line in lines)
+    assert any("every check of decide (quick) is decided; stopped by the rule" in line for line in lines), lines
+    assert "  PASS at n = 2: any speed-up at all" in lines, lines
 
 
 def test_a_sweep_name_claimed_by_two_files_is_refused(sweep_file, tmp_path):
@@ -326,5 +327,6 @@ text = "a speed-up no machine reaches"
                  "--tracking-uri", uri, "--no-progress"]) == 0
     out = capsys.readouterr().out
     # after 2 rounds the whole interval is far below a million-fold floor: FAIL, decided, no third round
-    assert "until-decided: every timing check of cli_decide (quick) is decided" in out
+    assert "until-decided: every check of cli_decide (quick) is decided; stopped by the rule" in out
+    assert "FAIL at n = 2: a speed-up no machine reaches" in out
     assert "round 3" not in out

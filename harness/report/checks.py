@@ -536,6 +536,13 @@ def _fewest_runs(check: Check, table: pd.DataFrame) -> int:
     return int(counts.min()) if len(counts) else 0
 
 
+def evidence_n(check: Check | dict, table: pd.DataFrame) -> int:
+    """The n a check's verdict rests on: the fewest seeds of its rows for an accuracy, the fewest
+    runs for anything else (0 when it reads no finished row)."""
+    check = parse(check)
+    return _fewest_seeds(check, table) if is_accuracy(check.metric) else _fewest_runs(check, table)
+
+
 def _fewest_seeds(check: Check, table: pd.DataFrame) -> int:
     """The fewest seeds among the rows the check reads (0 when it reads none)."""
     if "seeds" not in table:
