@@ -245,14 +245,19 @@ def conventions(reports: list) -> list[str]:
         "`mfu_time_s`, `peak_devices`, `peak_tflops` and `peak_key`, so MFU = flops_per_sample x mfu_samples / "
         "mfu_time_s / peak_tflops can be recomputed. **peak below achieved**: an MFU above 1, an error of the "
         "peak, never a result; **N/A**: a dtype without native arithmetic on the device, which has no peak.",
-        "- **Intervals**: a figure in brackets `[lo, hi]` is its interval over the cell's repeats; a time "
-        "with `(IQR x)` shows the interquartile range of its repeats; a figure alone had one repeat.",
+        "- **Intervals**: a figure in brackets `[lo, hi]` is its 95% interval over the cell's repeats: over the "
+        "rounds for a time or a speed-up, over the seeds for an accuracy (round r of a sweep trains seed base + r, "
+        "the same for every row); a time with `(IQR x)` shows the interquartile range of its repeats; a figure "
+        "alone had one repeat, or, for an accuracy, one seed (the table says so).",
         "- **Verdicts**: checks judge exact facts, trends, ratios, comparisons between rows, the best row and the "
         "absence of an effect. A check measured without what the document's machine had and the claim depends on "
         "(cores, GPUs, native bf16, a backend) is a **stand-in**, labelled so whether it passes or fails; its "
         "failure is **DIFFERS: machine** only when it misses on the side the missing resource predicts, with the "
-        "reason. Timing checks are **INCONCLUSIVE** unless the whole 95% interval over the repeats passes or "
-        "fails. N/A: the check had no rows to judge here (or judged accuracies at chance).",
+        "reason; a stand-in data set or dtype (JPEG CIFAR-10, bf16 for fp16) is labelled a stand-in too, and a "
+        "check on settings its claim does not assume (another model) is N/A. Timing checks, and accuracy checks "
+        "over seeds, are **INCONCLUSIVE** unless the whole 95% interval passes or fails. This project's own "
+        "goals and the consistency checks of the measurement (true by construction on some machines) are counted "
+        "apart from the published claims. N/A: the check had no rows to judge here (or judged accuracies at chance).",
         "- **Tables** show a few columns; each table's CSV keeps every metric.",
     ]
     return lines
