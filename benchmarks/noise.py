@@ -20,12 +20,12 @@ Each run is a cell as the harness runs one (`harness.cells.run_here`: the `mallo
 the load watched). `--variants` runs several process set-ups side by side, interleaved in every
 round (round k: each variant's A then B), to find where the noise comes from: `harness` (as a sweep
 runs a cell: glibc's malloc as it starts); `keep-freed` (malloc=keep_freed: glibc keeps freed memory
-from the cell's start, set by mallopt, harness/allocator.py); `keep-freed-env` (the same options as
+from the cell's start, set by mallopt, harness/training/allocator.py); `keep-freed-env` (the same options as
 glibc's variables, MALLOC_MMAP_MAX_=0 and a high MALLOC_TRIM_THRESHOLD_, read when the process
 starts); `pinned` (OpenMP threads bound to cores); `aslr-off` (address-space randomisation off,
 `setarch -R`: a diagnostic only: a fixed layout can make one configuration steadily faster or slower
 than another, a bias no number of repeats shows, so a sweep never runs that way); `calibrated` (as
-`harness`, then each process measures its own speed_index, harness/calibration.py, after its cell:
+`harness`, then each process measures its own speed_index, harness/machine/calibration.py, after its cell:
 its clocks are also shown multiplied by it, each run divided by its own process's speed, to see
 whether that lowers the per-round ratio's spread, the noise here being per process).
 
@@ -58,7 +58,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.machine_load import LoadWatch  # noqa: E402
+from harness.machine.machine_load import LoadWatch  # noqa: E402
 from harness.report import intervals  # noqa: E402
 
 CELL = {"experiment": "pruning", "model": "cnn", "dataset": "digits", "sparsity": 0.0, "warmup_epochs": 1,
@@ -71,7 +71,7 @@ RUN_ONE = ("import json, os, sys\n"
            "metrics = run_here(experiments.get(cfg.experiment), cfg, lambda epoch, m: None)\n"
            "found = {k: metrics[k] for k in sys.argv[2:]}\n"
            "if os.environ.get('BENCH_NOISE_CALIBRATE'):\n"   # the process's own speed, after its cell
-           "    from harness.calibration import measure, SPEED_INDEX\n"
+           "    from harness.machine.calibration import measure, SPEED_INDEX\n"
            "    found[SPEED_INDEX] = measure()\n"
            "print('RESULT ' + json.dumps(found))\n")
 CLOCKS = ("train_time_s", "epoch_time_median_s")

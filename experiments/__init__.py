@@ -4,8 +4,8 @@ clock, whether it trains on a dataset, the metrics it returns (and which way is 
 class and a smoke config. The CLI, the sweep engine, the study engine and the tests all call that
 same `run`.
 
-An experiment's config class is `harness.config.RunConfig` plus the field groups of
-`harness.field_groups` its run reads (through the harness helpers it calls) plus fields of its own:
+An experiment's config class is `harness.training.config.RunConfig` plus the field groups of
+`harness.training.field_groups` its run reads (through the harness helpers it calls) plus fields of its own:
 its fields are what it reads, so a sweep that sets any other field is refused ("does not read").
 Configs are built here (`make_config`), where the experiment's name chooses the class.
 
@@ -29,8 +29,8 @@ from harness.errors import UserError
 if TYPE_CHECKING:
     from pydantic.fields import FieldInfo
 
-    from harness.config import RunConfig
-    from harness.train import EpochCallback
+    from harness.training.config import RunConfig
+    from harness.training.train import EpochCallback
 
 # name -> module; ONE line per experiment. Modules are imported only when asked for (get), so
 # listing the names costs no torch import.
@@ -98,7 +98,7 @@ class Experiment:
         """The shape the cell's dataset is loaded at: its model's input, or `input_shape`."""
         if self.input_shape is not None:
             return self.input_shape
-        from harness.models import MODELS
+        from harness.training.models import MODELS
 
         return MODELS[cfg.model].input_shape
 
@@ -147,7 +147,7 @@ def make_config(values: Mapping[str, Any]) -> "RunConfig":
     mistake is a UserError of one sentence per mistake."""
     from pydantic import ValidationError
 
-    from harness.config import describe_validation_error
+    from harness.training.config import describe_validation_error
 
     name = values.get("experiment", DEFAULT_EXPERIMENT)
     if not isinstance(name, str) or name not in REGISTRY:
@@ -163,7 +163,7 @@ def make_config(values: Mapping[str, Any]) -> "RunConfig":
 def check_keys(keys: Iterable[str], *, read_by: str | None = None) -> None:
     """UserError when a key is no field of any experiment's config. A key experiment `read_by` reads
     is a field without asking the others: only another key imports every experiment module."""
-    from harness.config import unknown_key_sentence
+    from harness.training.config import unknown_key_sentence
 
     keys = list(keys)
     if read_by in REGISTRY:
@@ -180,7 +180,7 @@ def check_keys(keys: Iterable[str], *, read_by: str | None = None) -> None:
 def check_reads(name: str, keys: Iterable[str], *, where: str = "") -> None:
     """UserError when a key is not a config field, or is one experiment `name` never reads (setting it
     would change nothing but the cell's id). `where` ("sweep file X") starts the sentence."""
-    from harness.config import not_read_sentence
+    from harness.training.config import not_read_sentence
 
     keys = list(keys)
     prefix = f"{where}: " if where else ""

@@ -51,16 +51,16 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from experiments import TRAINING_SENSE, Experiment
-from harness import flops, speed_methods, time_to_accuracy
-from harness.config import RunConfig
-from harness.data import load_splits
+from harness.training import flops, speed_methods, time_to_accuracy
+from harness.training.config import RunConfig
+from harness.training.data import load_splits
 from harness.errors import CellSkipped
-from harness.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields, CompilationFields,
+from harness.training.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields, CompilationFields,
                                   DataFields, EpochsFields, EvalBatchFields, TargetFields)
-from harness.precision import Precision, backend_flags
-from harness.time_to_accuracy import AccuracyWatch
-from harness.timing import timed
-from harness.train import EpochCallback, prepare
+from harness.training.precision import Precision, backend_flags
+from harness.training.time_to_accuracy import AccuracyWatch
+from harness.training.timing import timed
+from harness.training.train import EpochCallback, prepare
 
 __all__ = ["EXPERIMENT", "AirbenchConfig", "RUNGS", "run"]
 

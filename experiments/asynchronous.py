@@ -35,10 +35,10 @@ import torch
 from pydantic import Field
 
 from experiments import Experiment
-from harness.config import PositiveInt, RunConfig
-from harness.field_groups import TimingRepeatsFields
-from harness.timing import spread, synchronize
-from harness.train import EpochCallback, prepare
+from harness.training.config import PositiveInt, RunConfig
+from harness.training.field_groups import TimingRepeatsFields
+from harness.training.timing import spread, synchronize
+from harness.training.train import EpochCallback, prepare
 
 __all__ = ["EXPERIMENT", "AsyncConfig", "run"]
 

@@ -24,7 +24,7 @@ import threading
 import torch
 
 from experiments.overlap import hidden_share, host_copies, median_time, products, products_copied_meanwhile
-from harness.config import RunConfig
+from harness.training.config import RunConfig
 
 METRICS = ("one_stream_time_s", "streams_time_s", "stream_gain", "cpu_compute_time_s", "serial_time_s",
            "parallel_time_s", "dependency_gain", "max_abs_diff", "results_match")

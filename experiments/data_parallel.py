@@ -22,17 +22,17 @@ docs/MEASUREMENT.md, "Distributed cells".
 from __future__ import annotations
 
 from experiments import TRAINING_SENSE, Experiment
-from harness import flops, time_to_accuracy
-from harness.config import RunConfig
+from harness.training import flops, time_to_accuracy
+from harness.training.config import RunConfig
 from harness.distributed import ddp_train
 from harness.distributed.ddp_train import CLOCK
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
-from harness.field_groups import DdpTrainingFields, LaunchFields
-from harness.flops import flop_metrics, peak_devices
-from harness.models import fetch_weights
+from harness.training.field_groups import DdpTrainingFields, LaunchFields
+from harness.training.flops import flop_metrics, peak_devices
+from harness.training.models import fetch_weights
 from harness.distributed.rank import RankContext
-from harness.train import EpochCallback, prepare
+from harness.training.train import EpochCallback, prepare
 
 __all__ = ["EXPERIMENT", "DataParallelConfig", "run", "to_metrics"]
 

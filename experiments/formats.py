@@ -28,9 +28,9 @@ import torch
 from pydantic import Field
 
 from experiments import Experiment
-from harness.config import RunConfig
+from harness.training.config import RunConfig
 from harness.errors import CellSkipped
-from harness.train import EpochCallback
+from harness.training.train import EpochCallback
 
 __all__ = ["EXPERIMENT", "FormatsConfig", "run"]
 

@@ -41,12 +41,12 @@ from pydantic import Field
 from torch import nn
 
 from experiments import Experiment
-from harness.config import PositiveInt, RunConfig
+from harness.training.config import PositiveInt, RunConfig
 from harness.errors import CellSkipped
-from harness.field_groups import BatchFields, CompilationFields, ModelFields, TimingRepeatsFields
-from harness.models import MODELS, build_model
-from harness.timing import spread, timed
-from harness.train import EpochCallback, prepare
+from harness.training.field_groups import BatchFields, CompilationFields, ModelFields, TimingRepeatsFields
+from harness.training.models import MODELS, build_model
+from harness.training.timing import spread, timed
+from harness.training.train import EpochCallback, prepare
 
 __all__ = ["EXPERIMENT", "HybridizeConfig", "run", "make_variant", "captured_warnings"]
 # torch.compile modes that capture CUDA graphs on a GPU (max-autotune-no-cudagraphs does not).

@@ -22,11 +22,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.checkkinds import Check, parse
+from harness.specs.checkkinds import Check, parse
 from harness.report import checks, tables
 from harness.store import RunRecord
 from harness.store.tracking import OUTCOME
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 
 SWEEPS = sweep_spec.available()
 COPIES = ("reversed", "flattened", "spread")
@@ -229,7 +229,7 @@ def _fabricated(check: Check, points: pd.DataFrame, agree: bool) -> pd.DataFrame
         outside = low - abs(low) * 0.5 - 0.5 if low is not None else high + abs(high) + 1
         table[metric] = inside if agree else outside
     elif kind == "best":
-        stated = checks._rows(table, check.row).index
+        stated = checks.rows_where(table, check.row).index
         best, worst = (1.0, 3.0) if check.goal == "lowest" else (3.0, 1.0)
         table[metric] = 2.0
         table.loc[stated, metric] = best if agree else worst
@@ -243,7 +243,7 @@ def _fabricated(check: Check, points: pd.DataFrame, agree: bool) -> pd.DataFrame
         table[metric] = 1.0
         low = 0.0 if check.min_ratio is None else check.min_ratio
         off = 1.0 + 2 * (check.within or 0.5) if check.max_ratio is not None or check.within else low / 2
-        table.loc[checks._rows(table, check.where).index, metric] = 1.0 if agree else off
+        table.loc[checks.rows_where(table, check.where).index, metric] = 1.0 if agree else off
     else:
         raise AssertionError(f"no fabricated table for a '{kind}' check on ours; add one here")
     return table

@@ -44,7 +44,7 @@ def test_the_committed_pages_are_what_the_report_writes_from_the_committed_store
 
 
 def test_a_store_settled_for_commit_is_left_in_rollback_journal_mode(store, sweep_file):
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
     run_sweep(sweep_spec.load(str(sweep_file("settle", {"sparsity": [0.0]}))), store, show_progress=False)

@@ -12,7 +12,7 @@ import pytest
 from harness.report import checks, intervals, render, tables
 from harness.store import RunRecord
 from harness.store.tracking import CELL_ID, OUTCOME, PROCEDURE
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 
 
 def _runs(accuracies: dict[float, list[float]], seeded: bool = True, base: int = 0) -> list[RunRecord]:

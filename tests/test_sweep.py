@@ -6,7 +6,7 @@ import pytest
 from conftest import assert_one_sentence_exit_2
 
 import experiments.pruning
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.errors import UserError
 from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import CELL_ID, OUTCOME, REASON

@@ -8,12 +8,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.checkkinds import Needs
+from harness.specs.checkkinds import Needs
 from harness.report import checks
-from harness.report.machine import measured_on
+from harness.report.measured_on import measured_on
 from harness.store import RunRecord
 from harness.store.tracking import OUTCOME
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 
 PARAMS = {"kind": "exact", "metric": "param_count", "where": {"sparsity": 0.5}, "expected": 1059306,
           "assumes": {"model": "cnn"}, "text": "50% sparsity leaves 1,059,306 parameters"}

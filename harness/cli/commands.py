@@ -17,7 +17,7 @@ def _overrides(args, experiment: str) -> dict:
     """The --set values, after what --device stands for: device=D, and on a CPU also backend=gloo where
     the experiment's config has a backend (a GPU sweep's nccl does not run there). A --set wins."""
     import experiments
-    from harness.config import parse_assignment
+    from harness.training.config import parse_assignment
 
     values = {}
     if getattr(args, "device", None):
@@ -108,7 +108,7 @@ def cmd_sweep(args) -> int:
     from harness.launchers import WorkerRole
     from harness.report import overview
     from harness.store import Outcome, resolve_db_url
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
     spec = sweep_spec.load(args.sweep)
@@ -175,7 +175,7 @@ def _until_decided(spec, store, args, max_repeats):
     """The rounds --until-decided adds; returns the last round's result (None when none ran)."""
     from harness.cli.summary import sweep_summary
     from harness.store import resolve_db_url
-    from harness.sweeps.decide import DEFAULT_MAX_REPEATS, run_until_decided
+    from harness.cli.decide import DEFAULT_MAX_REPEATS, run_until_decided
 
     rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                                max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
@@ -189,7 +189,8 @@ def _until_decided(spec, store, args, max_repeats):
 def cmd_study(args) -> int:
     from harness.launchers import WorkerRole
     from harness.store import resolve_db_url
-    from harness.studies import study_engine, study_spec
+    from harness.studies import study_engine
+    from harness.specs import study_spec
 
     spec = study_spec.load(args.study)
     overrides = _overrides(args, spec.experiment)
@@ -227,7 +228,7 @@ def cmd_report(args) -> int:
     from harness.folders import REPORTS_DIR
     from harness.report import overview, tables
     from harness.report.reproduction import write_reproduction
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
 
     out_dir = _out_dir(args.out, REPORTS_DIR)
     _existing_store(args)
@@ -261,7 +262,7 @@ def _existing_store(args) -> None:
     if path is None or path.is_file():
         return
     if args.sweep is not None:
-        from harness.sweeps import sweep_spec
+        from harness.specs import sweep_spec
 
         name = sweep_spec.load(args.sweep).name
         raise UserError(f"sweep '{name}' has not been run: there is no tracking store at {path} (`harness report` "
@@ -272,10 +273,10 @@ def _existing_store(args) -> None:
 
 def cmd_list(args) -> int:
     import experiments
-    from harness.data import DATASETS
-    from harness.models import MODELS
-    from harness.studies import study_spec
-    from harness.sweeps import sweep_spec
+    from harness.training.data import DATASETS
+    from harness.training.models import MODELS
+    from harness.specs import study_spec
+    from harness.specs import sweep_spec
 
     print("experiments:")
     for name in experiments.names():
@@ -308,7 +309,8 @@ def cmd_ui(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    from harness import hardware, peak
+    from harness.machine import hardware
+    from harness.training import peak
 
     devices = [args.device] if args.device else ["cpu", *(f"cuda:{i}" for i in range(hardware.gpu_count()))]
     for name in devices:
@@ -335,7 +337,7 @@ def cmd_peak(args) -> int:
                     print(f"{name} {dtype}: cannot be measured here ({str(err).splitlines()[0]})", flush=True)
                     break
     print(f"cached in {peak.cache_path()}; MFU = achieved FLOP/s over the peak of the cores or devices a run "
-          "used (harness/flops.py)")
+          "used (harness/training/flops.py)")
     return 0
 
 

@@ -54,7 +54,7 @@ def announce(size: JobSize, cap: int) -> None:
 
 def sweep_size(spec, scale: str, overrides: dict[str, Any]) -> JobSize:
     """A sweep's cells at `scale` and their epochs, as expand() builds them."""
-    from harness.sweeps.sweep_spec import expand
+    from harness.specs.sweep_spec import expand
 
     cells = expand(spec, scale, overrides)
     epochs = sum(getattr(c.config, "epochs", 0) or 0 for c in cells if c.config is not None)

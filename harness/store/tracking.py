@@ -20,7 +20,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from harness.errors import StoreFault, StoreGone, UserError, first_line
-from harness.fingerprint import fingerprint
+from harness.machine.fingerprint import fingerprint
 from harness.signals import stops_held
 from harness.store import probe, shared_db
 from harness.store.faults import guarded
@@ -374,7 +374,7 @@ class Store:
 
     def log_dataset(self, run_id: str, record) -> None:
         """The data a run trained on as an MLflow dataset input (the UI's Dataset column): name,
-        digest, source and split sizes (`record`: harness.dataset_record.DatasetRecord)."""
+        digest, source and split sizes (`record`: harness.training.dataset_record.DatasetRecord)."""
         import json
 
         from mlflow.data.sources import CodeDatasetSource, LocalArtifactDatasetSource

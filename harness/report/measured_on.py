@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.checkkinds import Needs
+from harness.specs.checkkinds import Needs
 from harness.store import Outcome, RunRecord
 
 # A reduced-precision dtype is native on a device when its measured peak is at least fp32's there.

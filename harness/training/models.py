@@ -145,7 +145,7 @@ MODELS: dict[str, ModelSpec] = {
     # B0, the CPU stand-in for B7, is built the same way (1000-class head): the same torchvision
     # constructor as the book's model, smaller, and its ImageNet weights fit it unchanged. On 32x32
     # images the head is 13% of B0's training FLOPs (7.7 of 58.0 MFLOP a sample; 2.1% of B7's 717),
-    # and 1.28M of its 5.3M parameters (harness/flops.py counts them; tests/test_flops_mfu.py checks).
+    # and 1.28M of its 5.3M parameters (harness/training/flops.py counts them; tests/test_flops_mfu.py checks).
     "efficientnet_b0": ModelSpec(_torchvision("efficientnet_b0"), (3, 32, 32),
                                  "torchvision EfficientNet-B0 with its 1000-class head (5.3M parameters).",
                                  head_classes=1000, weights="EfficientNet_B0_Weights.DEFAULT"),

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from harness.config import FieldGroup, PositiveInt
+from harness.training.config import FieldGroup, PositiveInt
 
 
 class ModelFields(FieldGroup):
@@ -24,7 +24,7 @@ class ModelFields(FieldGroup):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        from harness.models import MODELS
+        from harness.training.models import MODELS
 
         return one_of(value, MODELS)
 
@@ -39,7 +39,7 @@ class PretrainedFields(FieldGroup):
     @model_validator(mode="after")
     def _model_has_weights(self):
         if self.pretrained:
-            from harness.models import MODELS, models_with_weights
+            from harness.training.models import MODELS, models_with_weights
 
             if self.model in MODELS and MODELS[self.model].weights is None:
                 raise ValueError(f"model {self.model} has no published weights to start from; set pretrained=false "
@@ -62,7 +62,7 @@ class DataFields(FieldGroup):
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, value: str) -> str:
-        from harness.data import DATASETS
+        from harness.training.data import DATASETS
 
         return one_of(value, DATASETS)
 
