@@ -107,3 +107,8 @@ def test_a_study_with_seeds_per_trial_runs_each_trial_on_every_seed_and_keeps_th
     # the same study asked for another number of seeds would mix two kinds of value: refused
     path.write_text(path.read_text().replace("seeds_per_trial = 3", "seeds_per_trial = 2"))
     assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--n-trials", "3"]) == 2
+
+
+def test_the_shipped_lr_batch_study_opts_in_at_full_only():
+    spec = study_spec.load("study_lr_batch")
+    assert spec.seeds_at("full") == 3 and spec.seeds_at("smoke") == spec.seeds_at("quick") == 1
