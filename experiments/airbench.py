@@ -31,7 +31,11 @@ differs from the published script: weights stay fp32 under autocast (the script 
 BatchNorm fp32), in bf16 on a CPU; the statistics of the normalisation are the training set's own.
 
 The fields: `airbench_rung` picks a rung, `airbench_epochs` the fractional epochs (9.9, with `epochs`
-its ceiling), `airbench_base_width` the widths. A cell logs the time to 94% (`time_to_accuracy_s`),
+its ceiling), `airbench_base_width` the widths. What a small CPU may want otherwise (the CPU study's
+space, sweeps/study_airbench_cpu.toml), each the published value by default: `airbench_tta_level`,
+`airbench_whiten_kernel` (the whitening patch's side), `airbench_lr_scale` and `airbench_wd_scale`
+(multiplying the lr and weight decay per 1,024 examples), `airbench_fp32_layers` (the whitening conv
+and/or the head in fp32 under autocast). A cell logs the time to 94% (`time_to_accuracy_s`),
 the accuracy with and without test-time augmentation (`test_accuracy`, `test_accuracy_no_tta`), the
 whitening's own time (`whiten_time_s`), FLOPs and MFU.
 
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -101,6 +106,23 @@ class AirbenchConfig(RunConfig, DataFields, EpochsFields, BatchFields, EvalBatch
         64, ge=1, description="airbench: width of the first conv group; the second and third are 4x it "
         "(64/256/256 as published).")
 
+    # What a small CPU may want changed in the published recipe (the CPU study's space); the defaults
+    # are the recipe as published, so configs that leave them alone keep their cell ids.
+    airbench_tta_level: int | None = Field(
+        None, ge=0, le=2, description="airbench: test-time augmentation, 0 none, 1 mirror, 2 mirror and "
+        "one-pixel translations (six views); unset = the rung's own (2 from rung 6 on).")
+    airbench_whiten_kernel: int = Field(
+        WHITEN_KERNEL, ge=1, le=4, description="airbench: side of the whitening patches of the first conv "
+        "(2 as published; its 2 x 3 x k x k filters cost k^2 as much).")
+    airbench_lr_scale: float = Field(
+        1.0, gt=0, description="airbench: multiplies the rung's lr (11.5 per 1,024 examples as published).")
+    airbench_wd_scale: float = Field(
+        1.0, ge=0, description="airbench: multiplies the weight decay (0.0153 per 1,024 examples as published).")
+    airbench_fp32_layers: Literal["none", "whiten", "head", "whiten+head"] = Field(
+        "none", description="airbench: layers computed in fp32 under bf16/fp16 autocast: the whitening conv "
+        "(its filters scale by up to 1/sqrt(5e-4); the images are then kept in fp32 too), the linear head, "
+        "or both; 'none' as published.")
+
     @model_validator(mode="after")
     def _epochs_started(self):
         if self.airbench_epochs and math.ceil(self.airbench_epochs) != self.epochs:
@@ -124,6 +146,7 @@ class Rung:
     bn_keep: float               # BatchNorm running averages keep this much of the old value
     warmup_fraction: float       # lr rises from 0.2x to 1x over this fraction of the steps ...
     final_lr_factor: float       # ... then falls linearly to this at the last step
+    weight_decay: float = WEIGHT_DECAY   # per 1024 examples
 
 
 def _ladder() -> tuple[Rung, ...]:
@@ -145,6 +168,14 @@ def _ladder() -> tuple[Rung, ...]:
 RUNGS = _ladder()
 
 
+def recipe(cfg: RunConfig) -> Rung:
+    """The config's rung with the fields that change the published recipe applied (none by default)."""
+    rung = RUNGS[cfg.airbench_rung]
+    tta = rung.tta_level if cfg.airbench_tta_level is None else cfg.airbench_tta_level
+    return replace(rung, tta_level=tta, lr=rung.lr * cfg.airbench_lr_scale,
+                   weight_decay=rung.weight_decay * cfg.airbench_wd_scale)
+
+
 # --- the network --------------------------------------------------------------------------------
 
 class Scale(nn.Module):
@@ -163,9 +194,25 @@ def batch_norm(width: int, keep: float) -> nn.BatchNorm2d:
     return norm
 
 
+class Fp32Conv2d(nn.Conv2d):
+    """A conv computed in fp32 under autocast (its parameters' names are a plain conv's)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return super().forward(x.float())
+
+
+class Fp32Linear(nn.Linear):
+    """A linear layer computed in fp32 under autocast."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return super().forward(x.float())
+
+
 def conv(c_in: int, c_out: int, dirac: bool, kernel: int = 3, padding: str | int = "same",
-         bias: bool = False) -> nn.Conv2d:
-    layer = nn.Conv2d(c_in, c_out, kernel, padding=padding, bias=bias)
+         bias: bool = False, fp32: bool = False) -> nn.Conv2d:
+    layer = (Fp32Conv2d if fp32 else nn.Conv2d)(c_in, c_out, kernel, padding=padding, bias=bias)
     if bias:
         nn.init.zeros_(layer.bias)
     if dirac:  # the first c_in filters pass their input through: an implicit residual at the start
@@ -185,18 +232,20 @@ class ConvGroup(nn.Module):
         return self.activ(self.norm2(self.conv2(x)))
 
 
-def make_net(rung: Rung, base_width: int = 64, num_classes: int = 10) -> nn.Sequential:
+def make_net(rung: Rung, base_width: int = 64, num_classes: int = 10, whiten_kernel: int = WHITEN_KERNEL,
+             fp32_layers: str = "none") -> nn.Sequential:
+    """The network; `fp32_layers` ("whiten", "head", "whiten+head") computes those in fp32 under autocast."""
     widths = (base_width, 4 * base_width, 4 * base_width)
-    whiten_width = 2 * INPUT_SHAPE[0] * WHITEN_KERNEL ** 2
+    whiten_width = 2 * INPUT_SHAPE[0] * whiten_kernel ** 2
     net = nn.Sequential(
-        conv(INPUT_SHAPE[0], whiten_width, False, WHITEN_KERNEL, padding=0, bias=True),
+        conv(INPUT_SHAPE[0], whiten_width, False, whiten_kernel, padding=0, bias=True, fp32="whiten" in fp32_layers),
         nn.GELU(),
         ConvGroup(whiten_width, widths[0], rung.bn_keep, rung.dirac),
         ConvGroup(widths[0], widths[1], rung.bn_keep, rung.dirac),
         ConvGroup(widths[1], widths[2], rung.bn_keep, rung.dirac),
         nn.MaxPool2d(3),
         nn.Flatten(),
-        nn.Linear(widths[2], num_classes, bias=False),
+        (Fp32Linear if "head" in fp32_layers else nn.Linear)(widths[2], num_classes, bias=False),
         Scale(LOGIT_SCALE),
     )
     return net
@@ -286,7 +335,7 @@ def make_optimizer(model: nn.Module, rung: Rung, batch_size: int) -> torch.optim
     the step is divided by 1024 (1 + 1/(1 - momentum)) so that neither the momentum nor the batch
     size changes the step size, and torch's coupled decay is divided by the group's lr."""
     kilostep = 1024 * (1 + 1 / (1 - MOMENTUM))
-    lr, decay = rung.lr / kilostep, WEIGHT_DECAY * batch_size / kilostep
+    lr, decay = rung.lr / kilostep, rung.weight_decay * batch_size / kilostep
     bias_lr = lr * rung.bias_lr_scale
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad or n == "0.bias"]
     if rung.bias_lr_scale == 1:  # before the scalebias rung: one lr for every parameter
@@ -344,10 +393,11 @@ def run(cfg: AirbenchConfig, on_epoch: EpochCallback | None = None) -> dict[str,
 def train(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
     device = prepare(cfg)
     precision = Precision.for_device(device, cfg.dtype, cfg.grad_scaler)
-    rung = RUNGS[cfg.airbench_rung]
+    rung = recipe(cfg)
     epochs = cfg.airbench_epochs or float(cfg.epochs)
     layout = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    stored = precision.dtype  # what the first conv sees under autocast anyway; half the memory of fp32
+    # what the first conv sees under autocast anyway (half the memory of fp32), unless it runs in fp32
+    stored = torch.float32 if "whiten" in cfg.airbench_fp32_layers else precision.dtype
 
     data = load_splits(cfg.dataset, cfg.data_dir, INPUT_SHAPE, seed=cfg.seed,
                        train_limit=cfg.train_limit, test_limit=cfg.test_limit)
@@ -364,7 +414,8 @@ def train(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, fl
     del normalized
 
     torch.manual_seed(cfg.seed)
-    model = make_net(rung, cfg.airbench_base_width, data.num_classes).to(device, memory_format=layout)
+    model = make_net(rung, cfg.airbench_base_width, data.num_classes, cfg.airbench_whiten_kernel,
+                     cfg.airbench_fp32_layers).to(device, memory_format=layout)
     whiten = model[0]
     whiten.weight.requires_grad_(not rung.whiten)
     per_sample = flops.flops_per_sample(model, padded[:2, :, :32, :32].float().contiguous(memory_format=layout),
@@ -394,7 +445,7 @@ def train(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, fl
 
     with timed(device) as setup:  # the whitening is part of the training, as in the paper's timer
         if rung.whiten:
-            whiten.weight.data.copy_(whitening_weights(whiten_sample.float()))
+            whiten.weight.data.copy_(whitening_weights(whiten_sample.float(), cfg.airbench_whiten_kernel))
         optimizer = make_optimizer(model, rung, batch)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, total_steps, rung))
         lookahead = Lookahead(model) if rung.lookahead else None

@@ -212,3 +212,63 @@ def test_the_sweeps_cpu_scale_starts_with_airbench94_as_published_on_the_cifar10
     assert len(cells) == 3 and {c.config.airbench_rung for c in cells} == {7}   # 3 repeats, in rounds
     ladder = sweep_spec.expand(sweep_spec.load("airbench"), "cpu-ladder", {"data_dir": "/data/cifar10-jpeg"})
     assert [c.config.airbench_rung for c in ladder] == [7, 6, 5] * 3   # airbench94 first in every round
+
+
+# --- what the CPU study may change in the published recipe ---------------------------------------
+
+@pytest.mark.parametrize("values, words", [
+    ({"airbench_tta_level": 3}, ["airbench_tta_level", "2"]),
+    ({"airbench_whiten_kernel": 5}, ["airbench_whiten_kernel", "4"]),
+    ({"airbench_lr_scale": 0}, ["airbench_lr_scale", "0"]),
+    ({"airbench_wd_scale": -1}, ["airbench_wd_scale", "0"]),
+    ({"airbench_fp32_layers": "all"}, ["airbench_fp32_layers", "whiten+head"]),
+])
+def test_each_recipe_field_refuses_a_bad_value_in_one_sentence(values, words):
+    with pytest.raises(UserError) as err:
+        make_config({"experiment": "airbench", **values})
+    message = str(err.value)
+    assert "\n" not in message and message.endswith(".")
+    for word in words:
+        assert word in message
+
+
+def test_the_recipe_fields_leave_the_published_recipe_and_its_cell_id_alone_by_default():
+    published = make_config({"experiment": "airbench"})
+    assert airbench.recipe(published) == airbench.RUNGS[7]
+    named = make_config({"experiment": "airbench", "airbench_whiten_kernel": 2, "airbench_lr_scale": 1.0,
+                         "airbench_wd_scale": 1.0, "airbench_fp32_layers": "none"})
+    assert named.cell_id() == published.cell_id()
+    changed = airbench.recipe(make_config({"experiment": "airbench", "airbench_tta_level": 0,
+                                           "airbench_lr_scale": 2.0, "airbench_wd_scale": 0.5}))
+    assert (changed.tta_level, changed.lr, changed.weight_decay) == (0, 23.0, airbench.WEIGHT_DECAY / 2)
+    model = airbench.make_net(changed)
+    optimiser = airbench.make_optimizer(model, changed, 1024)
+    kilostep = 1024 * (1 + 1 / (1 - airbench.MOMENTUM))
+    group = optimiser.param_groups[0]
+    assert group["lr"] == pytest.approx(23.0 / kilostep)
+    assert group["lr"] * group["weight_decay"] == pytest.approx(airbench.WEIGHT_DECAY / 2 * 1024 / kilostep)
+
+
+def test_fp32_layers_compute_in_fp32_under_bf16_autocast_and_the_others_do_not():
+    x = torch.randn(2, 3, 32, 32)
+    for layers, whiten_dtype, head_dtype in (("none", torch.bfloat16, torch.bfloat16),
+                                             ("whiten", torch.float32, torch.bfloat16),
+                                             ("whiten+head", torch.float32, torch.float32)):
+        model = airbench.make_net(airbench.RUNGS[7], base_width=8, fp32_layers=layers)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert model[0](x).dtype == whiten_dtype
+            assert model(x).dtype == head_dtype
+        assert dict(model.named_parameters()).keys() == dict(airbench.make_net(airbench.RUNGS[7], 8).named_parameters()).keys()
+
+
+def test_a_3x3_whitening_patch_whitens_and_trains_with_every_recipe_field_changed():
+    images = torch.randn(64, 3, 8, 8)
+    filters = airbench.whitening_weights(images, kernel=3)
+    assert filters.shape == (54, 3, 3, 3)
+    out = F.conv2d(images, filters[:27]).permute(1, 0, 2, 3).reshape(27, -1)
+    covariance = out @ out.T / out.shape[1]   # the whitened patches: near the identity
+    assert torch.allclose(covariance.diagonal(), torch.ones(27), atol=0.05)
+    result = airbench.run(_smoke(airbench_whiten_kernel=3, airbench_tta_level=0, airbench_fp32_layers="whiten+head",
+                                 airbench_lr_scale=0.7, airbench_wd_scale=2.0))
+    assert result["tta_level"] == 0 and result["test_accuracy"] == result["test_accuracy_no_tta"]
+    assert result["test_accuracy"] > 0.2   # chance is 0.1
