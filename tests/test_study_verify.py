@@ -147,3 +147,62 @@ def test_in_a_study_that_searches_lr_factor_the_tuned_baseline_is_the_same_run_a
     assert row["lr_factor"] == 8.0 and row["lr"] == pytest.approx(fixed["lr"] * 8)
     best = verify._row(spec, verify.Variant("best", {**book, "lr_factor": 32.0}), 0, cell, {}, "r")
     assert best["lr_factor"] == 32.0 and best[verify.TIME] == math.inf
+
+
+AIRBENCH_STUDY = """\
+    name = "study_airbenchrace"
+    experiment = "airbench"
+    metrics = ["time_to_accuracy_s", "test_accuracy"]
+    directions = ["minimize", "maximize"]
+    n_trials = 3
+
+    [space]
+    airbench_tta_level = { choices = [0, 2] }
+    airbench_lr_scale = { choices = [0.7, 1.0] }
+
+    [baseline]
+    name = "airbench94 as published"
+    [baseline.params]
+    airbench_tta_level = 2
+    airbench_lr_scale = 1.0
+
+    [sampler]
+    name = "random"
+    seed = 4               # both sampled trials change both fields (seed 3 samples the baseline twice)
+
+    [verify]
+    seeds = [0, 1]
+    candidates = 1
+    first_seeds = 2
+
+    [base]
+    dataset = "digits"
+    test_limit = 128
+    airbench_base_width = 8
+    batch_size = 128
+    epochs = 3
+    airbench_epochs = 3.0
+    target_accuracy = 0.3
+    stop_at_target = true
+    threads = 1
+    """
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_an_airbench_study_with_a_fixed_target_races_its_published_recipe_and_ablates_the_winner(tmp_path):
+    """airbench sets its own optimiser (no `lr` field) and a study file may give a fixed target
+    instead of a baseline's or a calibrated one: both race and ablate."""
+    path = tmp_path / "study_airbenchrace.toml"
+    path.write_text(textwrap.dedent(AIRBENCH_STUDY))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    args = ["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(tmp_path / "out")]
+    assert main(args) == 0
+    assert main([*args, "--verify"]) == 0
+    table = pd.read_csv(tmp_path / "out" / "study_airbenchrace-full-verify.csv")
+    roles = table.groupby("role")["seed"].apply(sorted).to_dict()
+    assert roles["airbench94 as published"] == [0, 1] and roles["winner"] == [0, 1]
+    assert table["lr"].isna().all()   # no lr of its own to show
+    changed = {role.split(": ")[1] for role in roles if ": " in role}
+    assert changed and changed <= {"airbench_tta_level", "airbench_lr_scale"}
+    assert all(roles[f"alone: {m}"] == roles[f"without: {m}"] == [0] for m in changed)

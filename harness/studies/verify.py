@@ -82,13 +82,15 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
 def _entrants_of(spec: StudySpec, name: str, scale: str, db_url: str, fixed: dict[str, Any]):
     """The study's baseline trial, the candidates to race and the target; one sentence when the
     study cannot be raced (yet)."""
-    calibrated = calibrated_target.calibrated_at(spec, scale)
-    if spec.baseline is None or not (spec.targets_from_baseline or calibrated) or spec.metrics[0] != TIME:
+    # the target: calibrated, else the baseline trial's own, else the file's fixed target_accuracy
+    from_file = calibrated_target.calibrated_at(spec, scale) or not spec.targets_from_baseline
+    if spec.baseline is None or not (from_file and fixed.get("target_accuracy") or spec.targets_from_baseline) \
+            or spec.metrics[0] != TIME:
         raise UserError(f"study {spec.name} has no baseline and no target for {TIME}; --verify races a "
                         "time-to-accuracy study's best trials against its tuned baseline.")
     study = open_study(spec, name, db_url, create=False)
     base = study_baseline.finished(study)
-    target = fixed["target_accuracy"] if calibrated else study_baseline.target(study)
+    target = fixed["target_accuracy"] if from_file else study_baseline.target(study)
     if base is None or target is None:
         raise UserError(f"study {name} has no complete baseline trial yet; run the study first.")
     candidates = _candidates(spec, study, base.number)
@@ -194,7 +196,8 @@ def _row(spec: StudySpec, variant: Variant, seed: int, cell: Cell, metrics: dict
     reached = metrics.get("target_reached") == 1.0
     return {"role": variant.role, "seed": seed, **{k: spec.space[k].optuna_value(p) for k, p in variant.params.items()},
             "lr_factor": variant.lr_factor * _own_factor(spec, variant.params),
-            "lr": cell.config.lr * getattr(cell.config, "lr_factor", 1.0) if cell.config else None,
+            # an experiment with its own optimiser (airbench) has no `lr` field: no lr to show
+            "lr": cell.config.lr * getattr(cell.config, "lr_factor", 1.0) if hasattr(cell.config, "lr") else None,
             TIME: metrics.get(TIME, math.inf) if reached else math.inf, "reached": reached,
             "test_accuracy": metrics.get("test_accuracy"), "epochs_to_accuracy": metrics.get("epochs_to_accuracy"),
             "time_to_accuracy_resolution_s": metrics.get("time_to_accuracy_resolution_s") if reached else None,
