@@ -36,8 +36,11 @@ def plot(report, path: Path, width_px: int | None = None) -> Path:
         for key, part in lines:
             suffix = "" if not others else " " + " ".join(map(str, key if isinstance(key, tuple) else (key,)))
             if ours in part:
-                ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[ours], "o-",
-                        label=f"ours ({report.scale}){suffix}")
+                trusted, contended = _split_contended(part, ours)
+                ax.plot(_x(trusted, x), trusted[ours], "o-", label=f"ours ({report.scale}){suffix}")
+                if len(contended):
+                    ax.plot(_x(contended, x), contended[ours], "X", color="tab:red", markersize=9,
+                            label=f"contended, left out{suffix}")
             if book and book in part and part[book].notna().any():
                 ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[book], "s--",
                         label=f"published{suffix}")
@@ -47,6 +50,21 @@ def plot(report, path: Path, width_px: int | None = None) -> Path:
         ax.legend()
     fig.suptitle(report.spec.title)
     return _save(fig, path, width_px)
+
+
+def _x(part, x: str):
+    return part[x].astype(str) if part[x].dtype == object else part[x]
+
+
+def _split_contended(part, column: str):
+    """The rows to draw as the line, and the rows timed under contention (harness/report/contention.py),
+    drawn apart as red crosses: a time of theirs measures the contention, not the setting."""
+    from harness.report.checks import is_timing
+
+    if "contended" not in part or not is_timing(column, part):
+        return part, part.iloc[0:0]
+    marked = part["contended"] == 1
+    return part[~marked], part[marked]
 
 
 def _save(fig, path: Path, width_px: int | None) -> Path:
