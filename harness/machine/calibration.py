@@ -20,7 +20,8 @@ The host itself runs at two speeds there (seven processes near 185, three near 2
 below that spread would call the same machine two machines: DRIFT_TOLERANCE is derived from that CV.
 
 A calibration is itself a timing: taken while other work held the cores it measures the contention,
-not the machine (25.9 under load, 55.6 fifteen minutes later on the same idle machine). So the load
+not the machine (a sweep calibrated under load once read less than half the speed of the same
+machine idle a quarter of an hour later). So the load
 around it is recorded (the load probe, harness/machine/machine_load.py) and an index taken under load
 is never compared with another: it is neither called drifted nor makes others drifted.
 """
