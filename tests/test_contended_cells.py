@@ -97,8 +97,9 @@ def test_the_plot_draws_a_contended_time_apart(spec, monkeypatch, tmp_path):
     plots.plot(SimpleNamespace(table=table, spec=spec, scale="smoke"), tmp_path / "p.png")
     time_panel = drawn[0].axes[0]
     lines = {line.get_label(): list(line.get_ydata()) for line in time_panel.get_lines()}
-    assert lines["contended, left out"] == [229.0]
+    assert lines["contended, left out"] == [1.5 * 16.0]   # drawn at the top of the scale, not at 229 s
     assert 229.0 not in lines["ours (smoke)"]
+    assert [t.get_text() for t in time_panel.texts] == ["229 (off scale)"]
 
 
 class _BusyMachine:
