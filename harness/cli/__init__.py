@@ -24,6 +24,10 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see `{self.prog} --help`).")
 
 
+SCALE_HELP = ("smoke | quick | full (the document's scale), or a scale the file adds: cpu (what a small CPU "
+              "can run), airbench's cpu-goal and cpu-ladder")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--tracking-uri", help="MLflow store (default: $MLFLOW_TRACKING_URI, "
@@ -39,10 +43,16 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", parents=[common, sets], help="run one experiment once and log it")
     p.add_argument("experiment")
+    _add_sweep(sub, [common, sets])
+    _add_study(sub, [common, sets])
+    _add_reading(sub, [common])
+    return parser
 
-    p = sub.add_parser("sweep", parents=[common, sets], help="run a sweep (grid) and log every cell")
+
+def _add_sweep(sub, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("sweep", parents=parents, help="run a sweep (grid) and log every cell")
     p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
-    p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
+    p.add_argument("--scale", default="full", help=SCALE_HELP)
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--max-cells", type=int, default=10_000,
                    help="refuse a sweep of more cells than this (default 10000)")
@@ -57,9 +67,11 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: the sweep file's system_metrics, else on where a CUDA GPU is present)")
     _add_worker_args(p)
 
-    p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")
+
+def _add_study(sub, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("study", parents=parents, help="run (or resume) an Optuna study and log every trial")
     p.add_argument("study", help="study name (see `harness list`) or path of a study_*.toml file")
-    p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
+    p.add_argument("--scale", default="full", help=SCALE_HELP)
     p.add_argument("--n-trials", type=int, help="finished trials the study should reach (default: the file's, per scale)")
     p.add_argument("--timeout", type=float, help="start no new trial after this many seconds")
     p.add_argument("--max-trials", type=int, default=10_000,
@@ -73,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_worker_args(p)
 
+
+def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
+    """The commands that run no sweep or study of their own (reproduce runs each as `harness sweep`)."""
+    common = parents[0]
     p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published "
                        "figures; without a sweep, reports/REPRODUCTION.md over every sweep")
     p.add_argument("sweep", nargs="?")
@@ -104,7 +120,6 @@ def _parser() -> argparse.ArgumentParser:
                        "study storage, to watch studies live")
     p.add_argument("--storage", help="study database (default: optuna.db beside the MLflow store)")
     p.add_argument("--port", type=int, default=8080)
-    return parser
 
 
 def _add_worker_args(p) -> None:
