@@ -272,3 +272,27 @@ def test_a_3x3_whitening_patch_whitens_and_trains_with_every_recipe_field_change
                                  airbench_lr_scale=0.7, airbench_wd_scale=2.0))
     assert result["tta_level"] == 0 and result["test_accuracy"] == result["test_accuracy_no_tta"]
     assert result["test_accuracy"] > 0.2   # chance is 0.1
+
+
+@pytest.mark.slow
+def test_the_cpu_studys_space_loads_with_the_published_recipe_first_and_a_smoke_trial_of_it_runs(tmp_path):
+    from harness.cli import main
+    from harness.specs import study_spec
+    from harness.studies.variants import values_of, Variant
+
+    spec = study_spec.load("airbench_cpu")
+    assert {"airbench_tta_level", "airbench_fp32_layers", "airbench_whiten_kernel", "airbench_lr_scale",
+            "airbench_wd_scale", "batch_size", "airbench_base_width", "epochs", "dtype", "channels_last",
+            "execution"} <= set(spec.space)
+    published = make_config(values_of(spec, spec.fixed("cpu", {"data_dir": "/x"}),
+                                      Variant("", spec.baseline.params), 0))
+    assert airbench.recipe(published) == airbench.RUNGS[7]   # the baseline trial is airbench94 as published
+    assert (published.batch_size, published.airbench_base_width, published.airbench_epochs) == (1024, 64, 9.9)
+    for name in ("airbench_tta_level", "airbench_fp32_layers", "airbench_whiten_kernel"):   # each value trains
+        for value in spec.space[name].choices:
+            make_config({**published.model_dump(exclude_defaults=True), name: value})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["study", "airbench_cpu", "--scale", "smoke", "--n-trials", "1", "--tracking-uri", uri,
+                 "--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--no-progress", "--out", str(tmp_path)]) == 0
+    trials = (tmp_path / "study_airbench_cpu-smoke-trials.csv").read_text().splitlines()
+    assert len(trials) == 2 and ",complete," in trials[1]
