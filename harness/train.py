@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from harness.config import RunConfig
+from harness.catalogue import TRAINING_CLOCK
 from harness.data import DeviceBatches, Split, batches, shuffled_indices
 from harness.errors import CellSkipped
 from harness.hardware import missing_gpu, slice_note, usable_core_count
@@ -26,9 +27,7 @@ if TYPE_CHECKING:
     from harness.precision import Precision
     from harness.time_to_accuracy import AccuracyWatch
 
-CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
-         "asynchronous), forward, loss, backward, optimizer step; warm-up (undone after), pruning, evaluation "
-         "(also the per-epoch and time-to-accuracy checkpoints) and logging are outside the clock")
+CLOCK = TRAINING_CLOCK   # harness/catalogue.py, where descriptors read it without torch
 
 EpochCallback = Callable[[int, dict], None]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = sorted([*ROOT.glob("harness/**/*.py"), *ROOT.glob("experiments/*.py")])
+SOURCES = sorted([*ROOT.glob("harness/**/*.py"), *ROOT.glob("experiments/**/*.py")])
 
 # The floors, bottom first: a module may import modules of its own floor and of the floors below,
 # never of one above. "a.b" names that module; "a.b.*" names the package a.b and every module in
@@ -26,7 +26,8 @@ LAYERS = [
                                      "harness.checkkinds"]),
     ("what a measurement ran on", ["harness.fingerprint"]),
     ("the store", ["harness.store.*"]),
-    ("the training half", ["harness.config", "harness.field_groups", "harness.data", "harness.models", "harness.timing",
+    ("the training half", ["harness.catalogue", "harness.config", "harness.field_groups", "harness.data_folders",
+                           "harness.data", "harness.models", "harness.timing",
                            "harness.precision", "harness.time_to_accuracy", "harness.warmup", "harness.flops",
                            "harness.peak", "harness.machine_load", "harness.calibration", "harness.process_state", "harness.allocator",
                            "harness.pruning.*", "harness.speed_methods", "harness.train", "harness.dataset_record"]),

@@ -82,9 +82,7 @@ def _launcher(args):
 
 def cmd_run(args) -> int:
     import experiments
-    from harness.cells import run_single
     from experiments import make_config
-    from harness.store import Outcome
 
     overrides = _overrides(args, args.experiment)
     if any(isinstance(v, list) for v in overrides.values()):
@@ -92,6 +90,10 @@ def cmd_run(args) -> int:
     experiments.check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
     experiments.get(args.experiment).check_model(getattr(cfg, "model", None))
+    _check_data_folders([cfg])
+    from harness.cells import run_single   # every value is checked: now torch and the store
+    from harness.store import Outcome
+
     with sigterm_as_interrupt():  # a `kill` closes the run as interrupted, as Ctrl-C does
         result = run_single(cfg, _store(args))
     if result.outcome != Outcome.OK:
@@ -104,21 +106,23 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from harness.cli.summary import sweep_summary
     from harness.launchers import WorkerRole
-    from harness.report import overview
-    from harness.store import Outcome, resolve_db_url
     from harness.sweeps import sweep_spec
-    from harness.sweeps.sweep_engine import run_sweep
 
     spec = sweep_spec.load(args.sweep)
     if args.system_metrics is not None:
         spec.system_metrics = args.system_metrics
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
+    max_repeats = _max_repeats(args)
     if role is None:
         _size_of_job(spec, args)
-    max_repeats = _max_repeats(args)
     store = _store(args)
+    # Every value is checked: only now the engine and the report, with torch, MLflow and the rest.
+    from harness.cli.summary import sweep_summary
+    from harness.report import overview
+    from harness.store import Outcome, resolve_db_url
+    from harness.sweeps.sweep_engine import run_sweep
+
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                        db_url=resolve_db_url(args.storage, store.uri), workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
@@ -145,11 +149,25 @@ def cmd_sweep(args) -> int:
 
 
 def _size_of_job(spec, args) -> None:
-    """Refuse more cells than --max-cells, and say how large a large sweep is before it starts."""
+    """Refuse more cells than --max-cells, say how large a large sweep is before it starts, and check
+    the image folders its cells read (torch is not loaded yet: a mistake is answered at once)."""
     from harness.cli import job_size
+    from harness.sweeps.sweep_spec import expand
 
     job_size.check_cap("--max-cells", args.max_cells)
-    job_size.announce(job_size.sweep_size(spec, args.scale, _overrides(args, spec.experiment)), args.max_cells)
+    cells = expand(spec, args.scale, _overrides(args, spec.experiment))
+    job_size.announce(job_size.sweep_size(spec, args.scale, cells), args.max_cells)
+    _check_data_folders([c.config for c in cells if c.config is not None])
+
+
+def _check_data_folders(configs) -> None:
+    """The class folders an image-folder dataset needs, for every cell that trains on one."""
+    import experiments
+    from harness.data_folders import check_class_folders
+
+    for cfg in configs:
+        if experiments.get(cfg.experiment).needs_dataset:
+            check_class_folders(cfg.dataset, cfg.data_dir)
 
 
 def _size_of_study(spec, args, overrides) -> None:
@@ -187,9 +205,10 @@ def _until_decided(spec, store, args, max_repeats):
 
 
 def cmd_study(args) -> int:
+    from experiments import make_config
     from harness.launchers import WorkerRole
     from harness.store import resolve_db_url
-    from harness.studies import study_engine, study_spec
+    from harness.studies import study_spec
 
     spec = study_spec.load(args.study)
     overrides = _overrides(args, spec.experiment)
@@ -201,8 +220,11 @@ def cmd_study(args) -> int:
         _size_of_study(spec, args, overrides)
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = None if args.status else _launcher(args)
+    if not (args.status or args.verify):
+        _check_data_folders([make_config(spec.fixed(args.scale, overrides))])
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
+    from harness.studies import study_engine   # every value is checked: now Optuna, MLflow and torch
     if args.status:
         print(study_engine.status(spec, store, db_url, scale=args.scale, overrides=overrides))
         return 0
@@ -267,8 +289,7 @@ def _existing_store(args) -> None:
 
 def cmd_list(args) -> int:
     import experiments
-    from harness.data import DATASETS
-    from harness.models import MODELS
+    from harness.catalogue import DATASETS, MODELS
     from harness.studies import study_spec
     from harness.sweeps import sweep_spec
 

@@ -52,11 +52,8 @@ def announce(size: JobSize, cap: int) -> None:
               file=sys.stderr, flush=True)
 
 
-def sweep_size(spec, scale: str, overrides: dict[str, Any]) -> JobSize:
-    """A sweep's cells at `scale` and their epochs, as expand() builds them."""
-    from harness.sweeps.sweep_spec import expand
-
-    cells = expand(spec, scale, overrides)
+def sweep_size(spec, scale: str, cells) -> JobSize:
+    """A sweep's cells at `scale` (as expand() built them) and their epochs."""
     epochs = sum(getattr(c.config, "epochs", 0) or 0 for c in cells if c.config is not None)
     return JobSize("sweep", spec.name, scale, len(cells), "cells", epochs, "--max-cells",
                    "narrow the grid (--set AXIS=[...])")

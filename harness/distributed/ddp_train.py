@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
+from harness.catalogue import DDP_CLOCK
 from harness.config import RunConfig
 from harness.data import DeviceBatches, load_splits
 from harness.distributed.rank import RankContext
@@ -36,10 +37,7 @@ from harness.timing import peak_rss_mb, spread, timed
 from harness.train import evaluate, make_optimizer
 from harness.warmup import restored
 
-CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "
-         "host-to-device copy (on CUDA from pinned buffers, asynchronous), forward, loss, backward with "
-         "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs (undone "
-         "after) and evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
+CLOCK = DDP_CLOCK   # harness/catalogue.py, where descriptors read it without torch
 
 
 class LrSchedule:
