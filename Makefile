@@ -61,7 +61,7 @@ CPU_STORE = --tracking-uri $(or $(TRACKING_URI),sqlite:///results/$(MACHINE)/sto
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
-        bench-workers bench-cells bench-noise bench-calibration soak gpu-check dashboard peak reproduce-cpu
+        bench-workers bench-cells bench-noise bench-calibration bench-cli soak gpu-check dashboard peak reproduce-cpu
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -142,6 +142,9 @@ bench-cells: ## the harness's own seconds per cell outside run(cfg), by part (go
 
 bench-noise: ## A/A noise floor (train_time_s and the median epoch): CV, minimum detectable effect at n=3/5, false "faster" rate (ARGS="--rounds N --variants harness,keep-freed")
 	$(BIN)/python benchmarks/noise.py $(ARGS)
+
+bench-cli: ## a dozen typical mistakes, each in fresh processes: median seconds against `harness --help` and `import torch` (ARGS="--runs N")
+	$(BIN)/python benchmarks/cli.py $(ARGS)
 
 bench-calibration: ## the speed index in N fresh processes, 5 calls vs the full budget: CV, range, pairs falsely called drifted (ARGS="--processes N")
 	$(BIN)/python benchmarks/calibration.py $(ARGS)

@@ -16,6 +16,12 @@ from typing import Sequence
 
 from harness.cli.exits import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE
 from harness.errors import StoreFault, UserError, first_line
+from harness.signals import cut_off
+
+
+# The scales a sweep or study file has: the three every file has, and cpu where the file says how.
+SCALE_HELP = ("smoke | quick | cpu | full (default full: the document's scale; cpu: sized for a 2-core machine, "
+              "in the files with a [scales.cpu])")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", parents=[common, sets], help="run a sweep (grid) and log every cell")
     p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
-    p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
+    p.add_argument("--scale", default="full", help=SCALE_HELP)
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.add_argument("--max-cells", type=int, default=10_000,
                    help="refuse a sweep of more cells than this (default 10000)")
@@ -58,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")
     p.add_argument("study", help="study name (see `harness list`) or path of a study_*.toml file")
-    p.add_argument("--scale", default="full", help="smoke | quick | full (the document's scale)")
+    p.add_argument("--scale", default="full", help=SCALE_HELP)
     p.add_argument("--n-trials", type=int, help="finished trials the study should reach (default: the file's, per scale)")
     p.add_argument("--timeout", type=float, help="start no new trial after this many seconds")
     p.add_argument("--max-trials", type=int, default=10_000,
@@ -137,18 +143,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, MemoryError) as err:  # a full disk, a vanished folder: the machine, not a bug
         _say(_fault_sentence(err))
         return EXIT_FAULT
-    except KeyboardInterrupt:
-        print(f"harness: {INTERRUPTED.get(getattr(args, 'command', None), INTERRUPTED['sweep'])}", file=sys.stderr)
+    except KeyboardInterrupt as stop:
+        print(f"harness: {interrupted_line(getattr(args, 'command', None), cut_off(stop))}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 # What Ctrl-C or SIGTERM left, in each command's words.
 INTERRUPTED = {
-    "sweep": "interrupted; finished cells are kept, the interrupted one reruns next time.",
+    "sweep": "interrupted; finished cells are kept, the same command resumes the sweep.",
+    "reproduce": "interrupted; finished cells are kept, the same command resumes the reproduction.",
     "study": "interrupted; finished trials are kept, the same command resumes the study.",
     "run": "interrupted; the run is closed as interrupted (KILLED in MLflow) and measured nothing; "
            "run the same command again.",
 }
+
+
+def interrupted_line(command: str | None, cut: list[str]) -> str:
+    """The line Ctrl-C ends a command with. A sweep names the cell it cut short, which reruns, only
+    when it cut one (not when it stopped between cells, or before the first)."""
+    if command == "sweep" and cut:
+        return f"interrupted; finished cells are kept, the interrupted one ({cut[0]}) reruns next time."
+    return INTERRUPTED.get(command, "interrupted.")
 
 
 def _say(sentence: str) -> None:

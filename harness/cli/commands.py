@@ -247,17 +247,19 @@ def cmd_study(args) -> int:
 
 def cmd_report(args) -> int:
     from harness.folders import REPORTS_DIR
-    from harness.report import overview, tables
-    from harness.report.reproduction import write_reproduction
     from harness.sweeps import sweep_spec
 
+    spec = sweep_spec.load(args.sweep) if args.sweep is not None else None
     out_dir = _out_dir(args.out, REPORTS_DIR)
     _existing_store(args)
-    if args.sweep is None:
+    # Every value is checked: only now the report's tables and plots (pandas, matplotlib, MLflow).
+    from harness.report import overview, tables
+    from harness.report.reproduction import write_reproduction
+
+    if spec is None:
         path, summary = write_reproduction(_store(args), out_dir)
         print(f"written: {path}\nsummary: {summary}")
         return 0
-    spec = sweep_spec.load(args.sweep)
     store = _store(args)
     reports = tables.build_all(store, spec, args.scale)
     written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir)
@@ -296,10 +298,10 @@ def cmd_list(args) -> int:
     print("experiments:")
     for name in experiments.names():
         print(f"  {name:<16} {experiments.get(name).title}")
-    print("sweeps (harness sweep NAME --scale smoke|quick|full):")
+    print("sweeps (harness sweep NAME --scale smoke|quick|cpu|full):")
     for name in sweep_spec.available():
         print(f"  {name:<16} {sweep_spec.load(name).title}")
-    print("studies (harness study NAME --scale smoke|quick|full [--n-trials N] [--workers K]):")
+    print("studies (harness study NAME --scale smoke|quick|cpu|full [--n-trials N] [--workers K]):")
     for name in study_spec.available():
         print(f"  {name:<16} {study_spec.load(name).title}")
     print("models:")
@@ -324,21 +326,24 @@ def cmd_ui(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    from harness import hardware, peak
+    from harness import hardware
 
-    devices = [args.device] if args.device else ["cpu", *(f"cuda:{i}" for i in range(hardware.gpu_count()))]
-    for name in devices:
-        try:
-            hardware.parse_device(name)
-        except ValueError:
-            raise UserError(f"--device must be {hardware.DEVICE_FORMS} (got {name}).") from None
-        missing = hardware.missing_gpu(name)
-        if missing:
-            raise UserError(f"--device {name}: {missing}.")
     cores = hardware.usable_core_count()
     thread_counts = sorted({1, cores}) if args.threads is None else [args.threads]
     if any(t < 1 or t > cores for t in thread_counts):
         raise UserError(f"--threads must be between 1 and {cores}, the cores this process may use.")
+    if args.device:
+        try:
+            hardware.parse_device(args.device)
+        except ValueError:
+            raise UserError(f"--device must be {hardware.DEVICE_FORMS} (got {args.device}).") from None
+    # Which GPUs are here is torch's to say: imported from here on.
+    devices = [args.device] if args.device else ["cpu", *(f"cuda:{i}" for i in range(hardware.gpu_count()))]
+    for name in devices:
+        missing = hardware.missing_gpu(name)
+        if missing:
+            raise UserError(f"--device {name}: {missing}.")
+    from harness import peak
     for name in devices:
         for dtype in args.dtype or ["fp32", "bf16", "fp16"]:
             for threads in (thread_counts if name == "cpu" else [0]):
@@ -386,9 +391,20 @@ def cmd_reproduce(args) -> int:
         raise UserError("harness reproduce needs --data-dir, the folder holding CIFAR-10 as train/ and test/ "
                         "class folders of images (for example --data-dir ../shared/data/cifar10-jpeg).")
     planned = reproduce.plan(args.scale, args.data_dir)
+    _check_planned_data(planned, args.scale)
     out_dir = _out_dir(args.out, REPORTS_DIR)
     store = _store(args)   # a bad URI is one sentence now, not one per sweep
     return reproduce.reproduce(planned, args.scale, store, out_dir)
+
+
+def _check_planned_data(planned, scale: str) -> None:
+    """The data folder every planned sweep's cells would read, checked before any sweep starts."""
+    from harness.sweeps.sweep_spec import expand, load
+
+    for item in planned:
+        if item.data_dir is not None:
+            cells = expand(load(item.sweep), scale, {"data_dir": item.data_dir})
+            _check_data_folders([c.config for c in cells if c.config is not None])
 
 
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
