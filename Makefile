@@ -68,10 +68,13 @@ help: ## list the targets
 	@echo "  sweeps: $(SWEEPS)"
 	@echo "  studies: $(STUDIES)"
 
-install: ## create .venv with the project, its pinned torch and every dependency
+# setuptools warns at every editable install that folders named like the package in the working directory
+# may be imported instead of it ("Editable installation ... take precedence during imports"). Here those
+# folders (harness/, experiments/) are the very code the install points at, so the warning is silenced.
+install: ## create .venv (about 6.5 GB: torch and its CUDA libraries) with the project, its pinned torch and every dependency
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e '.[test]'
 	$(HARNESS) list > /dev/null && echo "installed: $(HARNESS)"
 
 install-system: ## Debian packages the browser test needs (chromium, chromedriver); run as root
