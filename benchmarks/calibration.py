@@ -1,5 +1,5 @@
 """How steady the speed index is on this machine: the calibration every sweep invocation runs
-(harness/calibration.py), measured in N fresh processes one after another, as a sweep invocation
+(harness/machine/calibration.py), measured in N fresh processes one after another, as a sweep invocation
 measures it, with two budgets side by side in each process (their order alternating):
 five timed calls, and the full budget (about a second).
 
@@ -26,7 +26,7 @@ BUDGETS = {"5 calls": 0.0, "full budget": None}   # seconds for calibration.meas
 CHILD = """
 import json, sys
 import torch
-from harness import calibration
+from harness.machine import calibration
 torch.set_num_threads(int(sys.argv[1]))
 order = json.loads(sys.argv[2])
 print(json.dumps({name: calibration.measure(seconds=seconds) for name, seconds in order}))
@@ -40,7 +40,7 @@ def one_process(order: list[tuple[str, float | None]], threads: int) -> dict[str
 
 
 def summary(name: str, indices: list[float]) -> str:
-    from harness.calibration import DRIFT_TOLERANCE, drifted
+    from harness.machine.calibration import DRIFT_TOLERANCE, drifted
 
     median = statistics.median(indices)
     cv = statistics.stdev(indices) / statistics.fmean(indices)
@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.processes < 3:
         parser.error("--processes must be at least 3")
-    from harness.calibration import budget_s
-    from harness.machine_load import LoadWatch
+    from harness.machine.calibration import budget_s
+    from harness.machine.machine_load import LoadWatch
 
     print(f"{args.processes} fresh processes, {args.threads} threads; full budget {budget_s():g} s")
     seen: dict[str, list[float]] = {name: [] for name in BUDGETS}

@@ -23,7 +23,7 @@ import experiments
 from harness.store import Store
 from harness.store.claims import Claims
 from harness.sweeps.sweep_engine import run_sweep
-from harness.sweeps.sweep_spec import SweepSpec
+from harness.specs.sweep_spec import SweepSpec
 
 # What each timed call counts as.
 PARTS = {

@@ -16,7 +16,7 @@ import statistics
 import sys
 
 from experiments import data_parallel, make_config
-from harness.hardware import usable_core_count
+from harness.machine.hardware import usable_core_count
 
 
 def shapes(cores: int) -> list[tuple[int, int]]:

@@ -162,8 +162,8 @@ def _harness() -> str:
 def _offline_cells() -> dict[str, tuple[object, set[str]]]:
     """Each sweep's spec and smoke cells (their ids), after checking that none would download anything."""
     import experiments
-    from harness.sweeps import sweep_spec
-    from harness.config import parse_assignment
+    from harness.specs import sweep_spec
+    from harness.training.config import parse_assignment
 
     def reads_data(cfg) -> bool:  # an experiment that makes its own inputs needs no dataset
         return experiments.get(cfg.experiment).needs_dataset

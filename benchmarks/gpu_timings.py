@@ -4,9 +4,9 @@ machine is no pass or fail.
 
     .venv/bin/python benchmarks/gpu_timings.py
 
-1. A batch copy from a pinned buffer (harness/data.py DeviceBatches) returns while the GPU is busy;
+1. A batch copy from a pinned buffer (harness/training/data.py DeviceBatches) returns while the GPU is busy;
    a copy from fresh pageable memory waits until the GPU is free.
-2. The clock over two GPUs (harness/timing.py timed) waits for work on the second; a clock over the
+2. The clock over two GPUs (harness/training/timing.py timed) waits for work on the second; a clock over the
    first alone does not (two GPUs or more).
 
 Exit 0 whatever the ratios (without a GPU it says so and exits 0); 1 when a measurement fails.
@@ -37,7 +37,7 @@ def keep_busy(device: torch.device, seconds: float) -> None:
 
 def pinned_and_pageable_copy_s(device: torch.device) -> tuple[float, float]:
     """Seconds until a pinned and a pageable batch copy return, each queued behind BUSY_S of work."""
-    from harness.data import DeviceBatches, synthetic
+    from harness.training.data import DeviceBatches, synthetic
 
     split = synthetic((3, 32, 32), 256, 8, seed=0).train
     to_device, idx = DeviceBatches(device), torch.arange(64)
@@ -59,7 +59,7 @@ def pinned_and_pageable_copy_s(device: torch.device) -> tuple[float, float]:
 
 def clock_over_first_and_both_s(first: torch.device, second: torch.device) -> tuple[float, float]:
     """What `timed` reads around BUSY_S of work on `second`: over `first` alone, and over both."""
-    from harness.timing import timed
+    from harness.training.timing import timed
 
     with timed(first) as first_only:
         keep_busy(second, BUSY_S)

@@ -20,7 +20,7 @@ Each run is a cell as the harness runs one (`harness.cells.run_here`: the `mallo
 the load watched). `--variants` runs several process set-ups side by side, interleaved in every
 round (round k: each variant's A then B), to find where the noise comes from: `harness` (as a sweep
 runs a cell: glibc's malloc as it starts); `keep-freed` (malloc=keep_freed: glibc keeps freed memory
-from the cell's start, set by mallopt, harness/allocator.py); `keep-freed-env` (the same options as
+from the cell's start, set by mallopt, harness/training/allocator.py); `keep-freed-env` (the same options as
 glibc's variables, MALLOC_MMAP_MAX_=0 and a high MALLOC_TRIM_THRESHOLD_, read when the process
 starts); `pinned` (OpenMP threads bound to cores); `aslr-off` (address-space randomisation off,
 `setarch -R`: a diagnostic only: a fixed layout can make one configuration steadily faster or slower
@@ -54,7 +54,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.machine_load import LoadWatch  # noqa: E402
+from harness.machine.machine_load import LoadWatch  # noqa: E402
 from harness.report import intervals  # noqa: E402
 
 CELL = {"experiment": "pruning", "model": "cnn", "dataset": "digits", "sparsity": 0.0, "warmup_epochs": 1,

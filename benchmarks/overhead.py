@@ -31,14 +31,14 @@ from torch import nn
 
 from experiments import make_config
 from harness.cells import SYSTEM_METRICS_INTERVAL_S
-from harness.data import batches, load_splits
-from harness.hardware import usable_core_count
-from harness.models import build_model
+from harness.training.data import batches, load_splits
+from harness.machine.hardware import usable_core_count
+from harness.training.models import build_model
 from harness.sweeps.sweep_engine import run_sweep
-from harness.sweeps.sweep_spec import SweepSpec
-from harness.timing import spread
+from harness.specs.sweep_spec import SweepSpec
+from harness.training.timing import spread
 from harness.store import Store
-from harness.train import make_optimizer, train_epochs
+from harness.training.train import make_optimizer, train_epochs
 
 BASE = {"model": "cnn", "dataset": "synthetic", "warmup_epochs": 0, "batch_size": 64, "lr": 1e-5,
         "weight_decay": 0.005, "optimizer": "adam"}

@@ -175,7 +175,7 @@ def report(folder: Path, uri: str, jobs: list[Job], kills: Counter, wall: float,
 
     from harness.store import Store
     from harness.store.tracking import CELL_ID
-    from harness.studies import study_spec
+    from harness.specs import study_spec
 
     store = Store(uri)
     finished, duplicates, running = Counter(), 0, []

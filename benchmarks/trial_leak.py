@@ -10,7 +10,7 @@ does one thing an earlier trial could have done, then times the same steps again
 (before / after, > 1: faster after) is compared with the control's, which does nothing between:
 what the control shows is warm-up, the difference is the leak. Beside the time, each phase reports
 the minor page faults per step (getrusage: memory the allocator had to take from the kernel again)
-and the flush-denormal state (harness.process_state). The machine may be busy: rounds are
+and the flush-denormal state (harness.machine.process_state). The machine may be busy: rounds are
 interleaved, and only a ratio far outside the control's spread means something.
 """
 
@@ -39,7 +39,7 @@ ENV = {"malloc_keeps": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1
 def _steps(model, optimizer, n: int, batch: int, dtype, channels_last: bool) -> dict:
     import torch
 
-    from harness.process_state import snapshot
+    from harness.machine.process_state import snapshot
 
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(0)
@@ -65,8 +65,8 @@ def _steps(model, optimizer, n: int, batch: int, dtype, channels_last: bool) -> 
 def _trial14(steps: int) -> dict:
     import torch
 
-    from harness.models import build_model
-    from harness.speed_methods import to_channels_last
+    from harness.training.models import build_model
+    from harness.training.speed_methods import to_channels_last
 
     torch.manual_seed(0)
     model = to_channels_last(build_model("cnn", 10))
@@ -78,7 +78,7 @@ def _trial14(steps: int) -> dict:
 def _between(variant: str) -> None:
     import torch
 
-    from harness.models import build_model
+    from harness.training.models import build_model
 
     if variant == "fp32_b512":
         model = build_model("cnn", 10)

@@ -50,14 +50,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from experiments.descriptors.airbench import AirbenchConfig, INPUT_SHAPE
-from harness import flops, speed_methods
-from harness.config import RunConfig
-from harness.data import load_splits
+from harness.training import flops, speed_methods
+from harness.training.config import RunConfig
+from harness.training.data import load_splits
 from harness.errors import CellSkipped
-from harness.precision import Precision, backend_flags
-from harness.time_to_accuracy import AccuracyWatch
-from harness.timing import timed
-from harness.train import EpochCallback, prepare
+from harness.training.precision import Precision, backend_flags
+from harness.training.time_to_accuracy import AccuracyWatch
+from harness.training.timing import timed
+from harness.training.train import EpochCallback, prepare
 
 __all__ = ["AirbenchConfig", "RUNGS", "run"]
 

@@ -28,14 +28,14 @@ from __future__ import annotations
 import torch
 
 from experiments.descriptors.amp import AmpConfig
-from harness.data import load_splits
-from harness.flops import flop_metrics, flops_per_sample
-from harness.models import MODELS, build_model, count_parameters
-from harness.precision import Precision, backend_flags, native_support
-from harness.time_to_accuracy import AccuracyWatch
-from harness.timing import timed
-from harness.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
-from harness.warmup import restored
+from harness.training.data import load_splits
+from harness.training.flops import flop_metrics, flops_per_sample
+from harness.training.models import MODELS, build_model, count_parameters
+from harness.training.precision import Precision, backend_flags, native_support
+from harness.training.time_to_accuracy import AccuracyWatch
+from harness.training.timing import timed
+from harness.training.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
+from harness.training.warmup import restored
 
 __all__ = ["AmpConfig", "run"]
 
@@ -53,7 +53,7 @@ def run(cfg: AmpConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         order = torch.Generator().manual_seed(cfg.seed)
         fit = dict(batch_size=cfg.batch_size, device=device, generator=order, precision=precision)
         optimizer = make_optimizer(cfg, model)
-        with restored(model, optimizer, order, precision):  # untimed, and undone: trains nothing (harness.warmup)
+        with restored(model, optimizer, order, precision):  # untimed, and undone: trains nothing (harness.training.warmup)
             warmup = train_epochs(model, optimizer, data.train, epochs=cfg.warmup_epochs, **fit)
         # Evaluated in fp32: the question is what the mixed-precision training did to the weights.
         watch = AccuracyWatch.from_config(

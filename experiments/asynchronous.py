@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from experiments.descriptors.asynchronous import AsyncConfig
-from harness.timing import spread, synchronize
-from harness.train import EpochCallback, prepare
+from harness.training.timing import spread, synchronize
+from harness.training.train import EpochCallback, prepare
 
 __all__ = ["AsyncConfig", "run"]
 

@@ -32,8 +32,8 @@ from experiments import autoparallel_exercises as exercises
 from experiments.descriptors.autoparallel import AutoparallelConfig
 from experiments.overlap import hidden_share, host_copies, median_time, products, products_copied_meanwhile
 from harness.errors import CellSkipped
-from harness.hardware import gpu_count, slice_note
-from harness.train import EpochCallback
+from harness.machine.hardware import gpu_count, slice_note
+from harness.training.train import EpochCallback
 
 GPUS_NEEDED = {"two_devices": 2, "compute_copy": 1, "small_ops": 1, "cpu_gpu": 1, "dependencies": 1}
 

@@ -25,10 +25,10 @@ from experiments.descriptors.data_parallel import DataParallelConfig
 from harness.distributed import ddp_train
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
-from harness.flops import flop_metrics, peak_devices
-from harness.models import fetch_weights
+from harness.training.flops import flop_metrics, peak_devices
+from harness.training.models import fetch_weights
 from harness.distributed.rank import RankContext
-from harness.train import EpochCallback, prepare
+from harness.training.train import EpochCallback, prepare
 
 __all__ = ["DataParallelConfig", "run", "to_metrics"]
 

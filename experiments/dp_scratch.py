@@ -31,20 +31,20 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from experiments.descriptors.dp_scratch import DpScratchConfig
-from harness import flops
-from harness.config import RunConfig
-from harness.data import Dataset, Split, load_splits
+from harness.training import flops
+from harness.training.config import RunConfig
+from harness.training.data import Dataset, Split, load_splits
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
 from harness.errors import CellSkipped, UserError
-from harness.flops import flop_metrics, flops_per_sample, peak_devices
-from harness.hardware import gpu_count, slice_note
-from harness.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
-from harness.timing import peak_rss_mb, spread, timed
-from harness.train import EpochCallback, prepare
-from harness.warmup import restored
+from harness.training.flops import flop_metrics, flops_per_sample, peak_devices
+from harness.machine.hardware import gpu_count, slice_note
+from harness.training.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
+from harness.training.timing import peak_rss_mb, spread, timed
+from harness.training.train import EpochCallback, prepare
+from harness.training.warmup import restored
 
 TARGET = "experiments.dp_scratch:ddp_target"
 SCRATCH_TARGET = "experiments.dp_scratch:scratch_target"
@@ -79,7 +79,7 @@ def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
     and each timed epoch's seconds. With one device it is plain full-batch training. `max_steps`
     stops after that many steps (the per-step equality check); `beat` is called after each step
     (a launched rank's heartbeat). `warmup_epochs` untimed epochs come first and are undone
-    (harness.warmup), so the copies train exactly `cfg.epochs` epochs from the same start."""
+    (harness.training.warmup), so the copies train exactly `cfg.epochs` epochs from the same start."""
     start = get_params(cfg.seed, data.num_classes)
     copies = [[p.to(d, copy=True).requires_grad_() for p in start] for d in devices]  # own memory, even on one CPU
     steps = 0
@@ -255,7 +255,7 @@ def ddp_target(cfg: RunConfig, ctx: RankContext) -> dict:
                     first_step.extend(p.detach().clone() for p in net.module.params)
         return clock.seconds
 
-    with restored(net.module, optimizer):  # each rank its own; no collective is left open (harness.warmup)
+    with restored(net.module, optimizer):  # each rank its own; no collective is left open (harness.training.warmup)
         for index in range(cfg.warmup_epochs):
             epoch(index)
     first_step.clear()  # the warm-up's first step was undone with the rest

@@ -27,7 +27,7 @@ import torch
 
 from experiments.descriptors.formats import FormatsConfig
 from harness.errors import CellSkipped
-from harness.train import EpochCallback
+from harness.training.train import EpochCallback
 
 __all__ = ["FormatsConfig", "run"]
 

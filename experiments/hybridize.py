@@ -41,9 +41,9 @@ from torch import nn
 
 from experiments.descriptors.hybridize import HybridizeConfig
 from harness.errors import CellSkipped
-from harness.models import MODELS, build_model
-from harness.timing import spread, timed
-from harness.train import EpochCallback, prepare
+from harness.training.models import MODELS, build_model
+from harness.training.timing import spread, timed
+from harness.training.train import EpochCallback, prepare
 
 __all__ = ["HybridizeConfig", "run", "make_variant", "captured_warnings"]
 # torch.compile modes that capture CUDA graphs on a GPU (max-autotune-no-cudagraphs does not).

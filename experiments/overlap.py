@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from harness.timing import spread
+from harness.training.timing import spread
 
 # (index, product) -> host tensor
 Copy = Callable[[int, torch.Tensor], torch.Tensor]

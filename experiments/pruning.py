@@ -4,12 +4,12 @@ The book's procedure: build the CNN, train one epoch, prune every Conv2d by L1 n
 remove the filters, build a new optimizer, train 10 timed epochs, test. The epoch before pruning is
 `pretrain_epochs` (kept: it is part of the procedure), run only for pruned rows: the book's unpruned
 row trained its 10 epochs from initialisation. The timing warm-up (`warmup_epochs`) comes after
-pruning, on the model and optimizer the clock then times, and is undone (harness.warmup).
+pruning, on the model and optimizer the clock then times, and is undone (harness.training.warmup).
 
 Two backends take the same fields (`sparsity`, `pruning_backend`) and keep the same filters: `nni`,
 the book's tool (L1NormPruner on Conv2d, then ModelSpeedup removes the pruned filters and the
 matching inputs of the next layers; NNI 3.0 needs two fixes to run on current torch, applied in
-memory by harness/pruning/nni_compat.py), and `torch-pruning` (DepGraph with L1 magnitude, per-layer
+memory by harness/training/pruning/nni_compat.py), and `torch-pruning` (DepGraph with L1 magnitude, per-layer
 ratios chosen so it keeps exactly the filters NNI keeps; tested: same architecture, same surviving
 weights). The book's exact figure is a test and a check: 50% sparsity leaves the CNN with 1,059,306
 of 2,122,186 parameters (`param_count`, beside `param_count_before`).
@@ -22,14 +22,14 @@ from __future__ import annotations
 import torch
 
 from experiments.descriptors.pruning import PruningConfig
-from harness.data import load_splits
-from harness.flops import flop_metrics, flops_per_sample
-from harness.models import MODELS, build_model, count_parameters
-from harness.pruning import prune_conv_filters
-from harness.time_to_accuracy import AccuracyWatch
-from harness.timing import timed
-from harness.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
-from harness.warmup import restored
+from harness.training.data import load_splits
+from harness.training.flops import flop_metrics, flops_per_sample
+from harness.training.models import MODELS, build_model, count_parameters
+from harness.training.pruning import prune_conv_filters
+from harness.training.time_to_accuracy import AccuracyWatch
+from harness.training.timing import timed
+from harness.training.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
+from harness.training.warmup import restored
 
 __all__ = ["PruningConfig", "run"]
 
@@ -55,7 +55,7 @@ def run(cfg: PruningConfig, on_epoch: EpochCallback | None = None) -> dict[str, 
         cfg, lambda: evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device))
     # The book builds a new optimizer for the pruned model (its parameters are new tensors).
     optimizer = make_optimizer(cfg, model)
-    with restored(model, optimizer, order):  # warms the pruned shapes; trains nothing (harness.warmup)
+    with restored(model, optimizer, order):  # warms the pruned shapes; trains nothing (harness.training.warmup)
         warmup = train_epochs(model, optimizer, data.train, epochs=cfg.warmup_epochs, **fit)
     epoch_times = train_epochs(model, optimizer, data.train, epochs=cfg.epochs, on_epoch=on_epoch, watch=watch, **fit)
     with timed(device) as evaluation:

@@ -5,11 +5,11 @@ time to a target accuracy, throughput and MFU. With every method off it is the b
     harness run recipe --set dataset=digits --set model=tiny_cnn --set epochs=2 --set target_accuracy=0.8 \\
         --set channels_last=true --set batch_size=128 --set lr_base_batch=64 --set dtype=bf16
 
-Methods (config fields, harness/speed_methods.py): `sparsity` (Conv2d filters pruned at
+Methods (config fields, harness/training/speed_methods.py): `sparsity` (Conv2d filters pruned at
 initialisation), `channels_last`, `execution=compile` with `compile_mode`, autocast `dtype`,
 `batch_size` with `lr_base_batch` (linear lr scaling), `lr_factor` (a tuned lr), `threads`, and the
 DDP layout `world_size` ranks x `threads` each over this machine's cores; `malloc`, every
-experiment's field, is one more (harness/allocator.py). A combination that cannot run here is a skipped
+experiment's field, is one more (harness/training/allocator.py). A combination that cannot run here is a skipped
 cell with the reason.
 
 There is no warm-up epoch: time to accuracy counts every step from initialisation, torch.compile's
@@ -24,19 +24,19 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from experiments.descriptors.recipe import RecipeConfig
-from harness import speed_methods
-from harness.config import RunConfig
-from harness.data import Split, load_splits
+from harness.training import speed_methods
+from harness.training.config import RunConfig
+from harness.training.data import Split, load_splits
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
-from harness.flops import flop_metrics, flops_per_sample, peak_devices
-from harness.models import MODELS, build_model, count_parameters
-from harness.precision import Precision
-from harness.time_to_accuracy import AccuracyWatch
-from harness.timing import peak_rss_mb, timed
-from harness.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
+from harness.training.flops import flop_metrics, flops_per_sample, peak_devices
+from harness.training.models import MODELS, build_model, count_parameters
+from harness.training.precision import Precision
+from harness.training.time_to_accuracy import AccuracyWatch
+from harness.training.timing import peak_rss_mb, timed
+from harness.training.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
 
 __all__ = ["RecipeConfig", "run", "train_recipe"]
 

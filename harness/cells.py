@@ -7,19 +7,17 @@ reason and traceback, skipped, pruned, interrupted) are recorded the same way wh
 
 from __future__ import annotations
 
-import hashlib
-import json
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from experiments import make_config
-from harness import hardware
-from harness.config import RunConfig
 from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
+from harness.machine import hardware
 from harness.signals import note_cut_off, raise_if_stopped, stops_held
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
+from harness.specs.cell_spec import Cell
+from harness.training.config import RunConfig
 
 EpochHook = Callable[[int, dict[str, float]], None]
 # How often MLflow samples system metrics in a cell that asks for them (MLflow's default, 10 s,
@@ -27,39 +25,9 @@ EpochHook = Callable[[int, dict[str, float]], None]
 SYSTEM_METRICS_INTERVAL_S = 2.0
 
 
-def system_metrics_default() -> bool:
-    """On where a CUDA GPU is present (whether it was busy is then the question), off elsewhere."""
-    return hardware.gpu_count() > 0
-
-
 # How a cell's experiment is run: (experiment, cfg, on_epoch) -> metrics, the machine-load metrics
 # included. By default here, in this process (`run_here`); a study runs each trial in a fresh one.
 Execute = Callable[[Any, RunConfig, Callable[[int, dict], None]], dict[str, float]]
-
-
-@dataclass
-class Cell:
-    values: dict[str, Any]          # what the cell asks for, before validation
-    label: str                      # readable run name, e.g. "sparsity=0.5"
-    config: RunConfig | None = None
-    error: str | None = None        # why the values are not a valid config
-
-    @classmethod
-    def build(cls, values: dict[str, Any], label: str) -> "Cell":
-        """A cell whose values are validated now; invalid values are kept as the cell's error: a sweep
-        refuses its grid for it before any run (sweeps.sweep_spec.expand), a study records the trial as failed."""
-        cell = cls(values, label)
-        try:
-            cell.config = make_config(values)
-        except UserError as err:
-            cell.error = str(err)
-        return cell
-
-    @property
-    def cell_id(self) -> str:
-        if self.config is not None:
-            return self.config.cell_id()
-        return hashlib.sha1(json.dumps(self.values, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -108,8 +76,8 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
 
 def run_here(experiment, cfg: RunConfig, on_epoch: Callable[[int, dict], None]) -> dict[str, float]:
     """The experiment run in this process, with how busy the machine was meanwhile."""
-    from harness import allocator
-    from harness.machine_load import LoadWatch
+    from harness.training import allocator
+    from harness.machine.machine_load import LoadWatch
 
     in_effect = allocator.apply(cfg.malloc)   # before the cell allocates anything of its own
     load = LoadWatch()
@@ -123,7 +91,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
     import torch
     from tqdm import tqdm
 
-    from harness.timing import peak_rss_mb, reset_peak_rss
+    from harness.training.timing import peak_rss_mb, reset_peak_rss
 
     cfg = cell.config
     epochs = cfg.epochs if experiment.needs_dataset else None  # the others have no epochs to show
@@ -143,7 +111,7 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
         store.log_dict(run_id, cfg.model_dump(), "config.json")
         _check_threads(cfg)
         if experiment.needs_dataset:
-            from harness.dataset_record import describe
+            from harness.training.dataset_record import describe
 
             store.log_dataset(run_id, describe(cfg, experiment.data_shape(cfg)))
         reset_peak_rss()
@@ -197,7 +165,7 @@ def preflight(configs: list[RunConfig]) -> None:
     own inputs needs none. Also measure the peaks the training cells' MFU is taken against (once
     per machine, then cached) now, before any cell or worker trains beside the measurement."""
     import experiments
-    from harness.data import load_splits
+    from harness.training.data import load_splits
 
     seen = set()
     for cfg in configs:
@@ -220,7 +188,7 @@ def _measure_peak(cfg: RunConfig) -> None:
     if not experiments.get(cfg.experiment).has_metric("mfu"):
         return
     from harness.distributed.placement import ranks_per_node, threads_per_rank
-    from harness.peak import peak_flops
+    from harness.training.peak import peak_flops
 
     if hardware.missing_gpu(cfg.device):
         return  # the cell itself is skipped, with its reason

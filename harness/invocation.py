@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator, TypeV
 
 from harness.distributed.placement import worker_gpu_env
 from harness.errors import StoreFault, StoreGone
-from harness.fingerprint import fingerprint, machine_text
+from harness.machine.fingerprint import fingerprint, machine_text
 from harness.launchers import Launcher, LocalLauncher, Progress, WorkerRole, worker_command
 from harness.signals import sigterm_as_interrupt
 from harness.store import Claims, Outcome, Store
@@ -36,7 +36,7 @@ from harness.store.tracking import DETACHED_HOST, HOST
 from harness.store.uris import store_environment
 
 if TYPE_CHECKING:
-    from harness.specfile import SpecFile
+    from harness.specs.specfile import SpecFile
 
 Log = Callable[[str], None]
 T = TypeVar("T")

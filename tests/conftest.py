@@ -19,7 +19,7 @@ import pytest
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 # Every sweep invocation calibrates the machine for about a second; the suite starts hundreds.
 os.environ.setdefault("HARNESS_CALIBRATION_S", "0.05")
-# Peaks the tests measure (under their own load) stay out of the user's cache (harness/peak.py).
+# Peaks the tests measure (under their own load) stay out of the user's cache (harness/training/peak.py).
 if "HARNESS_CACHE_DIR" not in os.environ:
     os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")
     atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], ignore_errors=True)

@@ -201,7 +201,7 @@ def test_the_published_network_has_its_parameter_count():
 
 
 def test_the_sweeps_cpu_scale_starts_with_airbench94_as_published_on_the_cifar10_jpegs():
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
 
     cells = sweep_spec.expand(sweep_spec.load("airbench"), "cpu", {"data_dir": "/data/cifar10-jpeg"})
     first = cells[0].config

@@ -1,6 +1,6 @@
-"""harness/allocator.py: the `malloc` field each cell applies in the process that trains it. Each
+"""harness/training/allocator.py: the `malloc` field each cell applies in the process that trains it. Each
 check runs in a fresh interpreter (the setting lasts for the rest of a process), against glibc's own
-behaviour read by the allocator probe of harness/process_state.py."""
+behaviour read by the allocator probe of harness/machine/process_state.py."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ import sys
 
 import pytest
 
-from harness import allocator
+from harness.training import allocator
 from harness.folders import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(not allocator.glibc(), reason="glibc's malloc options only exist with glibc")
 
 SCRIPT = """
 import json, sys
-from harness import allocator, process_state
+from harness.training import allocator
+from harness.machine import process_state
 from harness.errors import CellSkipped
 seen = {"fresh": process_state.allocator_returns_memory(), "keeps": allocator.keeps_freed()}
 for mode in sys.argv[1:]:

@@ -12,7 +12,7 @@ from experiments.overlap import hidden_share, host_copies
 from experiments import make_config
 from harness.errors import CellSkipped
 from harness.report import checks
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import OUTCOME, REASON
 from conftest import mlflow_client

@@ -12,12 +12,12 @@ import torch
 
 import experiments.asynchronous
 from experiments import data_parallel
-from harness import models
+from harness.training import models
 from experiments import make_config
 from harness.errors import CellSkipped, UserError
-from harness.models import build_model, count_parameters, fetch_weights, weights_path
+from harness.training.models import build_model, count_parameters, fetch_weights, weights_path
 from harness.report import checks, tables as report
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import OUTCOME, REASON
 from conftest import mlflow_client

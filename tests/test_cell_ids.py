@@ -8,7 +8,7 @@ MEASUREMENT_PROCEDURE and say why, or keep them."""
 import pytest
 
 from experiments import make_config
-from harness.config import MEASUREMENT_PROCEDURE
+from harness.training.config import MEASUREMENT_PROCEDURE
 
 PINNED = [
     # sweep sparsity, scale full: sparsity=0.8 r2

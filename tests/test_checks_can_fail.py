@@ -22,11 +22,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.checkkinds import Check, parse
+from harness.specs.checkkinds import Check, parse
 from harness.report import checks, tables
 from harness.store import RunRecord
 from harness.store.tracking import OUTCOME
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 
 SWEEPS = sweep_spec.available()
 COPIES = ("reversed", "flattened", "spread")
@@ -229,7 +229,7 @@ def _fabricated(check: Check, points: pd.DataFrame, agree: bool) -> pd.DataFrame
         outside = low - abs(low) * 0.5 - 0.5 if low is not None else high + abs(high) + 1
         table[metric] = inside if agree else outside
     elif kind == "best":
-        stated = checks._rows(table, check.row).index
+        stated = checks.rows_where(table, check.row).index
         best, worst = (1.0, 3.0) if check.goal == "lowest" else (3.0, 1.0)
         table[metric] = 2.0
         table.loc[stated, metric] = best if agree else worst

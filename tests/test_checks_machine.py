@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.checkkinds import Needs
+from harness.specs.checkkinds import Needs
 from harness.report import checks
-from harness.report.machine import MeasuredOn, measured_on
+from harness.report.measured_on import MeasuredOn, measured_on
 from harness.store import RunRecord
 from harness.store.tracking import OUTCOME, REASON
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 
 TWO_CORES = {"cpu.cores": "2", "gpu.names": "none", "cpu.native_bf16": "false"}
 TABLE = pd.DataFrame({"threads": [1, 2], "train_time_s": [10.0, 6.0], "speedup": [1.0, 10 / 6]})

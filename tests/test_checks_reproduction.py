@@ -4,7 +4,7 @@ import pytest
 from conftest import toml_value
 from harness.errors import UserError
 from harness.report import checks
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.report.reproduction import write_reproduction
 from harness.sweeps.sweep_engine import run_sweep
 
@@ -72,13 +72,13 @@ text = "tiny CNN has 9,802 parameters"
 
 
 def test_cells_from_another_machine_are_reported_separately(store, sweep_file, monkeypatch):
-    from harness import fingerprint as fp_module
+    from harness.machine import fingerprint as fp_module
     from harness.report import tables as report
 
     spec = sweep_spec.load(str(sweep_file("two_machines", {"sparsity": [0.0, 0.5]})))
     run_sweep(spec, store, overrides={"sparsity": [0.0]}, show_progress=False)
     other = {**fp_module.fingerprint(), "fingerprint": "otherbox01", "cpu.model": "Other CPU"}
-    monkeypatch.setattr("harness.fingerprint.fingerprint", lambda: other)
+    monkeypatch.setattr("harness.machine.fingerprint.fingerprint", lambda: other)
     run_sweep(spec, store, show_progress=False)  # 0.5 runs on "the other machine"
     reports = report.build_all(store, spec)
     assert len(reports) == 2
@@ -96,7 +96,7 @@ def test_report_of_a_compound_axis_names_unrun_published_rows(store, tmp_path):
     """Published rows with no cell are named by the fields a compound axis varies (regression:
     the grid's axis name is not a column of the table)."""
     from harness.report import tables as report
-    from harness.sweeps.sweep_spec import SweepSpec
+    from harness.specs.sweep_spec import SweepSpec
 
     from conftest import TINY_BASE
 
@@ -221,7 +221,7 @@ def test_compare_pairs_on_an_axis_both_sides_restrict_alike():
     ({"kind": "bound", "metric": "m", "min": 1, "on": "theirs"}, "'on' must be 'published' or 'ours'"),
 ])
 def test_a_mistyped_value_in_a_check_is_named_with_what_it_should_be(check, words):
-    from harness import checkkinds
+    from harness.specs import checkkinds
 
     with pytest.raises(ValueError) as err:
         checkkinds.parse(check)
@@ -229,12 +229,12 @@ def test_a_mistyped_value_in_a_check_is_named_with_what_it_should_be(check, word
 
 
 def test_the_check_kinds_the_report_documents_are_the_ones_a_sweep_file_may_use():
-    """One registry: each kind is a model in harness/checkkinds.py with a judge in the report, and
+    """One registry: each kind is a model in harness/specs/checkkinds.py with a judge in the report, and
     the report's docstring shows each in TOML, in the registry's order."""
     import textwrap
     import tomllib
 
-    from harness import checkkinds
+    from harness.specs import checkkinds
 
     assert list(checks.JUDGES) == list(checkkinds.KINDS)
     assert all(model.model_fields["kind"].default == kind for kind, model in checkkinds.KINDS.items())
@@ -245,7 +245,7 @@ def test_the_check_kinds_the_report_documents_are_the_ones_a_sweep_file_may_use(
 
 def test_a_check_keeps_its_numbers_as_written():
     """An exact count stays an int (the report prints 1,059,306, not 1,059,306.0)."""
-    from harness import checkkinds
+    from harness.specs import checkkinds
 
     exact = checkkinds.parse({"kind": "exact", "metric": "param_count", "expected": 1059306})
     assert isinstance(exact.expected, int) and exact.name == "exact check of param_count"

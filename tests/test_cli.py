@@ -170,7 +170,7 @@ def test_ui_on_a_port_in_use_is_one_sentence(uri, capsys):
 
 def test_ui_banner_names_each_runs_table_with_the_model_training_view(store, sweep_file):
     from harness.cli.ui_server import _banner
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
     run_sweep(sweep_spec.load(str(sweep_file("bannered", {"sparsity": [0.0]}))), store, show_progress=False)

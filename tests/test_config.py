@@ -5,7 +5,7 @@ import pytest
 
 import experiments
 from experiments import make_config
-from harness.config import parse_assignment
+from harness.training.config import parse_assignment
 from harness.errors import UserError
 
 
@@ -72,7 +72,7 @@ def test_parse_assignment():
 
 def test_a_new_measurement_procedure_gives_every_cell_a_new_id(monkeypatch):
     # Records made by the old procedure (warm-up epochs kept) must not count as finished cells.
-    from harness import config
+    from harness.training import config
     cfg = make_config({"epochs": 3})
     now = cfg.cell_id()
     monkeypatch.setattr(config, "MEASUREMENT_PROCEDURE", 1)
@@ -80,7 +80,7 @@ def test_a_new_measurement_procedure_gives_every_cell_a_new_id(monkeypatch):
 
 
 def test_the_config_module_imports_no_experiment():
-    code = ("import sys, harness.config, harness.field_groups; "
+    code = ("import sys, harness.training.config, harness.training.field_groups; "
             "print(sorted(m for m in sys.modules if 'experiments' in m))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"

@@ -3,7 +3,8 @@ import pytest
 import torch
 from PIL import Image
 
-from harness import data, folders
+from harness.training import data
+from harness import folders
 from harness.errors import UserError
 
 

@@ -14,7 +14,7 @@ import torch
 
 import experiments.data_parallel as data_parallel
 from experiments import make_config
-from harness import hardware
+from harness.machine import hardware
 from harness.distributed import placement
 from harness.distributed.ddp_train import LrSchedule
 from harness.distributed.launch import LaunchFailed, launch, torchrun_command

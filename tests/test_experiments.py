@@ -21,7 +21,7 @@ import torch
 import experiments
 from experiments import check_reads, make_config, metric_matches
 from experiments.descriptors.autoparallel import EXERCISE_METRICS
-from harness.config import RunConfig
+from harness.training.config import RunConfig
 from harness.errors import CellSkipped, UserError
 
 NAMES = experiments.names()
@@ -45,7 +45,7 @@ SET_BY_THE_HARNESS = {"experiment", "repeat", "malloc"}
 # The orchestration half reads configs too, but not on an experiment's behalf.
 NOT_RUN_BY_AN_EXPERIMENT = ("harness.cells", "harness.cli", "harness.launchers", "harness.report",
                             "harness.store", "harness.studies", "harness.sweeps")
-DEFINE_THE_FIELDS = ("harness.config", "harness.field_groups", "experiments")
+DEFINE_THE_FIELDS = ("harness.training.config", "harness.training.field_groups", "experiments")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -128,7 +128,7 @@ def test_each_field_of_an_experiments_class_is_read_by_code_its_run_can_reach(na
 
 def test_the_source_check_catches_a_declared_field_nothing_reads(tmp_path, monkeypatch):
     (tmp_path / "unread_field_experiment.py").write_text(
-        "from harness.config import RunConfig\n"
+        "from harness.training.config import RunConfig\n"
         "class UnreadConfig(RunConfig):\n"
         "    never_used_anywhere: int = 3\n"
         "def run(cfg, on_epoch=None):\n"
@@ -201,14 +201,14 @@ def test_starting_a_sweep_or_a_study_with_keys_its_experiment_reads_imports_that
     fixed settings ask no other experiment anything while every key is one the file's experiment
     reads; only a key it does not read imports them all (to tell another experiment's field from a
     typo), and the sentences are the ones they were."""
-    code = ("import sys; from harness.sweeps import sweep_spec; from harness.studies import study_spec; "
+    code = ("import sys; from harness.specs import study_spec, sweep_spec; "
             "sweep_spec.expand(sweep_spec.load('sparsity'), 'smoke', {'epochs': 1}); "
             "study_spec.load('lr_batch').fixed('smoke', {'epochs': 1}); "
             "print(sorted(m for m in sys.modules if m.startswith('experiments.') and m != 'experiments.descriptors'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "['experiments.descriptors.pruning']"
 
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
 
     spec = sweep_spec.load("sparsity")
     with pytest.raises(UserError) as err:

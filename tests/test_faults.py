@@ -548,7 +548,8 @@ def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_fi
     dying = textwrap.dedent(f"""\
         import os, optuna
         from harness.store import Claims, Store
-        from harness.studies import study_engine, study_spec
+        from harness.studies import study_engine
+        from harness.specs import study_spec
         study = study_engine.open_study(study_spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
         store = Store({uri!r})  # the study's parent run, made before any trial as the engine makes it
         study_engine.parent_run(store, store.experiment_id("toldthendied"), "toldthendied-full", "full", {{}})
@@ -630,8 +631,9 @@ class _RecordingLauncher:
 
 
 def test_workers_get_the_store_locations_through_the_environment_not_argv(sweep_file, study_file, tmp_path):
-    from harness.studies import study_engine, study_spec
-    from harness.sweeps import sweep_spec
+    from harness.studies import study_engine
+    from harness.specs import study_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -1001,7 +1003,8 @@ def test_a_cache_write_cut_short_by_a_full_disk_leaves_no_cache_and_the_run_goes
     root = _image_folder(tmp_path / "images", {"a": (30, 2), "b": (30, 2)})
     child = textwrap.dedent(f"""\
         import resource, pathlib
-        from harness import data, folders
+        from harness.training import data
+        from harness import folders
         folders.CACHE_DIR = pathlib.Path({str(tmp_path / 'cache')!r})
         folders.CACHE_DIR.mkdir()
         resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))  # far less than the cache needs
@@ -1015,7 +1018,7 @@ def test_a_cache_write_cut_short_by_a_full_disk_leaves_no_cache_and_the_run_goes
 
 
 def test_a_file_moved_between_class_folders_changes_the_cache_key(tmp_path, image_cache):
-    from harness import data
+    from harness.training import data
 
     root = _image_folder(tmp_path / "images", {"a": (3, 2), "b": (3, 2)})
     before = data.DATASETS["imagefolder"](str(root), 0)
@@ -1187,7 +1190,7 @@ def test_a_sweep_past_max_cells_is_refused_and_a_large_one_says_how_large_first(
     from harness.cli import commands
 
     args = SimpleNamespace(scale="full", sets=["epochs=1000000000"], max_cells=10)
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
 
     commands._size_of_job(sweep_spec.load(str(small)), args)
     said = capsys.readouterr().err
@@ -1225,7 +1228,7 @@ def test_a_large_study_says_how_large_before_its_first_trial(study_file, tmp_pat
     assert "ran 0 trial(s)" in said.out and cells_and_parents(uri)[0] == []
     # A searched epochs counts at the top of its range; a small study of short trials says nothing.
     from harness.cli import commands
-    from harness.studies import study_spec
+    from harness.specs import study_spec
 
     searched = study_spec.load(str(study_file("searched", space='epochs = { type = "int", low = 1, high = 60000 }\n',
                                              n_trials=2)))

@@ -9,12 +9,13 @@ import torch
 from torch import nn
 
 import experiments
-from harness import flops, folders, peak
+from harness.training import flops, peak
+from harness import folders
 from harness.cells import run_single
 from harness.cli import main
 from experiments import make_config
-from harness.models import build_model
-from harness.pruning import prune_conv_filters
+from harness.training.models import build_model
+from harness.training.pruning import prune_conv_filters
 from conftest import TINY_BASE, mlflow_client
 
 
@@ -96,7 +97,7 @@ def test_efficientnet_b0_at_32x32_is_counted_as_its_layer_shapes_say():
     assert flops.flops_per_sample(model, example) == pytest.approx(by_hand, rel=1e-9)
     assert 55e6 < by_hand < 61e6   # 58 MFLOP a sample; torch's own counter said 668
     head = 3 * 2 * model.classifier[-1].in_features * model.classifier[-1].out_features
-    assert head / by_hand == pytest.approx(0.13, abs=0.01)   # the 1000-class head's share (harness/models.py)
+    assert head / by_hand == pytest.approx(0.13, abs=0.01)   # the 1000-class head's share (harness/training/models.py)
 
 
 def test_a_count_is_made_once_per_architecture_and_shape(monkeypatch):
@@ -266,7 +267,7 @@ def _epochs_trained(metrics: dict, cfg) -> float:
 
 def test_a_sweep_report_shows_mfu_beside_the_time(sweep_file, store):
     from harness.report import tables
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
     spec = sweep_spec.load(str(sweep_file("mfu_report", {"sparsity": [0.0, 0.5]},
@@ -296,7 +297,7 @@ def test_a_committed_mfu_is_recomputed_from_its_csv_row_and_the_peak_the_report_
     import pandas as pd
 
     from harness.report.reproduction import write_reproduction
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
     path = sweep_file("mfu_recompute", {"sparsity": [0.0, 0.5]}, base={"pruning_backend": "torch-pruning"})

@@ -11,7 +11,7 @@ from experiments import formats
 from experiments import make_config
 from harness.errors import CellSkipped
 from harness.report import checks, tables as report
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 
 BOOK = {r["number_format"]: r for r in sweep_spec.load("formats").published["rows"]}

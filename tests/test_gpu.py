@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from experiments import make_config
-from harness.data import DeviceBatches, synthetic
+from harness.training.data import DeviceBatches, synthetic
 from harness.distributed import placement
 from harness.folders import REPO_ROOT
-from harness.precision import autocast_unsupported
-from harness.timing import timed
+from harness.training.precision import autocast_unsupported
+from harness.training.timing import timed
 
 pytestmark = pytest.mark.gpu
 

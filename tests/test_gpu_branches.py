@@ -15,11 +15,12 @@ import experiments.asynchronous as asynchronous
 import experiments.data_parallel as data_parallel
 import experiments.dp_scratch as dp_scratch
 import experiments.hybridize as hybridize
-from harness import hardware, precision, timing
+from harness.machine import hardware
+from harness.training import precision, timing
 from harness.report import tables as report
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from experiments import make_config
-from harness.data import DeviceBatches, Split, synthetic
+from harness.training.data import DeviceBatches, Split, synthetic
 from harness.distributed import ddp_train, placement
 from harness.distributed.launch import torchrun_command
 from harness.distributed.rank import RankContext
@@ -68,7 +69,7 @@ def test_on_cpu_a_batch_is_plain_indexing_and_on_cuda_it_is_staged():
 
 
 def test_the_clock_text_says_how_batches_reach_the_device():
-    from harness import train
+    from harness.training import train
 
     assert "pinned" in train.CLOCK and "pinned" in ddp_train.CLOCK
     assert "pageable" in dp_scratch.EXPERIMENT.clock and "synchronous" in dp_scratch.EXPERIMENT.clock
@@ -323,7 +324,7 @@ def test_a_cpu_cell_reports_that_autograd_was_on():
 def test_batches_split_into_indices_keep_the_old_order():
     """train_epochs now asks for indices; the seed must give the same batches as before."""
     split = Split(torch.arange(10).float().view(10, 1, 1, 1), torch.arange(10))
-    from harness.data import batches, shuffled_indices
+    from harness.training.data import batches, shuffled_indices
 
     old = [y for _, y in batches(split, 4, torch.Generator().manual_seed(5))]
     new = list(shuffled_indices(10, 4, torch.Generator().manual_seed(5)))

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.folders import REPO_ROOT
 from harness.store import Outcome
 from harness.store.tracking import CELL_ID, SCALE, SWEEP

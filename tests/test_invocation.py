@@ -3,14 +3,15 @@ command line reaches it intact, and a parent run never stays RUNNING after a fau
 
 import pytest
 
-from harness.config import parse_assignment
+from harness.training.config import parse_assignment
 from harness.errors import StoreFault
 from harness.invocation import Invocation, Stopped, set_arguments
 from harness.launchers import WorkerRole
 from harness.store import Outcome, Store
 from harness.store.tracking import DESCRIPTION
-from harness.studies import study_engine, study_spec
-from harness.sweeps import sweep_spec
+from harness.studies import study_engine
+from harness.specs import study_spec
+from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 
 LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'

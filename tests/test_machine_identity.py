@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from harness import calibration, fingerprint
+from harness.machine import calibration, fingerprint
 from harness.cli.summary import sweep_summary
 from harness.sweeps import sweep_engine
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 
 CPUINFO = """processor\t: 0

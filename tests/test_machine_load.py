@@ -7,8 +7,8 @@ import time
 import pytest
 
 from conftest import skip_unless_ci
-from harness import machine_load
-from harness.machine_load import CONTENDED_CORES, LoadWatch
+from harness.machine import machine_load
+from harness.machine.machine_load import CONTENDED_CORES, LoadWatch
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ import numpy as np
 from conftest import mlflow_client
 
 from experiments import make_config
-from harness.dataset_record import describe
-from harness.sweeps import sweep_spec
+from harness.training.dataset_record import describe
+from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 
 
@@ -43,7 +43,7 @@ def test_the_digest_changes_with_the_data_and_only_with_them(tmp_path):
     assert describe(cfg).digest == first.digest
     assert describe(make_config({**cfg.model_dump(), "train_limit": 2})).digest != first.digest  # another subset
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "train" / "a" / "2.png")
-    from harness import dataset_record
+    from harness.training import dataset_record
 
     dataset_record._describe.cache_clear()
     assert describe(cfg).digest != first.digest and describe(cfg).train_samples == 5
@@ -73,7 +73,7 @@ def test_workers_get_the_command_lines_system_metrics_choice(store, sweep_file):
 
 def test_system_metrics_are_on_by_default_only_where_a_gpu_is(sweep_file, monkeypatch):
     """Unset in the file and on the command line: on where a CUDA GPU is (was it busy?), off elsewhere."""
-    from harness import hardware
+    from harness.machine import hardware
 
     spec = sweep_spec.load(str(sweep_file("defaulted", {"sparsity": [0.0]})))
     assert spec.system_metrics is None

@@ -2,8 +2,8 @@ import torch
 import pytest
 from torch import nn
 
-from harness.models import build_model, count_parameters
-from harness.pruning import nni_compat, prune_conv_filters
+from harness.training.models import build_model, count_parameters
+from harness.training.pruning import nni_compat, prune_conv_filters
 
 
 def test_book_cnn_has_the_published_parameter_count():
@@ -67,7 +67,7 @@ def test_nni_compat_patch():
 
 
 def test_every_registered_model_builds_and_takes_its_input():
-    from harness.models import MODELS
+    from harness.training.models import MODELS
 
     for name, spec in MODELS.items():
         if name == "efficientnet_b7":
@@ -78,7 +78,7 @@ def test_every_registered_model_builds_and_takes_its_input():
 
 
 def test_d2l_resnet18_shape():
-    from harness.models import resnet18_d2l
+    from harness.training.models import resnet18_d2l
 
     net = resnet18_d2l()
     assert net(torch.rand(2, 1, 28, 28)).shape == (2, 10)

@@ -18,8 +18,8 @@ MODULE = '''
 from pydantic import Field
 
 from experiments import Experiment
-from harness.config import RunConfig
-from harness.field_groups import EpochsFields
+from harness.training.config import RunConfig
+from harness.training.field_groups import EpochsFields
 
 
 class ThrowawayConfig(RunConfig, EpochsFields):

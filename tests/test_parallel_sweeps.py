@@ -9,7 +9,7 @@ import torch
 
 from experiments import dp_scratch
 from harness.report import tables as report
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from experiments import make_config
 from harness.errors import CellSkipped, UserError
 from harness.sweeps.sweep_engine import run_sweep
@@ -66,7 +66,7 @@ def test_a_compound_axis_varies_fields_together_and_a_scale_can_replace_it(tmp_p
 
 def test_report_gives_speedup_and_efficiency_per_series_with_skips_listed(tmp_path, store, monkeypatch):
     spec = _spec(tmp_path, "layouts_report")
-    monkeypatch.setattr("harness.hardware.usable_cores", lambda: [0, 1])
+    monkeypatch.setattr("harness.machine.hardware.usable_cores", lambda: [0, 1])
     result = run_sweep(spec, store, scale="smoke", show_progress=False)
     assert [r.outcome for r in result.results] == ["ok", "ok", "ok", "ok", "skipped", "skipped"]
     built = report.build(store, spec)

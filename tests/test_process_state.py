@@ -1,4 +1,4 @@
-"""harness/process_state.py: what a trial leaves in its process, read without changing it. The
+"""harness/machine/process_state.py: what a trial leaves in its process, read without changing it. The
 allocator probe is checked against glibc's own behaviour in a fresh interpreter: a free of a large
 mapping raises the mmap threshold (the state an earlier trial leaves), the probe sees it, and
 reading it (or the flush-denormal probe's tensors) does not cause it."""
@@ -13,7 +13,7 @@ from harness.folders import REPO_ROOT
 
 SCRIPT = """
 import ctypes, json
-from harness import process_state as ps
+from harness.machine import process_state as ps
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
@@ -39,7 +39,7 @@ def test_the_allocator_probe_sees_a_raised_mmap_threshold_and_reading_it_changes
 
 
 def test_a_snapshot_has_the_allocator_state_beside_the_others():
-    from harness import process_state
+    from harness.machine import process_state
 
     state = process_state.snapshot()
     assert {"state_threads", "state_flush_denormal_pool", "state_allocator_returns_memory"} <= set(state)

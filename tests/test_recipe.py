@@ -8,11 +8,11 @@ import torch
 
 import experiments
 from experiments import recipe
-from harness import speed_methods
+from harness.training import speed_methods
 from harness.cells import run_single
 from experiments import make_config
 from harness.errors import CellSkipped
-from harness.hardware import usable_core_count
+from harness.machine.hardware import usable_core_count
 from conftest import TINY_BASE, mlflow_client
 
 TINY = {k: v for k, v in TINY_BASE.items() if k != "warmup_epochs"}   # the recipe has none: every step counts

@@ -4,7 +4,7 @@ import pytest
 from harness.cli import main
 from harness.report import tables as report, writeback
 from harness.store.tracking import EXPERIMENT_TAG_LIMIT, RunRecord, Store
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.errors import UserError
 from harness.sweeps.sweep_engine import run_sweep
 from conftest import mlflow_client

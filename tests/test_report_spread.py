@@ -1,12 +1,12 @@
 """The report's medians and interquartile ranges over repeats, against values worked out by hand,
-and the same figures from harness/timing.py's spread (what a cell logs for its own repeats)."""
+and the same figures from harness/training/timing.py's spread (what a cell logs for its own repeats)."""
 
 import pytest
 
 from harness.report import tables as report
 from harness.store.tracking import CELL_ID, RunRecord
-from harness.sweeps import sweep_spec
-from harness.timing import spread
+from harness.specs import sweep_spec
+from harness.training.timing import spread
 
 # Repeats of two grid points. sparsity 0.0: four repeats; sparsity 0.5: three (its fourth failed
 # and is not among the finished runs the table is built from).

@@ -14,12 +14,12 @@ import sys
 import pytest
 
 import experiments
-from harness import hardware
+from harness.machine import hardware
 from harness.distributed import placement
 from harness.errors import CellSkipped
 from harness.folders import REPO_ROOT
 from harness.cli import reproduce
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 
 CIFAR_FOLDERS = {"imagefolder", "imagefolder_grey28"}   # real CIFAR-10 JPEGs, as RGB or in grey at 28x28
 GPU_ONLY_EXPERIMENTS = {"autoparallel"}

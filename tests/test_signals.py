@@ -54,7 +54,8 @@ def test_a_later_command_in_the_same_process_starts_without_the_old_stop():
 # signal a process sends itself is handled at its next bytecode.
 TWICE = """
 import json, os, signal, sys
-from harness.cells import Cell, run_cell
+from harness.cells import run_cell
+from harness.specs.cell_spec import Cell
 from harness.signals import sigterm_as_interrupt
 from harness.store import Store
 
@@ -169,7 +170,8 @@ def test_a_worker_is_sent_sigterm_again_each_time_its_launcher_thread_dies(tmp_p
 # write transaction open in this process, and the write closing the cut run then timed out behind it.
 INSIDE_A_WRITE = """
 import json, os, signal, sys
-from harness.cells import Cell, run_cell
+from harness.cells import run_cell
+from harness.specs.cell_spec import Cell
 from harness.signals import sigterm_as_interrupt
 from harness.store import Store
 

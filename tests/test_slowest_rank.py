@@ -6,7 +6,7 @@ import torch
 from harness.distributed.ddp_train import merge
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
-from harness.timing import spread
+from harness.training.timing import spread
 
 # Rank 0 is slower in epoch 1, rank 1 in epoch 0: no single rank is the slowest of every epoch.
 TWO_RANKS = [{"times": [1.0, 3.0], "checkpoints": [1.0, 4.0], "warmup": 0.5, "rss": 100.0},

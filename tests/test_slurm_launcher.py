@@ -161,7 +161,7 @@ def test_each_task_of_the_cell_job_runs_torchrun_as_its_node(tmp_path, monkeypat
     assert module == slurm_task.__name__ and importlib.util.find_spec(module) is not None
     assert 'if __name__ == "__main__":' in Path(slurm_task.__file__).read_text()
     assert slurm_task.main([]) == 2  # not started by srun: a usage line, no traceback
-    from harness.config import CLASS_ENV, class_name
+    from harness.training.config import CLASS_ENV, class_name
 
     cfg = _cfg(world_size=4, device="cpu", threads=1)
     (tmp_path / "config.json").write_text(cfg.model_dump_json())
@@ -187,9 +187,9 @@ def test_a_worker_takes_over_the_cell_of_a_sibling_that_dies(sweep_file, tmp_pat
     dies (a cancelled job) runs B itself; the dead worker's RUNNING run is closed as interrupted."""
     from harness.store import Claims, Store
     from harness.store.tracking import CELL_ID, OUTCOME, PARENT, SWEEP
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
-    from harness.sweeps.sweep_spec import expand
+    from harness.specs.sweep_spec import expand
 
     path = sweep_file("sibling", {"sparsity": [0.0, 0.5]}, base={"pruning_backend": "torch-pruning"})
     spec = sweep_spec.load(str(path))
@@ -238,7 +238,8 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
 
     from harness.store import Claims, Store
     from harness.store.tracking import OUTCOME
-    from harness.studies import study_engine, study_spec
+    from harness.studies import study_engine
+    from harness.specs import study_spec
 
     spec = study_spec.load(str(study_file("sib", space='lr = { type = "float", low = 0.001, high = 0.1, log = true }\n',
                                          n_trials=2)))
@@ -294,7 +295,7 @@ class _WorkersThatNeverStart:
 
 def test_cells_no_worker_ran_say_that_the_workers_failed(sweep_file, tmp_path):
     from harness.store import Outcome, Store
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
     spec = sweep_spec.load(str(sweep_file("nostart", {"sparsity": [0.0, 0.5]})))
@@ -428,8 +429,9 @@ def test_the_engines_give_a_launcher_a_progress_it_can_read(sweep_file, study_fi
     """What the follow bar reads under any launcher: done of total from the shared database, and
     None only when the user turned bars off (--no-progress)."""
     from harness.store import Store
-    from harness.studies import study_engine, study_spec
-    from harness.sweeps import sweep_spec
+    from harness.studies import study_engine
+    from harness.specs import study_spec
+    from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -20,12 +20,12 @@ import experiments.amp
 import experiments.asynchronous
 import experiments.hybridize
 from harness.report import tables as report
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.cli import main
 from experiments import make_config
 from harness.errors import UserError
-from harness.models import D2lMLP, TinyCNN
-from harness.precision import Precision, backend_flags, native_support
+from harness.training.models import D2lMLP, TinyCNN
+from harness.training.precision import Precision, backend_flags, native_support
 from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import NOTE_PREFIX
 from conftest import mlflow_client
@@ -149,7 +149,7 @@ rows = [{{ dtype = "fp32", train_time_s = 811 }}, {{ dtype = "fp16", train_time_
 
 def test_amp_sweep_logs_dtype_scaler_and_the_emulated_note(store, tmp_path, monkeypatch):
     # Pretend the CPU has no bf16/fp16 instructions, so the report must say "emulated".
-    monkeypatch.setattr("harness.precision.cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr("harness.training.precision.cpu_flags", lambda: {"avx2"})
     path = tmp_path / "amp_t.toml"
     path.write_text(AMP_SWEEP.format(name="amp_t"))
     spec = sweep_spec.load(str(path))

@@ -94,7 +94,8 @@ def test_a_pruned_trial_is_recorded_as_pruned_not_failed(study_file, tmp_path):
 def test_the_engine_counts_the_trials_it_ran_by_their_trial_status(study_file, tmp_path):
     """What became of each trial the engine ran is a TrialStatus (not a string that equals one): the
     outcome's counts are keyed by it, and its summary line prints the plain words."""
-    from harness.studies import study_engine, study_spec
+    from harness.studies import study_engine
+    from harness.specs import study_spec
     from harness.studies.trial_status import TrialStatus
 
     path = study_file("statuses", space=LR, n_trials=2, base={"epochs": 3, "eval_every_epoch": True},

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from experiments import make_config
-from harness.cells import Cell
+from harness.specs.cell_spec import Cell
 from harness.cli import main
 from harness.store.tracking import KIND, Store
-from harness.studies import baseline, study_spec, verify
+from harness.studies import baseline, verify
+from harness.specs import study_spec
 from harness.studies.verify import ROLE, bootstrap_median, bootstrap_ratio
 from conftest import assert_one_sentence_exit_2, mlflow_client
 

@@ -3,7 +3,7 @@
 import pytest
 from conftest import assert_one_sentence_exit_2
 
-from harness.studies import study_spec
+from harness.specs import study_spec
 from harness.cli import main
 from harness.errors import UserError
 
@@ -19,7 +19,7 @@ def test_shipped_studies_load_and_every_range_end_is_a_valid_config(name):
 
 
 def test_shipped_studies_are_hidden_from_sweeps_and_named_either_way():
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
 
     assert not any(n.startswith("study") for n in sweep_spec.available())
     assert study_spec.load("lr_batch").path == study_spec.load("study_lr_batch").path
@@ -128,7 +128,7 @@ def test_a_shipped_pruner_can_stop_a_smoke_trial_before_its_last_epoch(name):
 
 def test_sampler_and_pruner_defaults_are_one_model_each_and_logged_as_before(study_file):
     """No [sampler] is TPE, no [pruner] is none; the parent run's params read as they always did."""
-    from harness.studies import search
+    from harness.specs import search
 
     plain = study_spec.load(str(study_file("plain", space=LR)))
     assert plain.sampler == search.TPE() and plain.sampler.n_startup_trials == 5 and not plain.pruner.active
@@ -144,7 +144,7 @@ def test_sampler_and_pruner_defaults_are_one_model_each_and_logged_as_before(stu
 def test_every_sampler_and_pruner_makes_its_optuna_object():
     import optuna
 
-    from harness.studies import search
+    from harness.specs import search
 
     for name, model in search.SAMPLERS.items():
         assert isinstance(model().to_optuna(3), optuna.samplers.BaseSampler), name

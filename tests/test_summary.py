@@ -1,6 +1,7 @@
 """The terminal summary of a sweep: rounded as the report rounds, with the report's notes."""
 
-from harness.cells import Cell, CellResult
+from harness.cells import CellResult
+from harness.specs.cell_spec import Cell
 from harness.cli.summary import sweep_summary
 from harness.store import Outcome
 from harness.sweeps.sweep_engine import SweepResult

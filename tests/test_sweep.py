@@ -6,7 +6,7 @@ import pytest
 from conftest import assert_one_sentence_exit_2
 
 import experiments.descriptors.pruning
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.errors import UserError
 from harness.sweeps.sweep_engine import run_sweep
 from harness.store.tracking import CELL_ID, OUTCOME, REASON
@@ -30,7 +30,7 @@ def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sw
                 "device", "threads", "pruning_backend", "weight_decay", "repeat"):
         assert key in run.params
     # Params are the fields pruning reads (the compare view's rows), which are its config class's.
-    assert set(run.params) == set(experiments.pruning.PruningConfig.model_fields)  # experiment, repeat, threads too
+    assert set(run.params) == set(experiments.descriptors.pruning.PruningConfig.model_fields)  # experiment, repeat, threads too
     for key in ("train_time_s", "test_accuracy", "param_count", "samples_per_s", "peak_rss_mb", "epoch_time_s"):
         assert key in run.metrics
     assert 0.0 <= run.metrics["test_accuracy"] <= 1.0

@@ -10,11 +10,11 @@ import torch
 
 from harness.cells import run_single
 from experiments import make_config
-from harness.data import load_splits
+from harness.training.data import load_splits
 from harness.errors import UserError
-from harness.models import build_model
-from harness.time_to_accuracy import AccuracyWatch
-from harness.train import make_optimizer, train_epochs
+from harness.training.models import build_model
+from harness.training.time_to_accuracy import AccuracyWatch
+from harness.training.train import make_optimizer, train_epochs
 from conftest import TINY_BASE, mlflow_client
 
 

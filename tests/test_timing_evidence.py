@@ -16,7 +16,7 @@ from harness.errors import UserError
 from harness.report import checks, intervals, render, tables
 from harness.store import RunRecord
 from harness.store.tracking import CELL_ID, OUTCOME
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 
 
@@ -248,7 +248,7 @@ def test_until_decided_adds_rounds_only_for_undecided_points(store, sweep_file, 
     """One round of a sweep whose quick scale wants 3 leaves its timing check INCONCLUSIVE (n = 1):
     a round is added for the points the check reads (0.5 and its baseline 0.0), none for 0.8, and
     the check, decided at n = 2, stops the rounds before K."""
-    from harness.sweeps import decide
+    from harness.cli import decide
 
     published = """[[checks]]
 kind = "bound"

@@ -1,10 +1,10 @@
 import torch
 
 from experiments import make_config
-from harness.data import load_splits
-from harness.models import build_model
-from harness.timing import peak_rss_mb, reset_peak_rss, spread, timed
-from harness.train import evaluate, make_optimizer, train_epochs
+from harness.training.data import load_splits
+from harness.training.models import build_model
+from harness.training.timing import peak_rss_mb, reset_peak_rss, spread, timed
+from harness.training.train import evaluate, make_optimizer, train_epochs
 
 
 def test_training_learns_the_synthetic_task_and_reports_each_epoch():
@@ -49,7 +49,7 @@ def test_peak_rss_window_sees_a_new_allocation():
     import sys
 
     script = ("import torch\n"
-              "from harness.timing import peak_rss_mb, reset_peak_rss\n"
+              "from harness.training.timing import peak_rss_mb, reset_peak_rss\n"
               "assert reset_peak_rss()\n"
               "base = peak_rss_mb()\n"
               "block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB\n"

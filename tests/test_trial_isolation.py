@@ -96,7 +96,7 @@ def test_an_isolated_trial_is_pruned_by_the_study_process(tmp_path):
 
 
 def test_isolation_defaults_to_process_for_a_clocked_objective_and_a_bad_value_is_one_sentence(tmp_path, capsys):
-    from harness.studies import study_spec
+    from harness.specs import study_spec
 
     assert study_spec.load("speed_recipe").trial_isolation == "process"
     assert study_spec.load(str(_study(tmp_path, "timed"))).trial_isolation == "process"

@@ -314,7 +314,7 @@ def test_the_url_harness_ui_prints_opens_the_runs_table_in_a_fresh_profile(ui):
 
 def test_each_cells_dataset_column_shows_the_data_it_trained_on(ui):
     """MLflow's Dataset column (shown by default, so in a fresh profile) names each cell's data and
-    its digest, as the cell logged them (harness/dataset_record.py)."""
+    its digest, as the cell logged them (harness/training/dataset_record.py)."""
     from conftest import mlflow_client
 
     logged = {}

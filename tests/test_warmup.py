@@ -27,8 +27,8 @@ from harness.distributed.ddp_train import LrSchedule, param_digest
 from harness.distributed.launch import launch
 from harness.distributed.rank import RankContext
 from harness.errors import CellSkipped
-from harness.precision import Precision
-from harness.warmup import restored
+from harness.training.precision import Precision
+from harness.training.warmup import restored
 from conftest import DP_SCRATCH_DDP, mlflow_client, skip_unless_ci
 
 DIGITS = {"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "epochs": 2,

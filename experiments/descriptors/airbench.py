@@ -9,11 +9,12 @@ import math
 from pydantic import Field, model_validator
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
-from harness import time_to_accuracy
-from harness.catalogue import FLOP_METRICS, FLOP_NOTES
-from harness.config import RunConfig
-from harness.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields,
-                                  CompilationFields, DataFields, EpochsFields, EvalBatchFields, TargetFields)
+from harness.training import time_to_accuracy
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES
+from harness.training.config import RunConfig
+from harness.training.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields,
+                                           CompilationFields, DataFields, EpochsFields, EvalBatchFields,
+                                           TargetFields)
 
 
 INPUT_SHAPE = (3, 32, 32)   # the network's pools need 32x32 (digits are resized, grey made RGB)

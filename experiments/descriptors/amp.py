@@ -5,11 +5,11 @@ module on its first call."""
 from __future__ import annotations
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
-from harness import time_to_accuracy
-from harness.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK
-from harness.config import RunConfig
-from harness.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields, TargetFields,
-                                  TrainingLoopFields)
+from harness.training import time_to_accuracy
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK
+from harness.training.config import RunConfig
+from harness.training.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields,
+                                           TargetFields, TrainingLoopFields)
 
 
 class AmpConfig(RunConfig, SplitsFields, OptimizerFields, TrainingLoopFields, AutocastFields, BackendFlagsFields,

@@ -5,10 +5,10 @@ module on its first call."""
 from __future__ import annotations
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
-from harness import time_to_accuracy
-from harness.catalogue import DDP_CLOCK, FLOP_METRICS, FLOP_NOTES
-from harness.config import RunConfig
-from harness.field_groups import DdpTrainingFields, LaunchFields
+from harness.training import time_to_accuracy
+from harness.training.catalogue import DDP_CLOCK, FLOP_METRICS, FLOP_NOTES
+from harness.training.config import RunConfig
+from harness.training.field_groups import DdpTrainingFields, LaunchFields
 
 
 class DataParallelConfig(RunConfig, DdpTrainingFields, LaunchFields):

@@ -9,10 +9,10 @@ from typing import Literal
 from pydantic import Field
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
-from harness.catalogue import FLOP_METRICS, FLOP_NOTES
-from harness.config import RunConfig
-from harness.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
-                                  WarmupEpochsFields)
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES
+from harness.training.config import RunConfig
+from harness.training.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
+                                           WarmupEpochsFields)
 
 
 class DpScratchConfig(RunConfig, SplitsFields, LaunchFields, EpochsFields, WarmupEpochsFields, BatchFields,

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from experiments import Experiment, RunTarget
-from harness.config import RunConfig
+from harness.training.config import RunConfig
 
 
 class FormatsConfig(RunConfig):

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pydantic import Field
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
-from harness import time_to_accuracy
-from harness.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK
-from harness.config import RunConfig
-from harness.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
+from harness.training import time_to_accuracy
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK
+from harness.training.config import RunConfig
+from harness.training.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
 
 
 class PruningConfig(RunConfig, SplitsFields, OptimizerFields, TrainingLoopFields, TargetFields, PruningFields):

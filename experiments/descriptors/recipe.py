@@ -5,11 +5,12 @@ module on its first call."""
 from __future__ import annotations
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
-from harness import time_to_accuracy
-from harness.catalogue import FLOP_METRICS, FLOP_NOTES
-from harness.config import RunConfig
-from harness.field_groups import (AutocastFields, BatchFields, EpochsFields, EvalBatchFields, GlobalBatchFields,
-                                  LaunchFields, OptimizerFields, SpeedMethodsFields, SplitsFields, TargetFields)
+from harness.training import time_to_accuracy
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES
+from harness.training.config import RunConfig
+from harness.training.field_groups import (AutocastFields, BatchFields, EpochsFields, EvalBatchFields,
+                                           GlobalBatchFields, LaunchFields, OptimizerFields, SpeedMethodsFields,
+                                           SplitsFields, TargetFields)
 
 
 CLOCK = ("training only, from the first step (no warm-up epoch): batching from memory, host-to-device copy, "

@@ -17,7 +17,7 @@ def _overrides(args, experiment: str) -> dict:
     """The --set values, after what --device stands for: device=D, and on a CPU also backend=gloo where
     the experiment's config has a backend (a GPU sweep's nccl does not run there). A --set wins."""
     import experiments
-    from harness.config import parse_assignment
+    from harness.training.config import parse_assignment
 
     values = {}
     if getattr(args, "device", None):
@@ -107,7 +107,7 @@ def cmd_run(args) -> int:
 
 def cmd_sweep(args) -> int:
     from harness.launchers import WorkerRole
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
 
     spec = sweep_spec.load(args.sweep)
     if args.system_metrics is not None:
@@ -152,7 +152,7 @@ def _size_of_job(spec, args) -> None:
     """Refuse more cells than --max-cells, say how large a large sweep is before it starts, and check
     the image folders its cells read (torch is not loaded yet: a mistake is answered at once)."""
     from harness.cli import job_size
-    from harness.sweeps.sweep_spec import expand
+    from harness.specs.sweep_spec import expand
 
     job_size.check_cap("--max-cells", args.max_cells)
     cells = expand(spec, args.scale, _overrides(args, spec.experiment))
@@ -163,7 +163,7 @@ def _size_of_job(spec, args) -> None:
 def _check_data_folders(configs) -> None:
     """The class folders an image-folder dataset needs, for every cell that trains on one."""
     import experiments
-    from harness.data_folders import check_class_folders
+    from harness.training.data_folders import check_class_folders
 
     for cfg in configs:
         if experiments.get(cfg.experiment).needs_dataset:
@@ -193,7 +193,7 @@ def _until_decided(spec, store, args, max_repeats):
     """The rounds --until-decided adds; returns the last round's result (None when none ran)."""
     from harness.cli.summary import sweep_summary
     from harness.store import resolve_db_url
-    from harness.sweeps.decide import DEFAULT_MAX_REPEATS, run_until_decided
+    from harness.cli.decide import DEFAULT_MAX_REPEATS, run_until_decided
 
     rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                                max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
@@ -208,7 +208,7 @@ def cmd_study(args) -> int:
     from experiments import make_config
     from harness.launchers import WorkerRole
     from harness.store import resolve_db_url
-    from harness.studies import study_spec
+    from harness.specs import study_spec
 
     spec = study_spec.load(args.study)
     overrides = _overrides(args, spec.experiment)
@@ -247,7 +247,7 @@ def cmd_study(args) -> int:
 
 def cmd_report(args) -> int:
     from harness.folders import REPORTS_DIR
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
 
     spec = sweep_spec.load(args.sweep) if args.sweep is not None else None
     out_dir = _out_dir(args.out, REPORTS_DIR)
@@ -280,7 +280,7 @@ def _existing_store(args) -> None:
     if path is None or path.is_file():
         return
     if args.sweep is not None:
-        from harness.sweeps import sweep_spec
+        from harness.specs import sweep_spec
 
         name = sweep_spec.load(args.sweep).name
         raise UserError(f"sweep '{name}' has not been run: there is no tracking store at {path} (`harness report` "
@@ -291,9 +291,9 @@ def _existing_store(args) -> None:
 
 def cmd_list(args) -> int:
     import experiments
-    from harness.catalogue import DATASETS, MODELS
-    from harness.studies import study_spec
-    from harness.sweeps import sweep_spec
+    from harness.training.catalogue import DATASETS, MODELS
+    from harness.specs import study_spec
+    from harness.specs import sweep_spec
 
     print("experiments:")
     for name in experiments.names():
@@ -326,7 +326,7 @@ def cmd_ui(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    from harness import hardware
+    from harness.machine import hardware
 
     cores = hardware.usable_core_count()
     thread_counts = sorted({1, cores}) if args.threads is None else [args.threads]
@@ -343,7 +343,7 @@ def cmd_peak(args) -> int:
         missing = hardware.missing_gpu(name)
         if missing:
             raise UserError(f"--device {name}: {missing}.")
-    from harness import peak
+    from harness.training import peak
     for name in devices:
         for dtype in args.dtype or ["fp32", "bf16", "fp16"]:
             for threads in (thread_counts if name == "cpu" else [0]):
@@ -356,7 +356,7 @@ def cmd_peak(args) -> int:
                     print(f"{name} {dtype}: cannot be measured here ({str(err).splitlines()[0]})", flush=True)
                     break
     print(f"cached in {peak.cache_path()}; MFU = achieved FLOP/s over the peak of the cores or devices a run "
-          "used (harness/flops.py)")
+          "used (harness/training/flops.py)")
     return 0
 
 
@@ -399,7 +399,7 @@ def cmd_reproduce(args) -> int:
 
 def _check_planned_data(planned, scale: str) -> None:
     """The data folder every planned sweep's cells would read, checked before any sweep starts."""
-    from harness.sweeps.sweep_spec import expand, load
+    from harness.specs.sweep_spec import expand, load
 
     for item in planned:
         if item.data_dir is not None:

@@ -29,7 +29,7 @@ def plan(scale: str, data_dir: str) -> list[Planned]:
     """The sweeps with `scale`, in the documents' order, each with the data folder if it needs one."""
     import experiments
     from harness.report.order import in_document_order
-    from harness.sweeps import sweep_spec
+    from harness.specs import sweep_spec
 
     specs = {name: sweep_spec.load(name) for name in sweep_spec.available()}
     chosen = {name: spec.title for name, spec in specs.items() if scale in spec.scales}

@@ -30,7 +30,7 @@ def sweep_summary(result: SweepResult, metrics: list[str] | None = None, notes: 
 
 def drift_lines(result: SweepResult) -> list[str]:
     """The reused cells measured on a machine of another speed, named: their times are not today's."""
-    from harness.calibration import DRIFT_TOLERANCE
+    from harness.machine.calibration import DRIFT_TOLERANCE
 
     drifted = result.drifted()
     if not drifted:

@@ -24,20 +24,20 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-from harness.catalogue import DDP_CLOCK
-from harness.config import RunConfig
-from harness.data import DeviceBatches, load_splits
+from harness.training.catalogue import DDP_CLOCK
+from harness.training.config import RunConfig
+from harness.training.data import DeviceBatches, load_splits
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
 from harness.errors import UserError
-from harness.flops import flops_per_sample
-from harness.models import MODELS, build_model
-from harness.time_to_accuracy import AccuracyWatch
-from harness.timing import peak_rss_mb, spread, timed
-from harness.train import evaluate, make_optimizer
-from harness.warmup import restored
+from harness.training.flops import flops_per_sample
+from harness.training.models import MODELS, build_model
+from harness.training.time_to_accuracy import AccuracyWatch
+from harness.training.timing import peak_rss_mb, spread, timed
+from harness.training.train import evaluate, make_optimizer
+from harness.training.warmup import restored
 
-CLOCK = DDP_CLOCK   # harness/catalogue.py, where descriptors read it without torch
+CLOCK = DDP_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
 
 
 class LrSchedule:
@@ -59,7 +59,7 @@ class LrSchedule:
         self.step += 1
         return lr
 
-    def state_dict(self) -> dict:  # for harness.warmup: the ramp starts at the first timed step
+    def state_dict(self) -> dict:  # for harness.training.warmup: the ramp starts at the first timed step
         return {"step": self.step}
 
     def load_state_dict(self, state: dict) -> None:
@@ -121,7 +121,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
         raise UserError("data_parallel checks the test accuracy once per epoch; set evals_per_epoch=1 "
                         "(the recipe experiment checks more often)")
     # Each rank puts back its own model, optimizer, lr step and random streams, no collective needed
-    # (harness.warmup); the timed epochs then shuffle as epochs 0, 1, ... as they would without it.
+    # (harness.training.warmup); the timed epochs then shuffle as epochs 0, 1, ... as they would without it.
     with restored(model, optimizer, schedule):
         warmup = [epoch(i)[0] for i in range(cfg.warmup_epochs)]
     timed_epochs = []

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import psutil
 
-from harness import hardware
-from harness.config import CLASS_ENV, RunConfig, class_name
+from harness.machine import hardware
+from harness.training.config import CLASS_ENV, RunConfig, class_name
 from harness.distributed import slurm_span
 from harness.distributed.placement import ranks_per_node, threads_per_rank
 from harness.folders import REPO_ROOT

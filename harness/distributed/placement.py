@@ -21,11 +21,11 @@ import importlib.util
 import torch
 import torch.distributed as dist
 
-from harness import hardware
-from harness.config import RunConfig
+from harness.machine import hardware
+from harness.training.config import RunConfig
 from harness.distributed import slurm_span
 from harness.errors import CellSkipped
-from harness.hardware import SLICE_ENV, VISIBLE_ENV, slice_note
+from harness.machine.hardware import SLICE_ENV, VISIBLE_ENV, slice_note
 
 CCL_MODULE = "oneccl_bindings_for_pytorch"
 

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import hardware
-from harness.config import read_config_file
+from harness.machine import hardware
+from harness.training.config import read_config_file
 from harness.distributed.launch import torchrun_command
 from harness.distributed.placement import threads_per_rank
 from harness.distributed.slurm_span import PORT_BASE

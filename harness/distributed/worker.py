@@ -45,8 +45,8 @@ def _run(config_path: str, workdir: Path, target: str, rank: int) -> int:
     import torch
     import torch.distributed as dist
 
-    from harness import allocator
-    from harness.config import read_config_file
+    from harness.training import allocator
+    from harness.training.config import read_config_file
     from harness.distributed import placement
     from harness.distributed.rank import RankContext
 

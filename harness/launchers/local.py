@@ -47,7 +47,7 @@ class LocalLauncher:
     detach = False
 
     def cores_per_worker(self, workers: int) -> int:
-        from harness.hardware import usable_core_count
+        from harness.machine.hardware import usable_core_count
 
         return max(1, usable_core_count() // workers)  # K workers on one machine share its cores
 

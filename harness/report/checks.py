@@ -48,9 +48,9 @@ every row. `text` says the claim in words and where it comes from.
     metric = "epoch_time_mean_s"
     tolerance = 0.15
 
-Every kind also takes (the models and their defaults: harness/checkkinds.py):
+Every kind also takes (the models and their defaults: harness/specs/checkkinds.py):
     needs = { cores = 16 }          # what the document's machine had that the claim depends on
-                                    # (harness/report/machine.py): a FAIL on cells measured without
+                                    # (harness/report/measured_on.py): a FAIL on cells measured without
                                     # it is "DIFFERS: machine", with the reason; a PASS stays a PASS.
                                     # The reason names the document's machine as the sweep file's
                                     # [published] machine = "the book's 16-core machine" says.
@@ -87,9 +87,9 @@ from enum import StrEnum
 
 import pandas as pd
 
-from harness.checkkinds import Best, Bound, Check, Compare, Exact, Flat, Ratio, Trend, parse
+from harness.specs.checkkinds import Best, Bound, Check, Compare, Exact, Flat, Ratio, Trend, parse
 from harness.report import intervals
-from harness.report.machine import MeasuredOn
+from harness.report.measured_on import MeasuredOn
 
 
 class Judgement(StrEnum):
@@ -216,7 +216,7 @@ def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
     if isinstance(check, Trend):
         # The untrained rows of a trend tie (_trend ranks them as one level); what is left to show
         # a direction is the rows that learned, and a trend needs three points.
-        points = _rows(table, check.where)[[check.x, metric]].dropna() if check.x in table else table.iloc[0:0]
+        points = rows_where(table, check.where)[[check.x, metric]].dropna() if check.x in table else table.iloc[0:0]
         learned = int((points[metric] > ceiling).sum())
         if len(points) < 3 or learned >= 3 or learned == len(points):
             return None   # too few points is _trend's own N/A
@@ -224,7 +224,7 @@ def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
         return (f"{len(points) - learned} of {len(points)} rows are {bound} ({shown}): "
                 f"{learned} row(s) that learned cannot show a trend, which needs 3")
     reference = check.against if isinstance(check, Compare) else check.where
-    values = _rows(table, reference)[metric].dropna()
+    values = rows_where(table, reference)[metric].dropna()
     if values.empty or (values > ceiling).any():
         return None
     return (f"{metric} of the reference rows ({', '.join(f'{100 * v:.1f}%' for v in values)}) is {bound}: "
@@ -234,8 +234,8 @@ def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
 def _stated_and_rival(check: Best, table: pd.DataFrame) -> tuple[pd.Series, pd.Series] | None:
     """A best check's stated row and its nearest rival, the best of the other finished rows (None
     when the stated row is missing or has no rival)."""
-    rows = _rows(table, check.where).dropna(subset=[check.metric])
-    stated = _rows(rows, check.row)
+    rows = rows_where(table, check.where).dropna(subset=[check.metric])
+    stated = rows_where(rows, check.row)
     if stated.empty or len(rows) < 2:
         return None
     others = rows.drop(stated.index)
@@ -262,7 +262,9 @@ def count_line(verdicts: list[Verdict]) -> str:
     return "; ".join(parts) or "none"
 
 
-def _rows(table: pd.DataFrame, where: dict | None) -> pd.DataFrame:
+def rows_where(table: pd.DataFrame, where: dict | None) -> pd.DataFrame:
+    """The rows of `table` a check names: each key equal to its value, or in its list; none when the
+    table lacks a key (a check reads only what the cells logged)."""
     rows = table
     for key, value in (where or {}).items():
         if key not in rows:
@@ -285,7 +287,7 @@ def _low_high(check: Bound | Compare) -> tuple[float, float]:
 def _exact(check: Exact, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, expected, where = check.metric, check.expected, check.where
     name = check.text or f"{metric} at {_where_text(where)} is exactly {expected:,}"
-    values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
+    values = rows_where(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
     if values.empty:
         return Verdict(name, NA, f"no finished cell at {_where_text(where)}")
     bad = [v for v in values if v != expected]
@@ -295,7 +297,7 @@ def _exact(check: Exact, table: pd.DataFrame, axes: list[str]) -> Verdict:
 def _trend(check: Trend, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, x, direction = check.metric, check.x, check.direction
     need = float(check.min_correlation)
-    rows = _rows(table, check.where)
+    rows = rows_where(table, check.where)
     name = check.text or f"{metric} is {direction} in {x} (rank correlation >= {need:g})"
     if metric not in rows or x not in rows:
         return Verdict(name, NA, f"the table has no {metric if metric not in rows else x} column")
@@ -316,7 +318,7 @@ def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, tolerance, where = check.metric, float(check.tolerance), check.where
     published = check.published_column
     name = check.text or (f"{metric} within {tolerance:.0%} of the published one at {_where_text(where)}")
-    rows = _rows(table, where)
+    rows = rows_where(table, where)
     if metric not in rows or published not in rows:
         return Verdict(name, NA, f"the table has no {metric if metric not in rows else published} column")
     pairs = rows[[metric, published]].dropna()
@@ -330,7 +332,7 @@ def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
 
 
 # Metrics a run that never met its target leaves out rather than recording a number
-# (harness/time_to_accuracy.py): under a ceiling, such a finished cell is above any bound.
+# (harness/training/time_to_accuracy.py): under a ceiling, such a finished cell is above any bound.
 UNREACHED_IS_ABOVE = ("time_to_accuracy_s", "epochs_to_accuracy")
 
 
@@ -343,7 +345,7 @@ def _never_reached(check: Check, table: pd.DataFrame) -> bool:
     accuracy, which no number of timing repeats changes."""
     if not isinstance(check, Bound) or check.metric not in UNREACHED_IS_ABOVE or _low_high(check)[1] == float("inf"):
         return False
-    finished = _finished_rows(_rows(table, check.where))
+    finished = _finished_rows(rows_where(table, check.where))
     return (not finished.empty and "target_reached" in finished and (finished["target_reached"] == 0).all()
             and (check.metric not in finished or finished[check.metric].isna().all()))
 
@@ -352,7 +354,7 @@ def _bound(check: Bound, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, where = check.metric, check.where
     low, high = _low_high(check)
     name = check.text or f"{metric} within [{low:g}, {high:g}] at {_where_text(where)}"
-    rows = _rows(table, where)
+    rows = rows_where(table, where)
     values = rows[metric].dropna() if metric in table else pd.Series(dtype=float)
     if values.empty:
         finished = _finished_rows(rows)
@@ -378,8 +380,8 @@ def _compare(check: Compare, table: pd.DataFrame, axes: list[str]) -> Verdict:
     if metric not in table:
         return Verdict(name, NA, f"the table has no {metric} column")
     on = [a for a in axes if a in table and where.get(a) == against.get(a)]
-    ours = _rows(table, where)[on + [metric]].dropna(subset=[metric])
-    theirs = _rows(table, against)[on + [metric]].dropna(subset=[metric])
+    ours = rows_where(table, where)[on + [metric]].dropna(subset=[metric])
+    theirs = rows_where(table, against)[on + [metric]].dropna(subset=[metric])
     pairs = ours.merge(theirs, on=on, suffixes=("", "_against")) if on else \
         ours.merge(theirs, how="cross", suffixes=("", "_against"))
     if pairs.empty:
@@ -405,7 +407,7 @@ def _best(check: Best, table: pd.DataFrame, axes: list[str]) -> Verdict:
         return Verdict(name, NA, f"the table has no {metric} column")
     pair = _stated_and_rival(check, table)
     if pair is None:
-        stated = _rows(_rows(table, check.where).dropna(subset=[metric]), row)
+        stated = rows_where(rows_where(table, check.where).dropna(subset=[metric]), row)
         return Verdict(name, NA, f"no finished cell at {_where_text(row)}" if stated.empty else
                        "one finished row; a best needs two")
     stated, rival = pair
@@ -418,7 +420,7 @@ def _best(check: Best, table: pd.DataFrame, axes: list[str]) -> Verdict:
 def _flat(check: Flat, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, tolerance, where = check.metric, float(check.tolerance), check.where
     name = check.text or f"{metric} flat within {tolerance:.0%} at {_where_text(where)}"
-    values = _rows(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
+    values = rows_where(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
     if len(values) < 2:
         return Verdict(name, NA, f"{len(values)} finished row(s) at {_where_text(where)}; flat needs 2")
     smallest, largest = values.min(), values.max()
@@ -432,7 +434,7 @@ def _rounds_of(table: pd.DataFrame, metric: str, where: dict | None) -> dict[int
     rounds = table.attrs["rounds"].cells if "rounds" in table.attrs else None
     if rounds is None or metric not in rounds:
         return {}
-    picked = _rows(rounds, where)
+    picked = rows_where(rounds, where)
     return dict(zip(picked["repeat"], picked[metric])) if len(picked) else {}
 
 
@@ -440,7 +442,7 @@ def _fewest_runs(check: Check, table: pd.DataFrame) -> int:
     """The fewest repeats among the rows the check reads (0 when it reads none)."""
     if "repeats" not in table:
         return 0
-    picked = pd.concat([_rows(table, rows) for rows in check.row_sets().values()] or [table])
+    picked = pd.concat([rows_where(table, rows) for rows in check.row_sets().values()] or [table])
     counts = picked["repeats"].dropna()
     return int(counts.min()) if len(counts) else 0
 
@@ -471,7 +473,7 @@ def _within(lo: float, hi: float, low: float, high: float) -> Judgement:
 def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict, n: int, lo_col: str,
                       hi_col: str) -> Verdict:
     """bound and ratio: each row's interval against the allowed range."""
-    rows = _rows(table, check.where)
+    rows = rows_where(table, check.where)
     metric = check.metric
     if isinstance(check, Ratio):
         published = check.published_column
@@ -505,12 +507,12 @@ def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], poin
     metric, where, against = check.metric, check.where, check.against
     low, high = _low_high(check)
     on = [a for a in axes if a in table and where.get(a) == against.get(a)]
-    ours = _rows(table, where).dropna(subset=[metric])
+    ours = rows_where(table, where).dropna(subset=[metric])
     states, shown = [], []
     for i in ours.index:
         shared = {a: ours.at[i, a] for a in on}
         here = {a: ours.at[i, a] for a in axes if a in table}
-        theirs = _rows(table, {**against, **shared}).dropna(subset=[metric])
+        theirs = rows_where(table, {**against, **shared}).dropna(subset=[metric])
         for j in theirs.index:
             there = {a: theirs.at[j, a] for a in axes if a in table}
             ratio = intervals.ratio_of_medians(_rounds_of(table, metric, here), _rounds_of(table, metric, there))
@@ -547,6 +549,6 @@ def _resampled_verdict(check: Check, table: pd.DataFrame, axes: list[str], point
     return Verdict(point.check, INCONCLUSIVE, detail)
 
 
-# How each kind of harness/checkkinds.py is judged on one table (its point verdict).
+# How each kind of harness/specs/checkkinds.py is judged on one table (its point verdict).
 JUDGES: dict[str, Callable[..., Verdict]] = {"exact": _exact, "trend": _trend, "ratio": _ratio, "bound": _bound,
                                              "compare": _compare, "best": _best, "flat": _flat}

@@ -1,7 +1,7 @@
 """Figures over repeats: medians, their spread, and the ratio of two medians with a 95% interval.
 
 A speed-up is the baseline's median time over the row's median time. Its interval comes from a
-bootstrap over the rounds (harness/sweeps/sweep_spec.py runs a grid in rounds, A B C, A B C): resampling
+bootstrap over the rounds (harness/specs/sweep_spec.py runs a grid in rounds, A B C, A B C): resampling
 whole rounds, the same ones for both rows, keeps what drifted between rounds (the machine) out of
 the ratio. Rows whose rounds do not line up are resampled each on its own.
 

@@ -4,7 +4,7 @@ derives for it (`speedup`, `efficiency`) as metrics, so the UI can chart and sor
 
 Refreshed after each sweep invocation (`harness sweep`) and by `harness report`: the reports are read
 and derived (tables.build_all), rendered (tables.write_files, tables.plot, `description` here), and
-written back to the store by writeback, the report's one writer to MLflow. The report's files are
+written back to the store by writeback, the sweep report's writer to MLflow. The report's files are
 artifacts of the sweep's parent run holding the newest cells, which the description links to.
 """
 
@@ -17,7 +17,7 @@ from harness import ui_links
 from harness.errors import UserError
 from harness.report import tables, writeback
 from harness.store import Store
-from harness.sweeps.sweep_spec import SweepSpec
+from harness.specs.sweep_spec import SweepSpec
 
 # The description's copy of the plot: MLflow crops (never scales) an image wider than the description,
 # which is about 780 px wide with the UI's assistant panel open on a 1500 px window.

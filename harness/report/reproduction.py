@@ -16,17 +16,17 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.fingerprint import cpu_flags, fingerprint
+from harness.machine.fingerprint import cpu_flags, fingerprint
 from harness.folders import REPORTS_DIR
-from harness.machine_load import CONTENDED_CORES
+from harness.machine.machine_load import CONTENDED_CORES
 from harness.report import checks, overview, tables as report
 from harness.report.order import in_document_order
 from harness.store import Store, redact
 from harness.store.tracking import NOTE_PREFIX
 from harness.store.uris import hide_password
-from harness.sweeps import sweep_spec
+from harness.specs import sweep_spec
 
-# The CPU flags that decide what a CPU computes natively (harness/precision.py) and how fast.
+# The CPU flags that decide what a CPU computes natively (harness/training/precision.py) and how fast.
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
                "amx_int8", "amx_fp16")
 CHANCE = 0.12   # best test accuracy at or below this, on the 10-class data sets used here: chance (10%)
@@ -160,7 +160,7 @@ def machine(reports: list) -> list[str]:
              f"- CPU flags that decide native dtypes and speed: {', '.join(have) or 'none of ' + ', '.join(SPEED_FLAGS)}"
              + (f"; missing: {', '.join(f for f in SPEED_FLAGS if f not in flags)}" if len(have) < len(SPEED_FLAGS) else "")
              + ".",
-             f"- Calibration: around every cell the load probe (harness/machine_load.py) counts the cores other work "
+             f"- Calibration: around every cell the load probe (harness/machine/machine_load.py) counts the cores other work "
              f"kept busy; {CONTENDED_CORES} or more marks the cell contended and its row says so. "
              f"{sum(run.metrics.get('contended') == 1 for r in reports for run in r.runs)} of "
              f"{sum(len(r.runs) for r in reports)} cells were.",
@@ -197,7 +197,7 @@ def conventions(reports: list) -> list[str]:
         "figures), over the rounds both rows ran: a round one of them lacks (added by `--until-decided`, "
         "or a failed cell) has no partner timed on the same machine; absolute seconds from different "
         "hardware are shown but never judged.",
-        "- **MFU**: training FLOPs per second (counted per step, harness/flops.py: matmuls and convolutions, "
+        "- **MFU**: training FLOPs per second (counted per step, harness/training/flops.py: matmuls and convolutions, "
         "forward and backward, groups honoured) over the peak of the cores or devices the run used, in its "
         "dtype (the Machine section). The CSV beside each table holds `flops_per_sample`, `mfu_samples`, "
         "`mfu_time_s`, `peak_devices`, `peak_tflops` and `peak_key`, so MFU = flops_per_sample x mfu_samples / "

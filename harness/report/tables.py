@@ -12,17 +12,17 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UserError
-from harness.fingerprint import machine_text
+from harness.machine.fingerprint import machine_text
 from harness.folders import REPORTS_DIR
-from harness.report import checks, intervals, machine
+from harness.report import checks, intervals, measured_on
 from harness.report.intervals import iqr
 from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.paths import inside
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, SCALE
-from harness.sweeps.sweep_spec import SweepSpec
+from harness.specs.sweep_spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
-MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/flops.py)
+MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/training/flops.py)
 # What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
 MFU_INPUTS = ("flops_per_sample", "mfu_samples", "mfu_time_s", "peak_devices", "peak_tflops", "mfu_invalid")
@@ -40,7 +40,7 @@ class Report:
     markdown: str = ""
     fingerprint: str = ""
     variant: str = ""             # the fixed settings that set this table apart ("": the only one)
-    drift: str | None = None      # its cells ran at different speed_index (harness/calibration.py)
+    drift: str | None = None      # its cells ran at different speed_index (harness/machine/calibration.py)
     verdicts: list[checks.Verdict] = field(default_factory=list)
     runs: list[RunRecord] = field(default_factory=list)   # the finished cells the table is made of
 
@@ -112,7 +112,7 @@ def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunR
                                f"of {spec.repeats_at(scale)} repeats finished")
     unfinished = [r for r in cells if r.outcome != Outcome.OK and r.tags.get(FINGERPRINT, "unknown") == key]
     report.verdicts = checks.evaluate(spec.checks, report.table, axes=spec.axes(), scale=scale,
-                                      measured=machine.measured_on(runs, unfinished),
+                                      measured=measured_on.measured_on(runs, unfinished),
                                       machine=spec.published.get("machine", checks.DOCUMENT_MACHINE),
                                       repeats=spec.repeats_at(scale))
     report.markdown = to_markdown(report, runs[0])
@@ -171,9 +171,9 @@ def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[Ru
 
 def drift_note(runs: list[RunRecord]) -> str | None:
     """A sentence when the table's cells were measured on machines of different speed (their
-    `speed_index`, harness/calibration.py, apart by more than the noise floor): its ratios divide
+    `speed_index`, harness/machine/calibration.py, apart by more than the noise floor): its ratios divide
     one machine's time by another's."""
-    from harness.calibration import DRIFT_TOLERANCE, SPEED_INDEX
+    from harness.machine.calibration import DRIFT_TOLERANCE, SPEED_INDEX
 
     found = [r.metrics[SPEED_INDEX] for r in runs if r.metrics.get(SPEED_INDEX)]
     if len(found) < 2:
@@ -312,7 +312,7 @@ def _replicates(table: pd.DataFrame, cells: pd.DataFrame, axes: list[str], metri
 
 def _with_unrun_points(spec: SweepSpec, scale: str, table: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
     """The grid points of the scale that no finished cell has, as rows noted "not run"."""
-    from harness.sweeps.sweep_spec import expand
+    from harness.specs.sweep_spec import expand
 
     try:
         planned = expand(spec, scale, repeats=1)
@@ -413,7 +413,7 @@ def cell_note(notes: list[dict], run: RunRecord) -> str:
 
 
 def _contention(run: RunRecord) -> list[str]:
-    """A cell timed while other work held the machine's cores (harness/machine_load.py) says so:
+    """A cell timed while other work held the machine's cores (harness/machine/machine_load.py) says so:
     its times are not to be trusted beside the others."""
     if run.metrics.get("contended") != 1:
         return []
@@ -506,7 +506,7 @@ def to_markdown(report: Report, sample_run: RunRecord, conventions: bool = True)
                      "95% interval over the repeats in brackets (bootstrap, paired by round; "
                      "harness/report/intervals.py); absolute seconds from different hardware are shown, not compared.")
     if conventions and MFU in t:
-        lines.append("- MFU: training FLOPs per second (counted per step, harness/flops.py) over the measured peak "
+        lines.append("- MFU: training FLOPs per second (counted per step, harness/training/flops.py) over the measured peak "
                      "of the cores or devices the run used, in its dtype (`harness peak`); the CSV holds what it "
                      "is computed from.")
     lines += [f"- {text}" for text in spec.report.get("comments", [])]

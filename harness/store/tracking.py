@@ -306,7 +306,7 @@ class Store:
     def start_run(self, experiment_id: str, name: str, tags: dict[str, str],
                   parent_id: str | None = None) -> str:
         """A new RUNNING run carrying the machine's fingerprint and this process's identity."""
-        from harness.fingerprint import fingerprint   # reads torch's build: imported once a run is made
+        from harness.machine.fingerprint import fingerprint   # reads torch's build: imported once a run is made
 
         me, fp = this_process(), fingerprint()
         tags = {**fp, **tags, HOST: me.host, PID: str(me.pid), PID_START: f"{me.started:.2f}",
@@ -357,7 +357,7 @@ class Store:
 
     def log_dataset(self, run_id: str, record) -> None:
         """The data a run trained on as an MLflow dataset input (the UI's Dataset column): name,
-        digest, source and split sizes (`record`: harness.dataset_record.DatasetRecord)."""
+        digest, source and split sizes (`record`: harness.training.dataset_record.DatasetRecord)."""
         import json
 
         from mlflow.data.sources import CodeDatasetSource, LocalArtifactDatasetSource

@@ -1,2 +1,2 @@
-"""Optuna studies: the study files' model (study_spec), the ask/tell engine (study_engine), and the
-study report (study_report)."""
+"""Optuna studies: the ask/tell engine (study_engine), the study report (study_report) and the
+verification of a best recipe (verify); the study files' model is in harness/specs."""

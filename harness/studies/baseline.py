@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.errors import UserError
-from harness.studies.study_spec import StudySpec
+from harness.specs.study_spec import StudySpec
 
 BASELINE_ATTR = "harness.baseline"           # trial user attribute: this trial is the baseline
 TARGET_ATTR = "harness.target_accuracy"      # study user attribute: the target the baseline set

@@ -15,7 +15,7 @@ MLflow run, logs each epoch, decides pruning and tells Optuna, exactly as for an
 (cells.run_cell). Only `experiment.run(cfg)` moves into the child, which sends each epoch's metrics
 back, waits to hear whether to go on, and sends its result (or its error) back.
 
-Every trial also records the state it started in (harness.process_state: thread counts,
+Every trial also records the state it started in (harness.machine.process_state: thread counts,
 flush-denormal), so a state carried over from an earlier trial shows in its metrics.
 """
 
@@ -26,9 +26,9 @@ import signal
 import traceback
 from typing import Any, Callable
 
-from harness import process_state
+from harness.machine import process_state
 from harness.cells import run_here
-from harness.config import RunConfig
+from harness.training.config import RunConfig
 from harness.errors import CellPruned, CellSkipped, UserError
 from harness.launchers.forkserver import ForkServer
 
@@ -36,7 +36,7 @@ PROCESS, NONE = "process", "none"
 # What a trial needs, imported once by the server (no torch operation runs on import): every
 # experiment module, and the compiler stack the FLOP counter and torch.compile import on first use
 # (seconds of imports each child would otherwise repeat).
-PRELOAD = ["torch", "torch._dynamo", "torch._inductor", "experiments", "harness.machine_load", "harness.studies.isolation"]
+PRELOAD = ["torch", "torch._dynamo", "torch._inductor", "experiments", "harness.machine.machine_load", "harness.studies.isolation"]
 CHILD = "harness.studies.isolation:trial_child"
 
 
@@ -148,9 +148,9 @@ def trial_child(payload: dict[str, Any], channel) -> None:
 
     import experiments
     from experiments import make_config
-    from harness.hardware import usable_core_count
+    from harness.machine.hardware import usable_core_count
     from harness.signals import sigterm_as_interrupt
-    from harness.timing import peak_rss_mb, reset_peak_rss
+    from harness.training.timing import peak_rss_mb, reset_peak_rss
 
     with sigterm_as_interrupt():   # a SIGTERM (the server died, the worker stopped us) ends DDP ranks too
         cfg = make_config(payload["config"])

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import experiments
 from experiments import make_config
 from harness import ui_links
-from harness.cells import Cell, preflight, run_cell
+from harness.cells import preflight, run_cell
+from harness.specs.cell_spec import Cell
 from harness.errors import CellPruned, StoreFault, UserError, first_line
 from harness.invocation import Invocation, Stopped
 from harness.launchers import Launcher, WorkerRole
@@ -42,7 +43,7 @@ from harness.store.tracking import KIND, SCALE
 from harness.store.uris import hide_password, is_sqlite
 from harness.studies import baseline, isolation
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
-from harness.studies.study_spec import NOT_REACHED, StudySpec
+from harness.specs.study_spec import NOT_REACHED, StudySpec
 from harness.studies.trial_status import TrialStatus
 
 if TYPE_CHECKING:

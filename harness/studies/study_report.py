@@ -17,7 +17,7 @@ from harness import ui_links
 from harness.folders import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
-from harness.studies.study_spec import StudySpec
+from harness.specs.study_spec import StudySpec
 from harness.studies.trial_status import TrialStatus
 
 

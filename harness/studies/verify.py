@@ -32,14 +32,15 @@ import pandas as pd
 
 import experiments
 from experiments import make_config
-from harness.cells import Cell, preflight, run_cell
+from harness.cells import preflight, run_cell
+from harness.specs.cell_spec import Cell
 from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, KIND, SCALE
 from harness.studies import baseline as study_baseline, isolation, study_engine
 from harness.studies.study_report import markdown
-from harness.studies.study_spec import StudySpec
+from harness.specs.study_spec import StudySpec
 
 VERIFY = "verify"
 ROLE = "harness.verify_role"    # tag: which part of the verification a run is (best, baseline, tuned, ...)

@@ -1,1 +1,2 @@
-"""Grid sweeps: the sweep files' model (sweep_spec) and the engine that runs their cells (sweep_engine)."""
+"""Grid sweeps: the engine that runs a sweep file's cells (sweep_engine); the files' model is in
+harness/specs."""

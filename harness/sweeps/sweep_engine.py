@@ -21,9 +21,10 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from experiments import make_config
-from harness import calibration
-from harness.calibration import SPEED_INDEX, drifted
-from harness.cells import Cell, CellResult, preflight, run_cell
+from harness.machine import calibration
+from harness.machine.calibration import SPEED_INDEX, drifted
+from harness.cells import CellResult, preflight, run_cell
+from harness.specs.cell_spec import Cell
 from harness.errors import StoreFault
 from harness.invocation import Invocation, Stopped
 from harness.launchers import Launcher, WorkerRole
@@ -32,7 +33,7 @@ from harness.store.claims import DONE, FAILED, RUNNING
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.tracking import KIND, PARENT, SCALE, SWEEP
 from harness.store.uris import resolve_db_url
-from harness.sweeps.sweep_spec import SweepSpec, expand
+from harness.specs.sweep_spec import SweepSpec, expand
 
 Log = Callable[[str], None]
 PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
@@ -47,7 +48,7 @@ class SweepResult:
     results: list[CellResult]
     seconds: float
     detached: bool = False   # the workers run on as jobs of a launcher that returned at once
-    speed_index: float | None = None   # this invocation's calibration (harness/calibration.py)
+    speed_index: float | None = None   # this invocation's calibration (harness/machine/calibration.py)
 
     def drifted(self) -> list[CellResult]:
         """Reused cells measured at a speed_index further from today's than the noise floor."""
@@ -291,7 +292,7 @@ class _Sweep:
 
 
 def measure_speed() -> float:
-    """This invocation's calibration (about a second; harness/calibration.py)."""
+    """This invocation's calibration (about a second; harness/machine/calibration.py)."""
     return calibration.measure()
 
 

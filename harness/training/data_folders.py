@@ -1,12 +1,12 @@
 """The part of a dataset's check that needs no decoding: an image-folder dataset's train/ and test/
-folders exist. The command line asks it of every cell before torch is loaded, and harness/data.py
+folders exist. The command line asks it of every cell before torch is loaded, and data.py
 asks it again before it decodes a folder."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.catalogue import IMAGE_FOLDER_DATASETS
+from harness.training.catalogue import IMAGE_FOLDER_DATASETS
 from harness.errors import UserError
 from harness.suggest import shown_path
 

@@ -35,7 +35,7 @@ def prune_conv_filters(model: nn.Module, sparsity: float, example_input: torch.T
 
 
 def _prune_nni(model: nn.Module, sparsity: float, example_input: torch.Tensor) -> nn.Module:
-    from harness.pruning import nni_compat
+    from harness.training.pruning import nni_compat
 
     with warnings.catch_warnings():
         # NNI 3.0 uses torch's private pytree API, which warns on import; nothing to act on.

@@ -5,7 +5,7 @@ in-memory tensors, moving them to the device (on CUDA through pinned buffers, so
 and the host goes on; see data.DeviceBatches), forward, loss, backward and the optimizer step.
 Outside it: warm-up epochs, pruning, evaluation, logging and the per-epoch callback. The device is
 synchronized before each reading (see timing.timed). Warm-up epochs are undone afterwards (model,
-optimizer and random streams restored, harness.warmup): they warm the clock and train nothing.
+optimizer and random streams restored, harness.training.warmup): they warm the clock and train nothing.
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import nn
 
-from harness.config import RunConfig
-from harness.catalogue import TRAINING_CLOCK
-from harness.data import DeviceBatches, Split, batches, shuffled_indices
+from harness.training.catalogue import TRAINING_CLOCK
+from harness.training.config import RunConfig
+from harness.training.data import DeviceBatches, Split, batches, shuffled_indices
 from harness.errors import CellSkipped
-from harness.hardware import missing_gpu, slice_note, usable_core_count
-from harness.timing import spread, timed
+from harness.machine.hardware import missing_gpu, slice_note, usable_core_count
+from harness.training.timing import spread, timed
 
 if TYPE_CHECKING:
-    from harness.precision import Precision
-    from harness.time_to_accuracy import AccuracyWatch
+    from harness.training.precision import Precision
+    from harness.training.time_to_accuracy import AccuracyWatch
 
-CLOCK = TRAINING_CLOCK   # harness/catalogue.py, where descriptors read it without torch
+CLOCK = TRAINING_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
 
 EpochCallback = Callable[[int, dict], None]
 
@@ -56,8 +56,8 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
                  precision: "Precision | None" = None, watch: "AccuracyWatch | None" = None,
                  memory_format: torch.memory_format = torch.preserve_format) -> list[float]:
     """Train `epochs` epochs; return each epoch's seconds. `on_epoch(i, metrics)` runs off the clock.
-    `precision` (harness.precision) puts autocast around forward and loss and a gradient scaler
-    around backward and step; None is the plain fp32 step. `watch` (harness.time_to_accuracy)
+    `precision` (harness.training.precision) puts autocast around forward and loss and a gradient scaler
+    around backward and step; None is the plain fp32 step. `watch` (harness.training.time_to_accuracy)
     evaluates the model at its checkpoints with the clock stopped, and may end training at one
     (the last epoch's seconds are then those trained). `memory_format=torch.channels_last` puts
     each batch in NHWC as it is copied to the device."""

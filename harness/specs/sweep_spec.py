@@ -11,11 +11,12 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 import experiments
 from experiments import check_keys, make_config
-from harness import checkkinds, specfile
-from harness.cells import Cell
+from harness.specs import checkkinds, specfile
+from harness.machine import hardware
+from harness.specs.cell_spec import Cell
 from harness.errors import UserError
 from harness.folders import SWEEPS_DIR
-from harness.specfile import SCALES, SpecFile
+from harness.specs.specfile import SCALES, SpecFile
 
 __all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "load"]
 
@@ -30,7 +31,7 @@ class SweepSpec(SpecFile):
     repeats: int = Field(1, ge=1)
     report: dict[str, Any] = {}
     published: dict[str, Any] = {}
-    # Claims the report judges (harness/checkkinds.py): a mistyped one stops the sweep before it runs.
+    # Claims the report judges (harness/specs/checkkinds.py): a mistyped one stops the sweep before it runs.
     checks: list[Annotated[checkkinds.Check, BeforeValidator(checkkinds.parse)]] = []
     # A scale may replace grid axes (`[scales.smoke.grid]`): the shapes that fit a small machine.
     scale_grids: dict[str, dict[str, list]] = {}
@@ -40,9 +41,8 @@ class SweepSpec(SpecFile):
     system_metrics: bool | None = None
 
     def system_metrics_on(self) -> bool:
-        from harness.cells import system_metrics_default
-
-        return system_metrics_default() if self.system_metrics is None else self.system_metrics
+        # On where a CUDA GPU is present (whether it was busy is then the question), off elsewhere.
+        return hardware.gpu_count() > 0 if self.system_metrics is None else self.system_metrics
 
     @field_validator("grid")
     @classmethod

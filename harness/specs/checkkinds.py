@@ -1,6 +1,6 @@
 """The kinds of check a sweep file's `[[checks]]` may hold, as typed models: each kind's parameters
 with their defaults, and the one sentence a mistyped entry gets. Sweep files are read against these
-(harness/sweeps/sweep_spec.py), so a wrong check stops the sweep before it runs; the report judges them
+(harness/specs/sweep_spec.py), so a wrong check stops the sweep before it runs; the report judges them
 (harness/report/checks.py, whose docstring shows each kind in TOML). A new kind is a model here,
 its line in KINDS, and its judge in the report's JUDGES.
 
@@ -21,7 +21,7 @@ Rows = dict[str, Any]             # axis -> a value, or a list of values
 
 class Needs(BaseModel):
     """What the document's machine had that a claim depends on; a FAIL measured without it may be
-    "DIFFERS: machine" (harness/report/machine.py says when)."""
+    "DIFFERS: machine" (harness/report/measured_on.py says when)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cores: StrictInt | None = None                 # at least this many CPU cores

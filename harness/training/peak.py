@@ -19,7 +19,7 @@ emulation's, and `unsupported` says why instead.
 
 The cache is CACHE_DIR/peak-<fingerprint>.json (fingerprint: CPU, cores, GPUs, torch), keyed by
 device, dtype and threads (`Peak.key`). A figure measured while other work held the machine's
-cores (harness/machine_load.py) is cached flagged as such and its line says so; it is measured again
+cores (harness/machine/machine_load.py) is cached flagged as such and its line says so; it is measured again
 when the one-minute load average has fallen by BUSIER_BY since, and the higher figure kept.
 `invalidate(key)` drops a figure a run outpaced (MFU above 1 is an error of the peak), so the next
 command measures it again; `harness peak --remeasure` measures again whatever the cache holds. A
@@ -40,11 +40,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from harness import folders, hardware
-from harness.fingerprint import fingerprint
-from harness.machine_load import CONTENDED_CORES, LoadWatch
-from harness.precision import DTYPES, native_support
-from harness.timing import timed
+from harness import folders
+from harness.machine import hardware
+from harness.machine.fingerprint import fingerprint
+from harness.machine.machine_load import CONTENDED_CORES, LoadWatch
+from harness.training.precision import DTYPES, native_support
+from harness.training.timing import timed
 
 # Sizes per kernel family, smallest first, from cache-resident to past saturation; a family stops
 # growing once a size runs SATURATED times slower than its best (bigger only spills caches).
@@ -226,7 +227,7 @@ def _families(device: torch.device, dtype: torch.dtype) -> dict[str, list]:
         g = torch.Generator().manual_seed(c)
         x = torch.randn(batch, c, side, side, generator=g).to(device=device, dtype=dtype, memory_format=layout)
         w = torch.randn(c, c, 3, 3, generator=g).to(device=device, dtype=dtype, memory_format=layout)
-        # every output position costs the whole kernel, as harness/flops.py counts a model's convs
+        # every output position costs the whole kernel, as harness/training/flops.py counts a model's convs
         return (lambda: F.conv2d(x, w, padding=1)), 2.0 * batch * side * side * c * c * 9
 
     families = {"matmul": [(f"{n}x{n} @ {n}x{n}", lambda n=n: matmul(n)) for n in sizes["matmul"]]}

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from harness.folders import REPO_ROOT
-from harness.hardware import gpu_count
+from harness.machine.hardware import gpu_count
 
 
 def _git(*args: str) -> str | None:

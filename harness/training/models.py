@@ -1,7 +1,7 @@
 """Model registry: every model the experiments can name, with the input it expects.
 
 Add a model by writing a builder, one line in BUILDERS, and one `ModelInfo` line under the same name in
-harness/catalogue.py's MODELS (what it expects and which weights it has, read without torch).
+harness/training/catalogue.py's MODELS (what it expects and which weights it has, read without torch).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.catalogue import MODELS, models_with_weights
 from harness.errors import CellSkipped, UserError, first_line
+from harness.training.catalogue import MODELS, models_with_weights
 
 
 class BookCNN(nn.Module):
@@ -129,7 +129,7 @@ def _torchvision(name: str) -> Callable[[int], nn.Module]:
 
 
 # Each model's builder: the number of outputs -> the module. What it expects and which weights it can
-# start from are its line in harness/catalogue.py's MODELS (read without torch), under the same name.
+# start from are its line in harness/training/catalogue.py's MODELS (read without torch), under the same name.
 BUILDERS: dict[str, Callable[[int], nn.Module]] = {
     "cnn": BookCNN,
     "tiny_cnn": TinyCNN,

@@ -9,7 +9,7 @@ optimizer, DDP wrapper: that is what warms them), and afterwards everything it c
 - a module's state_dict (parameters and buffers: BatchNorm running statistics and counters) and its
   parameters' gradients;
 - an optimizer's state (momentum, Adam's moments and step count, the groups' lr), and anything else
-  with state_dict / load_state_dict (a GradScaler, harness.precision.Precision, an lr schedule);
+  with state_dict / load_state_dict (a GradScaler, harness.training.precision.Precision, an lr schedule);
 - a torch.Generator (a loop's data order), and plain tensors (d2l's hand-written parameters) with
   their gradients;
 - the process-wide random streams: torch's CPU generator, every CUDA device's generator (when CUDA

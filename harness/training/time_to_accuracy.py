@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from harness.config import RunConfig
+from harness.training.config import RunConfig
 
 METRICS = ("target_accuracy", "target_reached", "time_to_accuracy_s", "epochs_to_accuracy", "epochs_trained")
 

@@ -34,7 +34,7 @@ class DatasetRecord:
 def describe(cfg, shape: tuple[int, int, int] | None = None) -> DatasetRecord:
     """The record of the data `cfg` trains on (loaded through the same cached load_splits as the cell),
     at `shape` (default: its model's input shape)."""
-    from harness.models import MODELS
+    from harness.training.models import MODELS
 
     shape = shape or MODELS[cfg.model].input_shape
     return _describe(cfg.dataset, str(Path(cfg.data_dir).resolve()), shape,
@@ -44,7 +44,7 @@ def describe(cfg, shape: tuple[int, int, int] | None = None) -> DatasetRecord:
 @functools.lru_cache(maxsize=16)
 def _describe(dataset: str, data_dir: str, shape: tuple[int, int, int], seed: int,
               train_limit: int, test_limit: int) -> DatasetRecord:
-    from harness.data import load_splits
+    from harness.training.data import load_splits
 
     data = load_splits(dataset, data_dir, shape, seed=seed, train_limit=train_limit, test_limit=test_limit)
     digest = hashlib.sha256(f"{dataset}|{shape}|{seed}|{train_limit}|{test_limit}|".encode())
@@ -54,7 +54,7 @@ def _describe(dataset: str, data_dir: str, shape: tuple[int, int, int], seed: in
     else:
         for tensor in (data.train.x, data.train.y, data.test.x, data.test.y):
             digest.update(tensor.contiguous().numpy().tobytes())
-        name, source, is_path = dataset, f"harness.data ({dataset}, generated in memory)", False
+        name, source, is_path = dataset, f"harness.training.data ({dataset}, generated in memory)", False
     return DatasetRecord(name, digest.hexdigest()[:16], source, is_path, len(data.train), len(data.test))
 
 

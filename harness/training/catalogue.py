@@ -4,9 +4,8 @@ texts the experiments' descriptors cite.
 
 The command line checks a sweep's names and values against these before it loads torch, MLflow or
 Optuna, so a mistake is answered in a fraction of a second. The code behind each name lives beside
-it in the training half: the builders in harness/models.py, the loaders in harness/data.py, the
-clocks in harness/train.py and harness/distributed/ddp_train.py, the FLOP and time-to-accuracy
-metrics in harness/flops.py and harness/time_to_accuracy.py.
+it: the builders in models.py, the loaders in data.py, the clocks in train.py and
+harness/distributed/ddp_train.py, the FLOP metrics in flops.py.
 """
 
 from __future__ import annotations
@@ -25,14 +24,14 @@ class ModelInfo:
     weights: str | None = None
 
 
-# Every model an experiment can name; its builder is the same name in harness/models.py's BUILDERS.
+# Every model an experiment can name; its builder is the same name in models.py's BUILDERS.
 MODELS: dict[str, ModelInfo] = {
     "cnn": ModelInfo((3, 32, 32), "The book's CNN for CIFAR-10 (2,122,186 parameters)."),
     "tiny_cnn": ModelInfo((1, 16, 16), "A tiny CNN with the same layer names, for tests."),
     # B0, the CPU stand-in for B7, is built the same way (1000-class head): the same torchvision
     # constructor as the book's model, smaller, and its ImageNet weights fit it unchanged. On 32x32
     # images the head is 13% of B0's training FLOPs (7.7 of 58.0 MFLOP a sample; 2.1% of B7's 717),
-    # and 1.28M of its 5.3M parameters (harness/flops.py counts them; tests/test_flops_mfu.py checks).
+    # and 1.28M of its 5.3M parameters (harness/training/flops.py counts them; tests/test_flops_mfu.py checks).
     "efficientnet_b0": ModelInfo((3, 32, 32), "torchvision EfficientNet-B0 with its 1000-class head (5.3M parameters).",
                                  head_classes=1000, weights="EfficientNet_B0_Weights.DEFAULT"),
     "efficientnet_b7": ModelInfo((3, 32, 32), "torchvision EfficientNet-B7 with its 1000-class head, as the book "
@@ -48,12 +47,12 @@ def models_with_weights() -> list[str]:
     return [name for name, info in MODELS.items() if info.weights]
 
 
-# Every dataset a config can name; its loader is the same name in harness/data.py's DATASETS.
+# Every dataset a config can name; its loader is the same name in data.py's DATASETS.
 DATASETS = ("cifar10", "fashion_mnist", "imagefolder", "imagefolder_grey28", "digits", "synthetic")
 # The datasets read from class folders DATA_DIR/train and DATA_DIR/test.
 IMAGE_FOLDER_DATASETS = ("imagefolder", "imagefolder_grey28")
 
-# What the clock of the training loops holds (harness/train.py, harness/distributed/ddp_train.py).
+# What the clock of the training loops holds (train.py, harness/distributed/ddp_train.py).
 TRAINING_CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
                   "asynchronous), forward, loss, backward, optimizer step; warm-up (undone after), pruning, "
                   "evaluation (also the per-epoch and time-to-accuracy checkpoints) and logging are outside the clock")
@@ -62,7 +61,7 @@ DDP_CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini
              "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs (undone "
              "after) and evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
 
-# What every training run may log (harness/flops.py); mfu, or mfu_invalid (an MFU above 1: the peak was
+# What every training run may log (flops.py); mfu, or mfu_invalid (an MFU above 1: the peak was
 # wrong), or neither with the tag mfu_na (no native arithmetic, no peak). peak_key is a tag.
 FLOP_METRICS = ("flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "mfu_samples", "mfu_time_s",
                 "peak_devices", "mfu_invalid")

@@ -2,7 +2,7 @@
 cells, logged as the metric `speed_index` on every cell (and as the tag `harness.speed_index` on the
 parent run, where a metric would crowd the chart view of the cells).
 
-The fingerprint (harness/fingerprint.py) says which machine; this says how fast it runs now. The
+The fingerprint (harness/machine/fingerprint.py) says which machine; this says how fast it runs now. The
 same fingerprint has been seen to move by a factor of two from one day to the next (a shared host,
 another tenant, a thermal limit), so a cell measured on a slower or faster day is not comparable
 with today's cells. The sweep names reused cells whose index is more than DRIFT_TOLERANCE away

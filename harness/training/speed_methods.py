@@ -6,7 +6,7 @@ crash). The recipe experiment applies them in this order:
     to_channels_last(model)                   # NHWC weights; batches follow (train_epochs memory_format)
     DistributedDataParallel(model)            # world_size ranks x threads each (harness.distributed)
     compiled(net, mode, backend)              # torch.compile; it compiles during the first steps
-    Precision.for_device(device, dtype)       # autocast (+ GradScaler for fp16), harness.precision
+    Precision.for_device(device, dtype)       # autocast (+ GradScaler for fp16), harness.training.precision
     scaled_lr(lr, global_batch, base_batch)   # linear scaling rule for a bigger batch (Goyal et al. 2017)
 """
 
@@ -17,10 +17,10 @@ import shutil
 import torch
 from torch import nn
 
-from harness.config import RunConfig
+from harness.training.config import RunConfig
 from harness.errors import CellSkipped
-from harness.models import MODELS, build_model
-from harness.pruning import prune_conv_filters
+from harness.training.models import MODELS, build_model
+from harness.training.pruning import prune_conv_filters
 
 
 def check(cfg: RunConfig) -> None:

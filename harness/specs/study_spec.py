@@ -21,11 +21,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from experiments import check_keys, make_config
-from harness import specfile
+from harness.specs import specfile
 from harness.errors import UserError
 from harness.folders import SWEEPS_DIR
-from harness.specfile import SCALES, SpecFile
-from harness.studies.search import EPOCH_METRIC, TPE, AnyPruner, AnySampler, NoPruner
+from harness.specs.specfile import SCALES, SpecFile
+from harness.specs.search import EPOCH_METRIC, TPE, AnyPruner, AnySampler, NoPruner
 
 PREFIX = "study_"
 Direction = Literal["maximize", "minimize"]
@@ -167,7 +167,7 @@ class StudySpec(SpecFile):
     directions: list[Direction] = []
     space: dict[str, Param] = Field(min_length=1)
     n_trials: int | dict[str, int] = 20
-    sampler: AnySampler = TPE()               # [sampler] and [pruner]: studies/search.py
+    sampler: AnySampler = TPE()               # [sampler] and [pruner]: specs/search.py
     pruner: AnyPruner = NoPruner()
     baseline: Baseline | None = None
     verify: Verify = Verify()

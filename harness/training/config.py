@@ -2,7 +2,7 @@
 fields every experiment has (`RunConfig`), a cell's identity, and one sentence per mistake.
 
 Each experiment's config is a class of its own, `RunConfig` plus the field groups its `run` reads
-(harness/field_groups.py) and fields of its own, declared in its module; the registry
+(harness/training/field_groups.py) and fields of its own, declared in its module; the registry
 (experiments/__init__.py) knows which class belongs to which name and builds configs from values.
 A field keeps one name, default and meaning in every class it is part of, so it becomes the same
 MLflow param whatever the experiment, and the compare view lines up grid cells, study trials and
@@ -22,7 +22,7 @@ from typing import Annotated, Any, Collection, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import UserError
-from harness.hardware import parse_device
+from harness.machine.hardware import parse_device
 from harness.suggest import did_you_mean
 
 
@@ -45,7 +45,7 @@ class RunConfig(FieldGroup):
     malloc: Literal["glibc_default", "keep_freed"] = Field(
         "glibc_default", description="What glibc's malloc does with freed memory in the process that trains the "
         "cell: glibc_default (as a plain python process has it) or keep_freed (reused, never returned to the "
-        "kernel, so a step's tensors are not page-faulted in again each step); harness/allocator.py.")
+        "kernel, so a step's tensors are not page-faulted in again each step); harness/training/allocator.py.")
 
     @field_validator("device")
     @classmethod
@@ -74,7 +74,7 @@ class RunConfig(FieldGroup):
 
 
 # 1: warm-up epochs were trained and kept. 2: warm-up epochs are undone
-# (harness/warmup.py), so a cell trains exactly its epochs; T6.1's unpruned row no longer pre-trains.
+# (harness/training/warmup.py), so a cell trains exactly its epochs; T6.1's unpruned row no longer pre-trains.
 # 3: convolution FLOPs count groups (a depthwise conv's weight gradient was counted once per
 # group), the MFU peak is per thread count from several kernels, and a one-process cell with a
 # backend other than gloo on a CPU is a skip: old records' MFU and their duplicate cell are wrong.

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Iterable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.config import is_finite
+from harness.training.config import is_finite
 from harness.errors import UserError
 from harness.store.paths import is_safe_name
 from harness.suggest import did_you_mean, shown_path

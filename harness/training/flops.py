@@ -1,6 +1,6 @@
 """Training FLOPs, counted rather than estimated, and what they say about a run: its achieved rate
 and its model FLOPs utilisation (MFU) against the peak measured on this machine with the cores or
-devices the run used (harness.peak).
+devices the run used (harness.training.peak).
 
     per_sample = flops_per_sample(model, example_batch, "bf16")     # counted once, then cached
     metrics = flop_metrics(per_sample, samples=..., train_time_s=..., device=device, dtype="bf16")
@@ -37,9 +37,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 aten = torch.ops.aten
 
-from harness import peak
-from harness.catalogue import FLOP_METRICS as METRICS, FLOP_NOTES as NOTES  # named there, read without torch
-from harness.precision import DTYPES
+from harness.training import peak
+from harness.training.catalogue import FLOP_METRICS as METRICS, FLOP_NOTES as NOTES  # named there, read without torch
+from harness.training.precision import DTYPES
 
 _counted: dict[tuple, float] = {}
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from harness.errors import CellSkipped
-from harness.fingerprint import cpu_flags
+from harness.machine.fingerprint import cpu_flags
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -68,7 +68,7 @@ class Precision:
         return int(self._skipped) if self.scaler is not None else 0
 
     def state_dict(self) -> dict:
-        """What training changes here (the scaler's scale, the skip count), for harness.warmup."""
+        """What training changes here (the scaler's scale, the skip count), for harness.training.warmup."""
         return {"scaler": self.scaler.state_dict() if self.scaler is not None else None, "skipped": self._skipped}
 
     def load_state_dict(self, state: dict) -> None:

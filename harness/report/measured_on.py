@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.checkkinds import Needs
+from harness.specs.checkkinds import Needs
 from harness.store import Outcome, RunRecord
 
 

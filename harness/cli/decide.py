@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from harness.cells import Cell
+from harness.specs.cell_spec import Cell
 from harness.report import checks, tables
 from harness.store import Outcome, Store
 from harness.sweeps.sweep_engine import SweepResult, run_sweep
-from harness.sweeps.sweep_spec import SweepSpec
+from harness.specs.sweep_spec import SweepSpec
 
 DEFAULT_MAX_REPEATS = 10
 
@@ -33,7 +33,7 @@ def undecided_points(report: tables.Report) -> list[dict[str, Any]]:
         if check.metric in ("speedup", "efficiency") and spec.report.get("baseline"):
             parts.append(spec.report["baseline"])
         for part in parts:
-            rows = checks._rows(table, part)
+            rows = checks.rows_where(table, part)
             for _, row in rows[rows["repeats"].notna()].iterrows():
                 point = {a: row[a] for a in axes}
                 if point not in found:
