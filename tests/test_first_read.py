@@ -48,7 +48,8 @@ def test_make_install_silences_setuptools_editable_install_warning(tmp_path):
         shutil.copy(REPO_ROOT / name, tmp_path / name)
     for package in ("harness", "experiments"):
         shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    build = [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_editable({str(tmp_path / 'wheel')!r})"]
+    wheel = str(tmp_path / "wheel")
+    build = [sys.executable, "-c", f"from setuptools import build_meta; build_meta.build_editable({wheel!r})"]
     (tmp_path / "wheel").mkdir()
     unfiltered = subprocess.run(build, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                                 env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})

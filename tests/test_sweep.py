@@ -30,7 +30,8 @@ def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sw
                 "device", "threads", "pruning_backend", "weight_decay", "repeat"):
         assert key in run.params
     # Params are the fields pruning reads (the compare view's rows), which are its config class's.
-    assert set(run.params) == set(experiments.descriptors.pruning.PruningConfig.model_fields)  # experiment, repeat, threads too
+    # experiment, repeat and threads too
+    assert set(run.params) == set(experiments.descriptors.pruning.PruningConfig.model_fields)
     for key in ("train_time_s", "test_accuracy", "param_count", "samples_per_s", "peak_rss_mb", "epoch_time_s"):
         assert key in run.metrics
     assert 0.0 <= run.metrics["test_accuracy"] <= 1.0
