@@ -139,6 +139,16 @@ def get(name: str) -> Experiment:
     return importlib.import_module(REGISTRY[name]).EXPERIMENT
 
 
+def run_modules() -> list[str]:
+    """The modules the experiments' runs live in, for a process that imports them all ahead of the
+    first cell (a study's fork server, whose every trial would otherwise import its run afresh)."""
+    found = set()
+    for name in REGISTRY:
+        run = get(name).run
+        found.add(run.target.partition(":")[0] if isinstance(run, RunTarget) else run.__module__)
+    return sorted(found)
+
+
 def all_fields() -> dict[str, "FieldInfo"]:
     """Every config field of any experiment (one name is one field in every class that has it), in
     the registry's order; for `harness list`, and to tell another experiment's field from a typo.

@@ -217,3 +217,7 @@ def test_starting_a_sweep_or_a_study_with_keys_its_experiment_reads_imports_that
     with pytest.raises(UserError) as err:
         sweep_spec.expand(spec, "smoke", {"epochs": 1, "sparsty": 0.5})
     assert str(err.value).startswith("unknown config key 'sparsty'; did you mean 'sparsity'")
+
+
+def test_the_run_modules_a_fork_server_preloads_are_every_experiments_run():
+    assert experiments.run_modules() == sorted({_run_module(name) for name in NAMES})
