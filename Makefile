@@ -152,7 +152,7 @@ bench-cli: ## a dozen typical mistakes, each in fresh processes: median seconds 
 bench-calibration: ## the speed index in N fresh processes, 5 calls vs the full budget: CV, range, pairs falsely called drifted (ARGS="--processes N")
 	$(BIN)/python benchmarks/calibration.py $(ARGS)
 
-soak: ## 3 sweeps + a 2-worker study on one SQLite store, SIGKILLs every 20-40 s (ARGS="--minutes 2"; default 10)
+soak: ## 3 sweeps + a 2-worker study on one SQLite store, SIGKILLs every 20-40 s (ARGS="--minutes 2"; default 10; "--busy-loops 2": beside 2 spinning processes)
 	$(BIN)/python benchmarks/soak.py $(ARGS)
 
 clean-store: ## delete the default MLflow store (mlruns/) and reports

@@ -39,6 +39,8 @@ MISTAKES: list[tuple[str, list[str]]] = [
                                      "--max-cells", "2"]),
     ("unknown study", ["study", "lr_batc", "--scale", "smoke"]),
     ("--n-trials 0", ["study", "lr_batch", "--scale", "smoke", "--n-trials", "0"]),
+    ("study, missing data folder", ["study", "lr_batch", "--scale", "smoke", "--set", "dataset=imagefolder",
+                                    "--set", f"data_dir={MISSING}"]),
     ("unknown experiment", ["run", "prunning"]),
     ("run with --set epochs=0", ["run", "pruning", "--set", "epochs=0"]),
     ("reproduce, missing data folder", ["reproduce", "--scale", "cpu", "--data-dir", MISSING]),

@@ -12,11 +12,16 @@ Each command works in rounds: when it finishes before the deadline it starts aga
 seed (`--set seed=ROUND`: new cells, a new study), so the store keeps growing for the whole soak.
 A killed command is restarted on the same round and must pick up where it was cut off. Every
 process's output goes to FOLDER/logs/, kept for reading when a figure is wrong.
+
+`--busy-loops N` runs N processes spinning on a core each, at normal priority, for the whole soak:
+the machine a user shares with other work, where a starved worker must still not lose, repeat or
+strand a cell. It is a correctness check; its times say nothing about the harness's speed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -87,6 +92,18 @@ class Job:
         log.close()  # the child holds its own copy
 
 
+@contextlib.contextmanager
+def busy_loops(count: int):
+    """`count` processes that spin on a CPU until the block ends (killed then, whatever happened)."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield loops
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
 def soak_processes(marker: str) -> list[psutil.Process]:
     """Every live harness process of this soak (orphaned study workers included): their command
     lines name the soak's store."""
@@ -105,7 +122,16 @@ def main() -> int:
     parser.add_argument("--kill-every", type=float, nargs=2, default=(20.0, 40.0), metavar=("MIN_S", "MAX_S"))
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill schedule")
     parser.add_argument("--dir", help="working folder (default: a new temporary folder, kept)")
+    parser.add_argument("--busy-loops", type=int, default=0, metavar="N",
+                        help="N processes spinning on a core each beside the soak, at normal priority (default 0)")
     args = parser.parse_args()
+    if args.busy_loops < 0:
+        parser.error(f"--busy-loops must be 0 or more (got {args.busy_loops})")
+    with busy_loops(args.busy_loops):
+        return soak(args)
+
+
+def soak(args) -> int:
 
     folder = Path(args.dir or tempfile.mkdtemp(prefix="harness-soak-"))
     logs = folder / "logs"
@@ -126,7 +152,8 @@ def main() -> int:
     rng = random.Random(args.seed)
     load_before = os.getloadavg()
     print(f"soak: {args.minutes:g} min of kills every {args.kill_every[0]:g}-{args.kill_every[1]:g} s on "
-          f"{socket.gethostname()} ({os.cpu_count()} cores, load {load_before[0]:.1f}); store {uri}", flush=True)
+          f"{socket.gethostname()} ({os.cpu_count()} cores, load {load_before[0]:.1f}"
+          + (f", {args.busy_loops} busy loops beside it" if args.busy_loops else "") + f"); store {uri}", flush=True)
     started = time.monotonic()
     deadline = started + 60 * args.minutes
     next_kill = started + rng.uniform(*args.kill_every)

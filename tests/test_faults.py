@@ -702,7 +702,7 @@ def _stub_ui_server(monkeypatch) -> list:
         def wait(self):
             return 0
 
-    monkeypatch.setattr(ui_server, "subprocess", SimpleNamespace(Popen=Server))
+    monkeypatch.setattr(ui_server, "subprocess", SimpleNamespace(Popen=Server, PIPE=subprocess.PIPE))
     monkeypatch.setattr(ui_server, "_wait_until_answering", lambda *a: None)
     return started
 
@@ -714,6 +714,7 @@ def test_the_ui_and_dashboard_servers_get_the_store_through_the_environment(tmp_
     started = _stub_ui_server(monkeypatch)
     monkeypatch.setattr(ui_server, "_banner", lambda store, base: "")
     monkeypatch.setattr(os, "execve", lambda path, argv, env: started.append((argv, env)))
+    monkeypatch.setattr("harness.cli.commands._make_study_tables", lambda storage: None)  # no server listens
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert ui_server.serve(Store(uri), free_port()) == 0
     storage = f"postgresql://harness:{PASSWORD}@127.0.0.1:{closed_port()}/studies"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import warnings
 from typing import Sequence
 
@@ -185,16 +186,21 @@ def entry() -> None:
     try:
         code = main()
         if code == EXIT_INTERRUPTED:
-            _exit_interrupted()
+            _exit_now(code)
+        if code == EXIT_USAGE and threading.active_count() == 1:
+            # A mistake is answered once its sentence is out: tearing down the interpreter after the
+            # heavy imports (torch, MLflow, pandas) kept a refused command alive for seconds more on a
+            # busy machine. Only with no other thread left, whose work the teardown would wait for.
+            _exit_now(code)
         sys.exit(code)
     except BrokenPipeError:  # `harness list | head`: the reader has gone, which is no error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
 
 
-def _exit_interrupted() -> None:
-    """Exit 130 for certain after a handled Ctrl-C or SIGTERM. CPython remembers a KeyboardInterrupt
-    that passed through a C-level evaluation (PyRun_String, which some extensions call) even when
+def _exit_now(code: int) -> None:
+    """Exit with `code` for certain and at once. After a handled Ctrl-C or SIGTERM (130): CPython
+    remembers a KeyboardInterrupt that passed through a C-level evaluation (PyRun_String, which some extensions call) even when
     Python code caught it later, and then ends the process by SIGINT instead of the status it was
     given (Modules/main.c, Py_RunMain); which way it went depended on where the signal landed.
     The exit handlers still run and the streams are flushed; only the interpreter's teardown is skipped."""
@@ -206,4 +212,4 @@ def _exit_interrupted() -> None:
             stream.flush()
         except (OSError, ValueError):
             pass
-    os._exit(EXIT_INTERRUPTED)
+    os._exit(code)

@@ -155,9 +155,9 @@ def _size_of_job(spec, args) -> None:
     from harness.specs.sweep_spec import expand
 
     job_size.check_cap("--max-cells", args.max_cells)
-    cells = expand(spec, args.scale, _overrides(args, spec.experiment))
-    job_size.announce(job_size.sweep_size(spec, args.scale, cells), args.max_cells)
-    _check_data_folders([c.config for c in cells if c.config is not None])
+    overrides = _overrides(args, spec.experiment)
+    job_size.announce(job_size.sweep_size(spec, args.scale, overrides, args.max_cells), args.max_cells)
+    _check_data_folders([c.config for c in expand(spec, args.scale, overrides) if c.config is not None])
 
 
 def _check_data_folders(configs) -> None:
@@ -218,16 +218,23 @@ def cmd_study(args) -> int:
             raise UserError(f"{name} must be a positive finite number (got {value}).")
     if role is None and not (args.status or args.verify):  # --status and --verify run no trial of the study
         _size_of_study(spec, args, overrides)
+    if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
+        from harness.store import resolve_tracking_uri
+        from harness.store.uris import check_sqlite_path
+        from harness.studies import study_status
+
+        db_url = resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri))
+        check_sqlite_path(db_url, "the shared database")
+        print(study_status.status(spec, db_url, scale=args.scale, overrides=overrides))
+        return 0
     out_dir = _out_dir(args.out, None) if args.out else None
-    launcher = None if args.status else _launcher(args)
-    if not (args.status or args.verify):
+    launcher = _launcher(args)
+    if not args.verify:
         _check_data_folders([make_config(spec.fixed(args.scale, overrides))])
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
     from harness.studies import study_engine   # every value is checked: now Optuna, MLflow and torch
-    if args.status:
-        print(study_engine.status(spec, store, db_url, scale=args.scale, overrides=overrides))
-        return 0
+
     if args.verify:
         from harness.studies import verify
 
@@ -315,8 +322,10 @@ def cmd_list(args) -> int:
 
 
 def cmd_ui(args) -> int:
+    from harness.cli import ports
     from harness.cli.ui_server import serve
 
+    ports.check_port(args.port, "ui")  # before the store is opened: a port in use is told at once
     code = serve(_store(args), args.port)  # the store is validated (and a new SQLite file made) first
     # Leave at once: the interpreter's own teardown of MLflow's imports took tens of seconds on a
     # loaded machine after the server had stopped (the old exec of `mlflow ui` had none).
@@ -361,9 +370,11 @@ def cmd_peak(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
+    from harness.cli import ports
     from harness.store import redact, resolve_db_url, resolve_tracking_uri
     from harness.store.uris import is_sqlite
 
+    ports.check_port(args.port, "dashboard")
     # Only the URI: the dashboard reads the study database, not the MLflow store.
     storage = resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri))
     if is_sqlite(storage) and not Path(storage.removeprefix("sqlite:///")).exists():
@@ -372,6 +383,7 @@ def cmd_dashboard(args) -> int:
     script = Path(sys.executable).with_name("optuna-dashboard")
     if not script.exists():
         raise UserError("optuna-dashboard is not installed in this environment; run `make install`.")
+    _make_study_tables(storage)
     print(f"optuna-dashboard on http://127.0.0.1:{args.port} over {redact(storage)} (Ctrl-C stops it)", flush=True)
     # optuna-dashboard's command takes the storage URL only as an argument, which `ps` shows every user;
     # its own main() runs here with that argument read from the environment (sys.argv set inside Python
@@ -381,6 +393,15 @@ def cmd_dashboard(args) -> int:
     os.execve(sys.executable, [sys.executable, "-c", serve, "--host", "127.0.0.1", "--port", str(args.port),
                                "--server", "wsgiref"], {**os.environ, "HARNESS_STORAGE": storage})
     return 0
+
+
+def _make_study_tables(storage: str) -> None:
+    """optuna-dashboard opens the storage without creating Optuna's tables, and a database that holds
+    only the sweeps' claims (any sweep makes it) has none, which crashed it: opened here, they are
+    made, and the dashboard shows an empty study list. A storage that cannot be opened is one sentence."""
+    from harness.studies import study_engine
+
+    study_engine.storage(storage).engine.dispose()
 
 
 def cmd_reproduce(args) -> int:

@@ -52,11 +52,21 @@ def announce(size: JobSize, cap: int) -> None:
               file=sys.stderr, flush=True)
 
 
-def sweep_size(spec, scale: str, cells) -> JobSize:
-    """A sweep's cells at `scale` (as expand() built them) and their epochs."""
-    epochs = sum(getattr(c.config, "epochs", 0) or 0 for c in cells if c.config is not None)
-    return JobSize("sweep", spec.name, scale, len(cells), "cells", epochs, "--max-cells",
-                   "narrow the grid (--set AXIS=[...])")
+def sweep_size(spec, scale: str, overrides: dict[str, Any], cap: int | None = None) -> JobSize:
+    """A sweep's cells at `scale` and their epochs, as expand() builds them. A grid of more cells
+    than `cap` is only counted: announce() refuses it on the count, and building its configs first
+    took seconds and a gigabyte for 100,000 cells."""
+    from harness.specs.sweep_spec import cell_count, expand
+
+    def size(cells: int, epochs: int) -> JobSize:
+        return JobSize("sweep", spec.name, scale, cells, "cells", epochs, "--max-cells",
+                       "narrow the grid (--set AXIS=[...])")
+
+    count = cell_count(spec, scale, overrides)
+    if cap is not None and count > cap:
+        return size(count, 0)
+    cells = expand(spec, scale, overrides)
+    return size(len(cells), sum(getattr(c.config, "epochs", 0) or 0 for c in cells if c.config is not None))
 
 
 def study_size(spec, scale: str, overrides: dict[str, Any], n_trials: int | None) -> JobSize:

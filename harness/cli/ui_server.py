@@ -6,31 +6,36 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from harness import ui_links
+from harness.cli import ports, server_noise
 from harness.errors import UserError
 from harness.signals import sigterm_as_interrupt
 from harness.store import Store, redact
 
-HOST = "127.0.0.1"
+HOST = ports.HOST
 START_TIMEOUT_S = 180  # MLflow's first start on a new store migrates its schema
 SHOWN_EXPERIMENTS = 10
 STOP_GRACE_S = 15
 
 
 def serve(store: Store, port: int) -> int:
-    """Run the server until Ctrl-C or SIGTERM; 0 when stopped so, else the server's own exit status."""
-    _check_port_free(port)
+    """Run the server until Ctrl-C or SIGTERM; 0 when stopped so, else the server's own exit status.
+    The caller has checked the port (harness/cli/ports.py)."""
     base = f"http://{HOST}:{port}"
     # Its own process group: MLflow's server is a tree (uvicorn workers, a job runner), stopped as one.
     # The store's URI goes through the environment (MLflow's server reads MLFLOW_BACKEND_STORE_URI),
     # not the command line, which every user of the machine sees in `ps`.
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--host", HOST, "--port", str(port)],
-                              env={**os.environ, "MLFLOW_BACKEND_STORE_URI": store.uri}, start_new_session=True)
+    # Its start-up chatter is cut (harness/cli/server_noise.py); its warnings and errors pass.
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--host", HOST, "--port", str(port),
+                               *server_noise.SERVER_OPTIONS],
+                              env=server_noise.quiet_environment({**os.environ, "MLFLOW_BACKEND_STORE_URI": store.uri}),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                              start_new_session=True)
+    server_noise.relay(server)
     with sigterm_as_interrupt():
         try:
             _wait_until_answering(server, base, port)
@@ -54,17 +59,6 @@ def _stop(server: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def _check_port_free(port: int) -> None:
-    if not 1 <= port <= 65535:  # socket.bind would raise OverflowError, no OSError, for these
-        raise UserError(f"--port must be between 1 and 65535 (got {port}).")
-    with socket.socket() as probe:
-        try:
-            probe.bind((HOST, port))
-        except OSError:
-            raise UserError(f"port {port} on {HOST} is already in use (another UI?); pass --port "
-                            f"(make ui PORT=...).") from None
 
 
 def _wait_until_answering(server: subprocess.Popen, base: str, port: int) -> None:

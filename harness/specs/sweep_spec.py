@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -195,30 +196,7 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     applies to every cell. `repeats` replaces the scale's count (--until-decided adds rounds)."""
     overrides = dict(overrides or {})
     rounds = repeats or spec.repeats_at(scale)
-    check_keys(overrides, read_by=spec.experiment)
-    spec.check_read(overrides)
-    scale_values = spec.scale_values(scale)
-    grid = {**spec.grid, **spec.scale_grids.get(scale, {})}
-    fixed = spec.fixed(scale)
-    # A scale may narrow or widen a grid axis (a list replaces it, a single value pins it).
-    for key, value in scale_values.items():
-        if key in grid:
-            grid[key] = value if isinstance(value, list) else [value]
-    compound = {k: axis for axis, values in grid.items() for k in _compound_keys(values)}
-    for key, value in overrides.items():
-        if key in compound:
-            raise UserError(f"'{key}' is varied together with other fields by the grid axis "
-                            f"'{compound[key]}' of {spec.path}; edit that axis in the sweep file instead.")
-        if isinstance(value, list):
-            if not value:
-                raise UserError(f"--set {key}=[] leaves the sweep no cell to run; give at least one value.")
-            grid[key] = value
-        elif key in grid:
-            grid[key] = [value]
-        else:
-            fixed[key] = value
-    for key in [*grid, *compound]:
-        fixed.pop(key, None)
+    grid, compound, fixed = _grid_at(spec, scale, overrides)
     make_config(fixed)  # a bad value shared by every cell fails the whole sweep, before anything runs
 
     cells = []
@@ -243,6 +221,44 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     for model in dict.fromkeys(getattr(c.config, "model", None) for c in cells if c.config is not None):
         experiment.check_model(model, where=f"sweep {spec.name}")
     return cells
+
+
+def cell_count(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None) -> int:
+    """How many cells expand() would build, counted without building them: a 100,000-cell grid
+    from a typo is refused by --max-cells in a moment, not after seconds and a gigabyte of configs."""
+    grid, _, _ = _grid_at(spec, scale, overrides)
+    return spec.repeats_at(scale) * math.prod(len(values) for values in grid.values())
+
+
+def _grid_at(spec: SweepSpec, scale: str, overrides: dict[str, Any] | None) -> tuple[dict, dict, dict]:
+    """The grid's axes at a scale with the overrides applied, the compound axes' fields (field ->
+    axis), and the values every cell shares."""
+    overrides = dict(overrides or {})
+    check_keys(overrides, read_by=spec.experiment)
+    spec.check_read(overrides)
+    scale_values = spec.scale_values(scale)
+    grid = {**spec.grid, **spec.scale_grids.get(scale, {})}
+    fixed = spec.fixed(scale)
+    # A scale may narrow or widen a grid axis (a list replaces it, a single value pins it).
+    for key, value in scale_values.items():
+        if key in grid:
+            grid[key] = value if isinstance(value, list) else [value]
+    compound = {k: axis for axis, values in grid.items() for k in _compound_keys(values)}
+    for key, value in overrides.items():
+        if key in compound:
+            raise UserError(f"'{key}' is varied together with other fields by the grid axis "
+                            f"'{compound[key]}' of {spec.path}; edit that axis in the sweep file instead.")
+        if isinstance(value, list):
+            if not value:
+                raise UserError(f"--set {key}=[] leaves the sweep no cell to run; give at least one value.")
+            grid[key] = value
+        elif key in grid:
+            grid[key] = [value]
+        else:
+            fixed[key] = value
+    for key in [*grid, *compound]:
+        fixed.pop(key, None)
+    return grid, compound, fixed
 
 
 def _check_every_cell(spec: SweepSpec, cells: list[Cell], overrides: dict[str, Any]) -> None:

@@ -65,6 +65,6 @@ def status_text(report, running: list[Running]) -> str:
     lines[0] = lines[0].replace(f"{report.counts[TrialStatus.RUNNING]} running",
                                 f"{live} running, {len(gone)} interrupted (process gone)")
     names = ", ".join(f"trial {r.number} (process {r.pid} on {r.host})" for r in gone)
-    lines.insert(1, f"interrupted: {names}; the next `harness study` on this study fails and requeues "
-                    f"{'it' if len(gone) == 1 else 'them'}")
+    lines.insert(1, f"interrupted: {names}; the next `harness study` on this study requeues "
+                    f"{'it' if len(gone) == 1 else 'them'} (never counted as failed)")
     return "\n".join(lines)

@@ -44,12 +44,13 @@ from harness.store.uris import hide_password, is_sqlite
 from harness.studies import baseline, isolation
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.specs.study_spec import NOT_REACHED, StudySpec
-from harness.studies.trial_status import TrialStatus
+from harness.studies import study_status, trial_status
+from harness.studies.trial_status import INTERRUPTED_ATTR, RETRY_OF, TrialStatus
 
 if TYPE_CHECKING:
     from harness.studies.study_report import StudyReport
 
-STUDY, TRIAL, RETRY_OF = "harness.study", "harness.trial", "harness.retry_of"
+STUDY, TRIAL = "harness.study", "harness.trial"
 RETRIES_ATTR = "harness.retries"    # how many times these parameters were queued again
 RUN_ATTR = "mlflow_run_id"
 METRICS_ATTR = "harness.metrics"    # the [report] metrics of a complete trial, for the study's report
@@ -136,8 +137,7 @@ def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed
     store = storage(url)
     exists = study_name in {s.study_name for s in optuna.get_all_study_summaries(store, include_best_trial=False)}
     if not exists and not create:
-        raise UserError(f"study '{study_name}' has not been run in {redact(url)}; run "
-                        f"`harness study {spec.name.removeprefix('study_')} --scale {study_name.split('-')[1]}` first.")
+        raise study_status.not_run(spec, study_name, url)
     n_before = 0
     if exists:
         stored = optuna.load_study(study_name=study_name, storage=store)
@@ -173,8 +173,7 @@ def _check_space(study, spec: StudySpec, study_name: str, url: str) -> None:
 
 
 def counts(study) -> dict[TrialStatus, int]:
-    states = [t.state.name.lower() for t in study.get_trials(deepcopy=False)]
-    return {s: states.count(s) for s in TrialStatus}
+    return trial_status.count(study.get_trials(deepcopy=False))
 
 
 # --- the MLflow side ------------------------------------------------------------------------------
@@ -326,10 +325,12 @@ class _Trials:
 def _count_workers_trials(outcome: StudyOutcome, study, before: set[int]) -> None:
     """The trials this invocation's workers ran (every trial settled since they started), so the
     launcher's summary says what they did, not the "0 trial(s)" this process ran itself."""
-    for trial in study.get_trials(deepcopy=False):
+    trials = study.get_trials(deepcopy=False)
+    status = trial_status.statuses(trials)
+    for trial in trials:
         if trial.number not in before and trial.state.is_finished():
             outcome.ran += 1
-            outcome.states[TrialStatus(trial.state.name.lower())] += 1
+            outcome.states[status[trial.number]] += 1
 
 
 def _label_study(spec: StudySpec, study, store: Store, experiment_id: str, parent: str) -> None:
@@ -348,15 +349,6 @@ def _what_ran(run: Invocation, spec: StudySpec, name: str, scale: str, target: i
     return run.describe(spec, name, scale, f"{goal} over {', '.join(f'`{p}`' for p in spec.space)}; target {target} "
                         f"finished trials; sampler {spec.sampler.name}, pruner {spec.pruner.name}", overrides,
                         tail=f" this invocation; storage {redact(run.db_url)}")
-
-
-def status(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any]) -> str:
-    from harness.studies import study_report
-
-    from harness.studies.liveness import running_trials, status_text
-
-    study = open_study(spec, spec.study_name(scale, overrides), db_url, create=False)
-    return status_text(study_report.build(spec, study), running_trials(study, db_url))
 
 
 # --- one worker's loop ----------------------------------------------------------------------------
@@ -482,7 +474,10 @@ def _one_trial(spec: StudySpec, study, store: Store, experiment_id: str, claims:
     except BaseException:  # Ctrl-C, SIGTERM, a store fault: the cut-off trial is queued to run again
         # Best effort: if the storage refuses, whoever takes the slot over next does it instead.
         with contextlib.suppress(Exception):
-            _fail_and_requeue(study, trial.number, dict(trial.params), trial.user_attrs)
+            trial.set_user_attr(INTERRUPTED_ATTR, True)   # counted as interrupted, never as failed
+            again = _fail_and_requeue(study, trial.number, dict(trial.params), trial.user_attrs)
+            log(f"  trial {trial.number} interrupted, " + (f"requeued as trial {again}" if again is not None
+                                                          else "not requeued (its retries are spent)"))
         with contextlib.suppress(Exception):
             claims.drop(namespace, slot)
         raise
@@ -546,7 +541,7 @@ def requeue_line(number: int, dead: Claim, again: int | None) -> str:
     """What a resumed study says of a trial a dead process left running."""
     fate = f"requeued as trial {again}" if again is not None else \
         f"not requeued (its parameters were retried {MAX_RETRY} times already, or it had none yet)"
-    return f"  trial {number} was interrupted (its process {dead.pid} on {dead.host} is gone): failed, {fate}"
+    return f"  trial {number} was interrupted (its process {dead.pid} on {dead.host} is gone), {fate}"
 
 
 def _told_before_release(study, slot: str) -> bool:

@@ -6,7 +6,7 @@ metrics (MFU) beside the objectives; a target a trial never reached reads "not r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import math
@@ -18,6 +18,7 @@ from harness.folders import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
 from harness.specs.study_spec import StudySpec
+from harness.studies import trial_status
 from harness.studies.trial_status import TrialStatus
 
 
@@ -31,13 +32,14 @@ class StudyReport:
     baseline: pd.DataFrame | None = None   # the baseline trial's row, when the study has one and it is complete
     target: float | None = None            # the target accuracy the baseline set for the others
     all_trials: pd.DataFrame | None = None  # every trial whatever its state, with the state and the start state
+    requeues: list = field(default_factory=list)  # (interrupted trial, its requeued trial or None, that one's status)
 
 
 def build(spec: StudySpec, study) -> StudyReport:
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
-    counts = {s: sum(t.state.name.lower() == s for t in trials) for s in TrialStatus}
+    counts = trial_status.count(trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete:
         best = study.best_trials if spec.multi_objective else [study.best_trial]
@@ -57,6 +59,7 @@ def build(spec: StudySpec, study) -> StudyReport:
             report.front.insert(report.front.columns.get_loc(first) + 1, "speedup",
                                 report.baseline[first].iloc[0] / report.front[first])
         report.target = study.user_attrs.get(study_baseline.TARGET_ATTR)
+    report.requeues = trial_status.requeues(trials)
     report.all_trials = _all_trials(spec, trials, {int(t) for t in report.front["trial"]} if len(report.front) else set())
     report.text = to_text(spec, report)
     return report
@@ -65,7 +68,8 @@ def build(spec: StudySpec, study) -> StudyReport:
 def _all_trials(spec: StudySpec, trials, front: set[int]) -> pd.DataFrame:
     """Every trial: its parameters, state, objectives (empty unless complete), whether it is on the front."""
     frame = _frame(spec, trials)
-    frame.insert(1, "state", [t.state.name.lower() for t in trials])
+    status = trial_status.statuses(trials)
+    frame.insert(1, "state", [str(status[t.number]) for t in trials])
     frame.insert(2, "on_front", [t.number in front for t in trials])
     frame.insert(3, "baseline", [bool(t.user_attrs.get(study_baseline.BASELINE_ATTR)) for t in trials])
     return frame
@@ -91,7 +95,9 @@ def _frame(spec: StudySpec, trials) -> pd.DataFrame:
 def to_text(spec: StudySpec, report: StudyReport) -> str:
     c = report.counts
     lines = [f"study {report.study_name}: {c['complete']} complete, {c['pruned']} pruned, {c['fail']} failed, "
-             f"{c['running']} running, {c['waiting']} waiting"]
+             + (f"{c['interrupted']} interrupted, " if c["interrupted"] else "")
+             + f"{c['running']} running, {c['waiting']} waiting" + (f", {c['requeued']} requeued" if c["requeued"] else ""),
+             *requeue_lines(report.requeues)]
     if not len(report.front):
         lines.append("no complete trial yet")
         return "\n".join(lines)
@@ -113,6 +119,26 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
                      + "".join(f"; {m} {_fmt(best[m])} vs {_fmt(report.baseline[m].iloc[0])}"
                                for m in spec.report.get("metrics", []) if m in best))
     return "\n".join(lines)
+
+
+SHOWN_REQUEUES = 5
+REQUEUED_FATE = {TrialStatus.REQUEUED: "waits to run: the same command resumes the study",
+                 TrialStatus.RUNNING: "running"}
+
+
+def requeue_lines(requeues: list) -> list[str]:
+    """What became of each interrupted trial: the trial numbers a study skips are these."""
+    if not requeues:
+        return []
+    lines = ["interrupted trials (none counted as failed; each requeued one runs as the study's next trial number):"]
+    for number, again, status in requeues[:SHOWN_REQUEUES]:
+        if again is None:
+            lines.append(f"  trial {number} interrupted, not requeued (its parameters' retries are spent)")
+        else:
+            lines.append(f"  trial {number} interrupted, requeued as trial {again} ({REQUEUED_FATE.get(status, status)})")
+    if len(requeues) > SHOWN_REQUEUES:
+        lines.append(f"  and {len(requeues) - SHOWN_REQUEUES} more (the trials CSV lists every trial's state)")
+    return lines
 
 
 def _baseline_line(spec: StudySpec, report: StudyReport) -> str:

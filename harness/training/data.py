@@ -147,8 +147,19 @@ def folder_key(folder: Path, files: list[Path]) -> str:
     """What a decoded folder's cache is keyed by: every image's path under the folder (its class
     folder is its label), size and modification time, sorted. A file added, removed, edited or
     moved between class folders changes it."""
-    listing = sorted((str(f.relative_to(folder)), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    listing = sorted((str(f.relative_to(folder)), *_size_and_mtime(f)) for f in files)
     return hashlib.sha256(repr(listing).encode()).hexdigest()[:24]
+
+
+def _size_and_mtime(image: Path) -> tuple[int, int]:
+    """A listed image that cannot be looked at (a symlink to nothing, a file removed while the
+    folder is read, one this user may not see) is the user's folder to fix, not a machine fault."""
+    try:
+        found = image.stat()
+    except OSError as err:
+        reason = "a link to nothing" if image.is_symlink() else err.strerror
+        raise UserError(f"'{image}' cannot be read ({reason}); remove or replace it.") from None
+    return found.st_size, found.st_mtime_ns
 
 
 def _read_cache(path: Path, count: int) -> dict | None:
