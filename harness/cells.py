@@ -15,9 +15,9 @@ from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
 from harness.machine import hardware
 from harness.signals import note_cut_off, raise_if_stopped, stops_held
 from harness.store import Outcome, Store
-from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
+from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, PROCEDURE, REASON_LIMIT
 from harness.specs.cell_spec import Cell
-from harness.training.config import RunConfig
+from harness.training.config import MEASUREMENT_PROCEDURE, RunConfig
 
 EpochHook = Callable[[int, dict[str, float]], None]
 # How often MLflow samples system metrics in a cell that asks for them (MLflow's default, 10 s,
@@ -50,7 +50,7 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     import experiments
 
     raise_if_stopped()   # no new cell after a stop signal, even one whose KeyboardInterrupt was lost
-    tags = {**tags, CELL_ID: cell.cell_id}
+    tags = {**tags, CELL_ID: cell.cell_id, PROCEDURE: str(MEASUREMENT_PROCEDURE)}
     experiment = experiments.get(cell.config.experiment) if cell.config is not None else None
     if experiment is not None:
         tags[CLOCK] = experiment.clock
@@ -88,44 +88,20 @@ def run_here(experiment, cfg: RunConfig, on_epoch: Callable[[int, dict], None]) 
 
 def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
          epoch_hook: EpochHook | None, system_metrics: bool, execute: Execute) -> CellResult:
-    import torch
     from tqdm import tqdm
 
-    from harness.training.timing import peak_rss_mb, reset_peak_rss
+    from harness.training.timing import reset_peak_rss
 
     cfg = cell.config
     epochs = cfg.epochs if experiment.needs_dataset else None  # the others have no epochs to show
     bar = tqdm(total=epochs, desc=f"  {cell.label}", unit="epoch", leave=False,
                disable=not (show_epochs and experiment.needs_dataset))
-
-    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
-        raise_if_stopped()   # a stop whose first KeyboardInterrupt was swallowed (harness/signals.py)
-        store.log_metrics(run_id, metrics, step=epoch)
-        raise_if_stopped()   # one that came during the write, which holds stops (harness/store/faults.py)
-        bar.update(1)
-        if epoch_hook is not None:
-            epoch_hook(epoch, metrics)
-
     try:
-        store.log_params(run_id, params_to_log(cfg, experiment))
-        store.log_dict(run_id, cfg.model_dump(), "config.json")
-        _check_threads(cfg)
-        if experiment.needs_dataset:
-            from harness.training.dataset_record import describe
-
-            store.log_dataset(run_id, describe(cfg, experiment.data_shape(cfg)))
+        _log_inputs(store, run_id, cfg, experiment)
         reset_peak_rss()
         with store.system_metrics(run_id, system_metrics, SYSTEM_METRICS_INTERVAL_S):
-            metrics = dict(execute(experiment, cfg, on_epoch))
-        # A text value (a warning the experiment captured, a dtype) is a tag, not a metric.
-        notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
-        # A multi-process experiment (or a cell run in another process) reports its own figures;
-        # this process's are not them.
-        metrics.setdefault("peak_rss_mb", peak_rss_mb())
-        metrics.setdefault("threads_used", torch.get_num_threads())
-        store.end_run(run_id, Outcome.OK, metrics=metrics,
-                      tags={f"{NOTE_PREFIX}{k}": v[:REASON_LIMIT] for k, v in notes.items()})
-        return CellResult(cell, Outcome.OK, metrics, run_id=run_id)
+            metrics = dict(execute(experiment, cfg, _epoch_logger(store, run_id, bar, epoch_hook)))
+        return _ok(store, run_id, cell, metrics)
     except CellSkipped as err:
         store.end_run(run_id, Outcome.SKIPPED, str(err))
         return CellResult(cell, Outcome.SKIPPED, reason=str(err), run_id=run_id)
@@ -141,6 +117,47 @@ def _run(store: Store, run_id: str, cell: Cell, experiment, show_epochs: bool,
         return CellResult(cell, Outcome.FAILED, reason=reason, run_id=run_id)
     finally:
         bar.close()
+
+
+def _epoch_logger(store: Store, run_id: str, bar, epoch_hook: EpochHook | None) -> Callable[[int, dict], None]:
+    """What the experiment calls after each epoch: its metrics logged as that step, the bar moved,
+    then the engine's hook (a study's pruner)."""
+    def on_epoch(epoch: int, metrics: dict[str, float]) -> None:
+        raise_if_stopped()   # a stop whose first KeyboardInterrupt was swallowed (harness/signals.py)
+        store.log_metrics(run_id, metrics, step=epoch)
+        raise_if_stopped()   # one that came during the write, which holds stops (harness/store/faults.py)
+        bar.update(1)
+        if epoch_hook is not None:
+            epoch_hook(epoch, metrics)
+    return on_epoch
+
+
+def _log_inputs(store: Store, run_id: str, cfg: RunConfig, experiment) -> None:
+    """The cell's params, its whole config, and its data as a dataset input, before it runs."""
+    store.log_params(run_id, params_to_log(cfg, experiment))
+    store.log_dict(run_id, cfg.model_dump(), "config.json")
+    _check_threads(cfg)
+    if experiment.needs_dataset:
+        from harness.training.dataset_record import describe
+
+        store.log_dataset(run_id, describe(cfg, experiment.data_shape(cfg)))
+
+
+def _ok(store: Store, run_id: str, cell: Cell, metrics: dict) -> CellResult:
+    """The cell's run closed as OK with its metrics; a text value (a warning the experiment
+    captured, a dtype) is a tag, not a metric."""
+    import torch
+
+    from harness.training.timing import peak_rss_mb
+
+    notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
+    # A multi-process experiment (or a cell run in another process) reports its own figures;
+    # this process's are not them.
+    metrics.setdefault("peak_rss_mb", peak_rss_mb())
+    metrics.setdefault("threads_used", torch.get_num_threads())
+    store.end_run(run_id, Outcome.OK, metrics=metrics,
+                  tags={f"{NOTE_PREFIX}{k}": v[:REASON_LIMIT] for k, v in notes.items()})
+    return CellResult(cell, Outcome.OK, metrics, run_id=run_id)
 
 
 def _check_threads(cfg: RunConfig) -> None:

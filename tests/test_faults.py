@@ -548,16 +548,16 @@ def test_a_slot_whose_worker_died_after_telling_optuna_is_not_run_again(study_fi
     dying = textwrap.dedent(f"""\
         import os, optuna
         from harness.store import Claims, Store
-        from harness.studies import study_engine
+        from harness.studies import liveness, study_parent, study_storage
         from harness.specs import study_spec
-        study = study_engine.open_study(study_spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
+        study = study_storage.open_study(study_spec.load({str(path)!r}), "toldthendied-full", {url!r}, create=True)
         store = Store({uri!r})  # the study's parent run, made before any trial as the engine makes it
-        study_engine.parent_run(store, store.experiment_id("toldthendied"), "toldthendied-full", "full", {{}})
+        study_parent.parent_run(store, store.experiment_id("toldthendied"), "toldthendied-full", "full", {{}})
         claims = Claims({url!r})
         claims.claim("study:toldthendied-full", "slot-00000")
         trial = study.ask()
-        trial.set_user_attr(study_engine.OWNER_ATTR, f"{{claims.host}}|{{claims.pid}}|{{claims.pid_start:.2f}}|{{claims.owner}}")
-        trial.set_user_attr(study_engine.SLOT_ATTR, "slot-00000")
+        trial.set_user_attr(liveness.OWNER_ATTR, f"{{claims.host}}|{{claims.pid}}|{{claims.pid_start:.2f}}|{{claims.owner}}")
+        trial.set_user_attr(liveness.SLOT_ATTR, "slot-00000")
         study.tell(trial, 0.5)
         os._exit(0)  # dies here: the slot is never released
         """)
@@ -935,10 +935,10 @@ def test_a_store_deleted_during_a_studys_last_trial_is_named_and_nothing_is_repo
                                                                                      capsys, monkeypatch):
     """The real file deleted (as `rm mlflow.db*` does) just as the last trial ends: there is no
     next trial to notice it before, so the study itself checks before its report and summary."""
-    from harness.studies import study_engine
+    from harness.studies import study_engine, trial_loop
 
     path = study_file("vanishing", space=LR_SPACE, n_trials=2, base={"epochs": 1})
-    real, finished = study_engine.run_cell, []
+    real, finished = trial_loop.run_cell, []
 
     def run_then_delete(*args, **kwargs):
         result = real(*args, **kwargs)
@@ -948,7 +948,7 @@ def test_a_store_deleted_during_a_studys_last_trial_is_named_and_nothing_is_repo
                 (tmp_path / name).unlink(missing_ok=True)
         return result
 
-    monkeypatch.setattr(study_engine, "run_cell", run_then_delete)
+    monkeypatch.setattr(trial_loop, "run_cell", run_then_delete)
     reports = tmp_path / "reports"
     capsys.readouterr()
     assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(reports)]) == 1

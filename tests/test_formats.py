@@ -10,7 +10,7 @@ import torch
 from experiments import formats
 from experiments import make_config
 from harness.errors import CellSkipped
-from harness.report import checks, tables as report
+from harness.report import checks, report_files, tables as report
 from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 
@@ -110,4 +110,4 @@ def test_the_sweep_records_the_bits_and_the_report_gives_exact_verdicts(store, t
     assert verdicts["tf32 has 10 mantissa bits, as fp16"] == "N/A"
     assert "FAIL" not in verdicts.values()
     assert any("TF32 exists only" in p for p in built.problems)
-    report.write_files(built, tmp_path)
+    report_files.write_files(built, tmp_path)

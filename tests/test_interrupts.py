@@ -21,7 +21,8 @@ from optuna.trial import TrialState
 from conftest import experiment_runs as runs, harness_command as harness, visible_lines
 from harness.cli import main
 from harness.store.tracking import CELL_ID, OUTCOME, PARENT, Store
-from harness.studies.study_engine import RETRY_OF, TRIAL
+from harness.studies.trial_status import RETRY_OF
+from harness.studies.trial_tags import TRIAL
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

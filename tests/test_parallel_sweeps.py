@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from experiments import dp_scratch
-from harness.report import tables as report
+from harness.report import report_files, tables as report
 from harness.specs import sweep_spec
 from experiments import make_config
 from harness.errors import CellSkipped, UserError
@@ -79,7 +79,7 @@ def test_report_gives_speedup_and_efficiency_per_series_with_skips_listed(tmp_pa
     assert t.loc[(2, 32), "book_efficiency"] == pytest.approx(100 / 60 / 2)
     assert any("64 threads need 64 cores" in p or "threads=64 is more than" in p for p in built.problems)
     assert "| efficiency |" in built.markdown and "| 1 | 2 | 32 |" in built.markdown
-    report.write_files(built, tmp_path)
+    report_files.write_files(built, tmp_path)
 
 
 @pytest.fixture

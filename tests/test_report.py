@@ -2,7 +2,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.report import tables as report, writeback
+from harness.report import report_files, tables as report, writeback
 from harness.store.tracking import EXPERIMENT_TAG_LIMIT, RunRecord, Store
 from harness.specs import sweep_spec
 from harness.errors import UserError
@@ -30,7 +30,7 @@ def test_report_sets_ours_beside_the_published_figures(store, sweep_file, tmp_pa
     assert t.loc[0.5, "speedup"] == pytest.approx(t.loc[0.0, "train_time_s"] / t.loc[0.5, "train_time_s"])
     assert t.loc[0.5, "param_count"] < t.loc[0.0, "param_count"]
     assert "—" in built.markdown  # the unrun 0.8 row shows the book's figures only
-    paths = report.write_files(built, tmp_path)
+    paths = report_files.write_files(built, tmp_path)
     writeback.attach_files(store, built, paths)
     assert sorted(p.suffix for p in paths) == [".csv", ".md", ".png"]
     assert paths[2].stat().st_size > 10_000

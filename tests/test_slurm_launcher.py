@@ -238,7 +238,7 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
 
     from harness.store import Claims, Store
     from harness.store.tracking import OUTCOME
-    from harness.studies import study_engine
+    from harness.studies import liveness, study_engine, study_parent, study_storage, trial_loop, trial_status, trial_tags
     from harness.specs import study_spec
 
     spec = study_spec.load(str(study_file("sib", space='lr = { type = "float", low = 0.001, high = 0.1, log = true }\n',
@@ -246,9 +246,9 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
     store = Store(f"sqlite:///{tmp_path / 'mlflow.db'}")
     url = f"sqlite:///{tmp_path / 'claims.db'}"
     name = spec.study_name("full", {})
-    study = study_engine.open_study(spec, name, url, create=True)
+    study = study_storage.open_study(spec, name, url, create=True)
     experiment_id = store.experiment_id(spec.name)
-    parent = study_engine.parent_run(store, experiment_id, name, "full", {})
+    parent = study_parent.parent_run(store, experiment_id, name, "full", {})
     token_holder = Claims(url)
     sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     threading.Thread(target=sibling.wait, daemon=True).start()
@@ -260,9 +260,9 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
                                  (sibling.pid, psutil.Process(sibling.pid).create_time()))
         orphan = study.ask()
         orphan.suggest_float("lr", 0.001, 0.1, log=True)
-        orphan.set_user_attr(study_engine.OWNER_ATTR, f"{held.host}|{sibling.pid}|0|{held.owner}")
+        orphan.set_user_attr(liveness.OWNER_ATTR, f"{held.host}|{sibling.pid}|0|{held.owner}")
         orphan_run = store.start_run(experiment_id, "orphan",
-                                     {study_engine.STUDY: name, study_engine.TRIAL: str(orphan.number)}, parent)
+                                     {trial_tags.STUDY: name, trial_tags.TRIAL: str(orphan.number)}, parent)
         role = WorkerRole(0, token_holder.token, parent)
         outcome = study_engine.run_study(spec, store, url, scale="full", overrides={}, role=role, show_progress=False,
                                    log=lambda line: None)
@@ -270,10 +270,10 @@ def test_a_study_worker_takes_over_the_trial_slot_of_a_sibling_that_dies(study_f
         sibling.kill()
         held.close()
         token_holder.close()
-    assert outcome.stop is study_engine.StopReason.TARGET_REACHED and outcome.ran == 2
+    assert outcome.stop is trial_loop.StopReason.TARGET_REACHED and outcome.ran == 2
     trials = optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
     assert trials[orphan.number].state == TrialState.FAIL
-    retried = [t for t in trials if t.user_attrs.get(study_engine.RETRY_OF) == orphan.number]
+    retried = [t for t in trials if t.user_attrs.get(trial_status.RETRY_OF) == orphan.number]
     assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
     assert retried[0].params == trials[orphan.number].params
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 2

@@ -12,7 +12,7 @@ import pytest
 
 from harness.cli import main
 from harness.studies import baseline
-from harness.studies.study_engine import objective
+from harness.studies.trial_loop import objective
 from harness.store.tracking import Store
 from conftest import assert_one_sentence_exit_2, mlflow_client
 

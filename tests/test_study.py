@@ -8,7 +8,7 @@ import pytest
 from optuna.trial import TrialState
 
 from harness.cli import main
-from harness.studies.study_engine import STUDY, TRIAL
+from harness.studies.trial_tags import STUDY, TRIAL
 from harness.store.tracking import CELL_ID, OUTCOME, PARENT, Store
 from conftest import mlflow_client
 

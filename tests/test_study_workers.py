@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from conftest import free_port, harness_command as harness, launched_here
-from harness.studies.study_engine import RETRY_OF, STUDY
+from harness.studies.trial_status import RETRY_OF
+from harness.studies.trial_tags import STUDY
 from harness.store.tracking import OUTCOME, PARENT
 from harness.cli import main
 

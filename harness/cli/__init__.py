@@ -20,14 +20,13 @@ from harness.errors import StoreFault, UserError, first_line
 from harness.signals import cut_off
 
 
-# The scales a sweep or study file has: the three every file has, and cpu where the file says how.
-SCALE_HELP = ("smoke | quick | cpu | full (default full: the document's scale; cpu: sized for a 2-core machine, "
-              "in the files with a [scales.cpu])")
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line instead of argparse's usage block
         raise UserError(f"{message} (see `{self.prog} --help`).")
+
+
+SCALE_HELP = ("smoke | quick | full (the document's scale), or a scale the file adds: cpu (what a small CPU "
+              "can run), airbench's cpu-goal and cpu-ladder")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,8 +44,14 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", parents=[common, sets], help="run one experiment once and log it")
     p.add_argument("experiment")
+    _add_sweep(sub, [common, sets])
+    _add_study(sub, [common, sets])
+    _add_reading(sub, [common])
+    return parser
 
-    p = sub.add_parser("sweep", parents=[common, sets], help="run a sweep (grid) and log every cell")
+
+def _add_sweep(sub, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("sweep", parents=parents, help="run a sweep (grid) and log every cell")
     p.add_argument("sweep", help="sweep name (see `harness list`) or path of a sweep .toml file")
     p.add_argument("--scale", default="full", help=SCALE_HELP)
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
@@ -63,7 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: the sweep file's system_metrics, else on where a CUDA GPU is present)")
     _add_worker_args(p)
 
-    p = sub.add_parser("study", parents=[common, sets], help="run (or resume) an Optuna study and log every trial")
+
+def _add_study(sub, parents: list[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("study", parents=parents, help="run (or resume) an Optuna study and log every trial")
     p.add_argument("study", help="study name (see `harness list`) or path of a study_*.toml file")
     p.add_argument("--scale", default="full", help=SCALE_HELP)
     p.add_argument("--n-trials", type=int, help="finished trials the study should reach (default: the file's, per scale)")
@@ -79,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_worker_args(p)
 
+
+def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
+    """The commands that run no sweep or study of their own (reproduce runs each as `harness sweep`)."""
+    common = parents[0]
     p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published "
                        "figures; without a sweep, reports/REPRODUCTION.md over every sweep")
     p.add_argument("sweep", nargs="?")
@@ -110,7 +121,6 @@ def _parser() -> argparse.ArgumentParser:
                        "study storage, to watch studies live")
     p.add_argument("--storage", help="study database (default: optuna.db beside the MLflow store)")
     p.add_argument("--port", type=int, default=8080)
-    return parser
 
 
 def _add_worker_args(p) -> None:

@@ -264,8 +264,13 @@ def cmd_report(args) -> int:
     from harness.report.reproduction import write_reproduction
 
     if spec is None:
-        path, summary = write_reproduction(_store(args), out_dir)
+        store = _store(args)
+        path, summary = write_reproduction(store, out_dir)
         print(f"written: {path}\nsummary: {summary}")
+        if args.out:   # a report written for a results folder: its store is committed beside it
+            from harness.cli.reproduce import settle_committed_store
+
+            settle_committed_store(store)
         return 0
     store = _store(args)
     reports = tables.build_all(store, spec, args.scale)
@@ -399,9 +404,9 @@ def _make_study_tables(storage: str) -> None:
     """optuna-dashboard opens the storage without creating Optuna's tables, and a database that holds
     only the sweeps' claims (any sweep makes it) has none, which crashed it: opened here, they are
     made, and the dashboard shows an empty study list. A storage that cannot be opened is one sentence."""
-    from harness.studies import study_engine
+    from harness.studies import study_storage
 
-    study_engine.storage(storage).engine.dispose()
+    study_storage.storage(storage).engine.dispose()
 
 
 def cmd_reproduce(args) -> int:

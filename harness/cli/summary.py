@@ -4,7 +4,8 @@ the counts."""
 
 from __future__ import annotations
 
-from harness.report.tables import cell_note, format_value
+from harness.report.render import format_value
+from harness.report.tables import cell_note
 from harness.store import RunRecord
 from harness.sweeps.sweep_engine import SweepResult
 

@@ -26,7 +26,7 @@ from torch.utils.data import DistributedSampler
 
 from harness.training.catalogue import DDP_CLOCK
 from harness.training.config import RunConfig
-from harness.training.data import DeviceBatches, load_splits
+from harness.training.data import DeviceBatches, Split, load_splits
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
 from harness.errors import UserError
@@ -94,22 +94,8 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     batch = rank_batch_size(cfg, ctx.world_size)
     steps_per_epoch = -(-len(sampler) // batch)
     schedule = LrSchedule(cfg, ctx.world_size, steps_per_epoch)
-    to_device = DeviceBatches(ctx.device)
 
-    def epoch(index: int, last: bool = False) -> tuple[float, float]:
-        sampler.set_epoch(index)  # a new shuffle each epoch, the same on every rank
-        loss_sum = torch.zeros((), device=ctx.device)
-        ctx.barrier()
-        with timed(ctx.device) as clock:
-            order = torch.tensor(list(sampler))
-            for start in range(0, len(order), batch):
-                ctx.fault("first_step")
-                idx = order[start:start + batch]
-                loss_sum += _step(net, optimizer, *to_device(data.train, idx), schedule.next())
-                ctx.beat()
-            if last:
-                ctx.fault("end_of_training")
-        return clock.seconds, loss_sum.item() / len(order)
+    epoch = _epoch_runner(ctx, net, optimizer, data.train, sampler, batch, schedule)
 
     def test_accuracy() -> float:  # rank 0 evaluates, every rank gets the figure
         return ctx.broadcast(evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=ctx.device)
@@ -124,13 +110,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
     # (harness.training.warmup); the timed epochs then shuffle as epochs 0, 1, ... as they would without it.
     with restored(model, optimizer, schedule):
         warmup = [epoch(i)[0] for i in range(cfg.warmup_epochs)]
-    timed_epochs = []
-    for i in range(cfg.epochs):  # after each epoch, off the clock: the watch's check (all ranks stop together)
-        timed_epochs.append(epoch(i, last=i == cfg.epochs - 1))
-        if watch is not None:
-            watch.check(epochs=i + 1, seconds=timed_epochs[-1][0], samples=len(sampler))
-            if watch.should_stop:
-                break
+    timed_epochs = _timed_epochs(cfg.epochs, epoch, watch, len(sampler))
     my_times = [t for t, _ in timed_epochs]
 
     with timed(ctx.device) as evaluation:
@@ -147,6 +127,40 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
         result.update(watch.metrics(slowest_rank(everyone).checkpoints))
         result["epoch_accuracies"] = [c.accuracy for c in watch.checkpoints]
     return result
+
+
+def _epoch_runner(ctx: RankContext, net, optimizer, train: Split, sampler: DistributedSampler, batch: int,
+                  schedule: LrSchedule):
+    """One epoch of this rank's share, timed from a barrier: (seconds, mean loss)."""
+    to_device = DeviceBatches(ctx.device)
+
+    def epoch(index: int, last: bool = False) -> tuple[float, float]:
+        sampler.set_epoch(index)  # a new shuffle each epoch, the same on every rank
+        loss_sum = torch.zeros((), device=ctx.device)
+        ctx.barrier()
+        with timed(ctx.device) as clock:
+            order = torch.tensor(list(sampler))
+            for start in range(0, len(order), batch):
+                ctx.fault("first_step")
+                idx = order[start:start + batch]
+                loss_sum += _step(net, optimizer, *to_device(train, idx), schedule.next())
+                ctx.beat()
+            if last:
+                ctx.fault("end_of_training")
+        return clock.seconds, loss_sum.item() / len(order)
+    return epoch
+
+
+def _timed_epochs(epochs: int, epoch, watch: AccuracyWatch | None, samples: int) -> list[tuple[float, float]]:
+    """The timed epochs; after each, off the clock, the watch's check (all ranks stop together)."""
+    done = []
+    for i in range(epochs):
+        done.append(epoch(i, last=i == epochs - 1))
+        if watch is not None:
+            watch.check(epochs=i + 1, seconds=done[-1][0], samples=samples)
+            if watch.should_stop:
+                break
+    return done
 
 
 def seed_rank(seed: int, rank: int) -> None:

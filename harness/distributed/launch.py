@@ -79,13 +79,7 @@ def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False, processes
     workdir = Path(tempfile.mkdtemp(prefix="harness-ddp-", dir=span.shared_dir if nodes > 1 else None))
     config_path = workdir / "config.json"
     config_path.write_text(cfg.model_dump_json())
-    cores = hardware.usable_cores()
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": str(threads_per_rank(cfg, len(cores), local)),
-           "HARNESS_CORES": json.dumps(cores),
-           CLASS_ENV: class_name(cfg),  # the ranks read config.json back as this class
-           "PYTHONUNBUFFERED": "1"}
+    env = _rank_environment(cfg, local)
     log_path = workdir / "launcher.log"
     started = time.time()
     if nodes > 1:
@@ -118,6 +112,17 @@ def launch(cfg: RunConfig, target: str, *, keep_workdir: bool = False, processes
         proc.wait(timeout=KILL_GRACE_S)  # reap torchrun: no zombie either
         if not (keep_workdir or failed):
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _rank_environment(cfg: RunConfig, local: int) -> dict[str, str]:
+    """The environment the ranks start in: this checkout importable, their share of the usable cores."""
+    cores = hardware.usable_cores()
+    return {**os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+            "OMP_NUM_THREADS": str(threads_per_rank(cfg, len(cores), local)),
+            "HARNESS_CORES": json.dumps(cores),
+            CLASS_ENV: class_name(cfg),  # the ranks read config.json back as this class
+            "PYTHONUNBUFFERED": "1"}
 
 
 def _silence(workdir: Path, local_ranks: int, started: float) -> float:

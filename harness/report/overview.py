@@ -3,7 +3,7 @@ the published figures, the verdicts, the plot), and each finished cell carries t
 derives for it (`speedup`, `efficiency`) as metrics, so the UI can chart and sort cells by them.
 
 Refreshed after each sweep invocation (`harness sweep`) and by `harness report`: the reports are read
-and derived (tables.build_all), rendered (tables.write_files, tables.plot, `description` here), and
+and derived (tables.build_all), rendered (report_files.write_files, plots.plot, `description` here), and
 written back to the store by writeback, the sweep report's writer to MLflow. The report's files are
 artifacts of the sweep's parent run holding the newest cells, which the description links to.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness import ui_links
 from harness.errors import UserError
-from harness.report import tables, writeback
+from harness.report import plots, report_files, tables, writeback
 from harness.store import Store
 from harness.specs.sweep_spec import SweepSpec
 
@@ -48,12 +48,12 @@ def publish(store: Store, spec: SweepSpec, experiment_id: str, reports: list[tab
     paths."""
     written = []
     for i, report in enumerate(reports):
-        paths = tables.write_files(report, out_dir, stem_suffix="" if i == 0 else _suffix(report, reports[0]))
+        paths = report_files.write_files(report, out_dir, stem_suffix="" if i == 0 else _suffix(report, reports[0]))
         written.append(paths)
         writeback.attach_files(store, report, paths)
         writeback.log_cell_figures(store, report)
         with tempfile.TemporaryDirectory(prefix="harness-overview-") as folder:
-            small = tables.plot(report, Path(folder) / f"{paths[2].stem}-overview.png", OVERVIEW_WIDTH_PX)
+            small = plots.plot(report, Path(folder) / f"{paths[2].stem}-overview.png", OVERVIEW_WIDTH_PX)
             writeback.attach_files(store, report, [small])
     writeback.describe(store, experiment_id, description(experiment_id, reports, written))
     return written

@@ -2,13 +2,19 @@
 beside the figures they bound, the MFU or why there is none, each row's note below the table, the
 cells without a result grouped by reason, and a Scale line naming only what the grid keeps fixed.
 
-The table itself (harness/report/tables.py) is data; this module only writes it as Markdown."""
+The table itself (harness/report/tables.py) is data; this module only writes it as Markdown: the
+table's page (to_markdown) and each figure (format_value)."""
 
 from __future__ import annotations
 
 import math
 
 import pandas as pd
+
+from harness.report import checks
+from harness.store import RunRecord
+
+MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/training/flops.py)
 
 MAX_COLUMNS = 8   # a table of more is unreadable on a page; the CSV has the rest
 INVALID_MFU = "peak below achieved"
@@ -113,9 +119,42 @@ def table_markdown(report) -> str:
         for key in ("note", "mfu_invalid_reason", "mfu_na"):
             if isinstance(row.get(key), str) and row[key]:
                 notes.append(f"- {where}: {row[key]}")
+    notes += _paired_baseline(t, axes, time)
+    notes += _one_seed(t, columns)
     if notes:
         lines += ["", "Notes:", *dict.fromkeys(notes)]
     return "\n".join(lines)
+
+
+def _paired_baseline(t: pd.DataFrame, axes: list[str], time: str) -> list[str]:
+    """Where a speed-up divides the baseline's median over fewer rounds than the baseline row shows
+    (a round --until-decided added to the baseline alone), the time it divides, once per such time."""
+    if "paired_baseline_time_s" not in t:
+        return []
+    groups: dict[tuple, list[str]] = {}
+    for row in t.astype(object).where(t.notna(), None).to_dict("records"):
+        if row.get("paired_baseline_time_s") is None:
+            continue
+        where = " ".join(f"{a}={value_text(a, row[a])}" for a in axes)
+        groups.setdefault((row["paired_baseline_time_s"], row["paired_rounds"]), []).append(where)
+    return [f"- speed-up of {'; '.join(rows)}: over the {int(rounds)} rounds shared with the baseline, whose median "
+            f"{label(time)} over them is {value_text(time, paired)} (its row shows the median over all its rounds)"
+            for (paired, rounds), rows in groups.items()]
+
+
+def _one_seed(t: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The line that says an accuracy shown without an interval is one training's, not a median
+    over seeds: the rows whose cells all trained one seed (repeats of a store from before a round
+    trained its own seed), or none."""
+    shown = [c for c in columns if "accuracy" in c and "to_accuracy" not in c and not c.startswith("book_")]
+    if not shown or "seeds" not in t:
+        return []
+    one = t[(t["seeds"] == 1) & t[shown].notna().any(axis=1)]
+    if one.empty:
+        return []
+    which = "every row" if len(one) == int(t["seeds"].notna().sum()) else f"{len(one)} row(s)"
+    return [f"- {label(shown[0])}: one seed in {which} (its repeats, if any, trained the same seed): "
+            "the figure is one training's, with no interval, and the accuracy checks on it are INCONCLUSIVE"]
 
 
 def problems_markdown(problems: list[str]) -> list[str]:
@@ -164,3 +203,45 @@ def _setting(run, name: str) -> str:
         return run.params[name]
     value = run.metrics.get(name)
     return "?" if value is None else f"{value:g}"
+
+
+def to_markdown(report, sample_run: RunRecord, conventions: bool = True) -> str:
+    """The table's page: what it is, the readable table (harness/report/render.py), its verdicts and
+    the cells without a result. `conventions`: also the bullets on the clock, speed-up and MFU that
+    REPRODUCTION.md states once for every table."""
+    spec, t = report.spec, report.table
+    title = spec.title + (f" ({report.variant})" if report.variant else "")
+    lines = [f"# {title}", ""] + ([f"Source: {spec.source}", ""] if spec.source else [])
+    if report.scale == "smoke" and report.verdicts:
+        lines += [f"**{checks.SMOKE_REASON[:1].upper()}{checks.SMOKE_REASON[1:]}**: at scale smoke only the exact "
+                  "checks are judged; the claims about the documents' figures are N/A.", ""]
+    lines += [scale_line(report, sample_run),
+              f"- Machine: {report.machine} (fingerprint {report.fingerprint})."]
+    if conventions:
+        lines.append(f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.")
+    if report.drift:
+        lines.append(f"- **Machine speed differs across cells**: {report.drift}.")
+    if spec.published.get("note"):
+        lines.append(f"- Published figures: {spec.published['note']}.")
+    if conventions and "speedup" in t:
+        lines.append("- Speed-up: our baseline's median time divided by the cell's (the book's likewise), with its "
+                     "95% interval over the repeats in brackets (bootstrap, paired by round; "
+                     "harness/report/intervals.py); absolute seconds from different hardware are shown, not compared.")
+    if conventions and MFU in t:
+        lines.append("- MFU: training FLOPs per second (counted per step, harness/training/flops.py) over the measured peak "
+                     "of the cores or devices the run used, in its dtype (`harness peak`); the CSV holds what it "
+                     "is computed from.")
+    lines += [f"- {text}" for text in spec.report.get("comments", [])]
+    lines.append("")
+    lines.append(table_markdown(report))
+    if report.verdicts:
+        lines += ["", "| check | verdict | measured |", "|---|---|---|"]
+        lines += [f"| {v.check} | **{v.label}** | {v.detail} |" for v in report.verdicts]
+    if report.problems:
+        lines += ["", "Cells without a result:", *problems_markdown(report.problems)]
+    return "\n".join(lines) + "\n"
+
+
+def format_value(column: str, value) -> str:
+    """A figure as the report prints it: the terminal summary uses it too."""
+    return "—" if pd.isna(value) else value_text(column, value)

@@ -1,28 +1,27 @@
 """A sweep's table read back from the tracking store (never from printed logs), set beside the
-published figures from its sweep file, with the figures it derives for each cell, and written as
-Markdown, CSV and a PNG plot (report/writeback.py puts them back into the store)."""
+published figures from its sweep file, with the figures it derives for each cell. It is written as
+Markdown by render.py, plotted by plots.py, written to files by report_files.py, and put back into
+the store by writeback.py."""
 
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from harness.errors import UserError
 from harness.machine.fingerprint import machine_text
-from harness.folders import REPORTS_DIR
-from harness.report import checks, intervals, measured_on
+from harness.report import checks, intervals, measured_on, render
 from harness.report.intervals import iqr
+from harness.report.render import MFU
 from harness.store import Outcome, RunRecord, Store, redact
-from harness.store.paths import inside
-from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, SCALE
+from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, PROCEDURE, SCALE
 from harness.specs.sweep_spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
-MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/training/flops.py)
+SEEDED_ROUNDS_FROM = 4   # the MEASUREMENT_PROCEDURE from which a sweep's round r trains seed base + r
 # What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
 MFU_INPUTS = ("flops_per_sample", "mfu_samples", "mfu_time_s", "peak_devices", "peak_tflops", "mfu_invalid")
@@ -114,9 +113,18 @@ def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunR
     report.verdicts = checks.evaluate(spec.checks, report.table, axes=spec.axes(), scale=scale,
                                       measured=measured_on.measured_on(runs, unfinished),
                                       machine=spec.published.get("machine", checks.DOCUMENT_MACHINE),
-                                      repeats=spec.repeats_at(scale))
-    report.markdown = to_markdown(report, runs[0])
+                                      repeats=spec.repeats_at(scale), settings=cell_settings(runs))
+    report.markdown = render.to_markdown(report, runs[0])
     return report
+
+
+def cell_settings(runs: list[RunRecord]) -> dict[str, set[str]]:
+    """Every param of the cells with the values they ran (the settings a check `assumes`)."""
+    found: dict[str, set[str]] = {}
+    for run in runs:
+        for key, value in run.params.items():
+            found.setdefault(key, set()).add(value)
+    return found
 
 
 def _listed(problems: list[str], label: str) -> bool:
@@ -142,8 +150,22 @@ def settings_of(run: RunRecord, axes: list[str]) -> dict[str, str]:
     import experiments
 
     fields = experiments.all_fields()
-    return {k: v for k, v in sorted(run.params.items())
+    params = dict(run.params)
+    if "seed" in params:
+        params["seed"] = str(base_seed(run))
+    return {k: v for k, v in sorted(params.items())
             if k not in axes and k != "repeat" and not (k in fields and v == str(fields[k].default))}
+
+
+def base_seed(run: RunRecord):
+    """The seed a cell's sweep was given: its own seed less its round from procedure 4 on (round r
+    trains seed base + r), its own seed before (every round trained it). Rows group by it, so the
+    rounds of one sweep are repeats of one setting, not settings of their own."""
+    seed = _number(run.params.get("seed", "0"))
+    seeded_rounds = int(_number(run.tags.get(PROCEDURE, "0")) or 0) >= SEEDED_ROUNDS_FROM
+    if not seeded_rounds or not isinstance(seed, int):
+        return seed
+    return seed - int(_number(run.params.get("repeat", "0")) or 0)
 
 
 def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[RunRecord]]:
@@ -170,23 +192,45 @@ def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[Ru
 
 
 def drift_note(runs: list[RunRecord]) -> str | None:
-    """A sentence when the table's cells were measured on machines of different speed (their
-    `speed_index`, harness/machine/calibration.py, apart by more than the noise floor): its ratios divide
-    one machine's time by another's."""
+    """A sentence when the table's cells were measured at different speeds (their `speed_index`,
+    harness/machine/calibration.py, apart by more than the noise floor), saying where: between rounds,
+    which a speed-up paired by round divides out (both rows of a round saw the same speed), or within
+    a round, which it does not."""
     from harness.machine.calibration import DRIFT_TOLERANCE, SPEED_INDEX
 
-    found = [r.metrics[SPEED_INDEX] for r in runs if r.metrics.get(SPEED_INDEX)]
+    found = [(r.params.get("repeat", "0"), r.metrics[SPEED_INDEX]) for r in runs if r.metrics.get(SPEED_INDEX)]
     if len(found) < 2:
         return None
-    low, high = min(found), max(found)
+    values = [v for _, v in found]
+    low, high = min(values), max(values)
     if high / low - 1 <= DRIFT_TOLERANCE:
         return None
-    return (f"the cells of this table were measured at speed_index {low:.3g} to {high:.3g} ({high / low - 1:.0%} "
-            f"apart, more than the {DRIFT_TOLERANCE:.0%} noise floor): its speed-ups divide times taken on a "
-            "machine of different speed; `harness sweep NAME --remeasure-drifted` measures them again")
+    rounds: dict[str, list[float]] = {}
+    for key, value in found:
+        rounds.setdefault(key, []).append(value)
+    shown = ", ".join(f"round {key}: {_range_text(v)}" for key, v in sorted(rounds.items(), key=lambda kv: int(kv[0])))
+    text = (f"the cells were measured at speed_index {low:.3g} to {high:.3g} ({high / low - 1:.0%} apart, more than "
+            f"the {DRIFT_TOLERANCE:.0%} noise floor; {shown})")
+    within = {key: max(v) / min(v) - 1 for key, v in rounds.items() if max(v) / min(v) - 1 > DRIFT_TOLERANCE}
+    if not within:
+        return (text + ": the speed moved between rounds, not within one, and a speed-up is formed over the rounds "
+                "both rows share, each row of a round at that round's speed, so the drift does not enter it; a "
+                "row's median time over rounds does mix the speeds")
+    return (text + ": within round(s) " + ", ".join(sorted(within, key=int)) + " the cells ran at speeds "
+            + ", ".join(f"{d:.0%}" for _, d in sorted(within.items(), key=lambda kv: int(kv[0])))
+            + " apart, so a speed-up over such a round divides times taken at different speeds; "
+            "`harness sweep NAME --remeasure-drifted` measures again the cells away from today's speed")
+
+
+def _range_text(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g}"
 
 
 NOT_RUN = "not run"
+# Where a speed-up is formed over fewer rounds than its baseline row has: the baseline's median time
+# over the rounds the two share (the time actually divided), and how many those are.
+PAIRED_BASELINE, PAIRED_ROUNDS = "paired_baseline_time_s", "paired_rounds"
 
 
 def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame:
@@ -196,43 +240,12 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     rows too, noted "not run". The cells' own values stay in `table.attrs["rounds"]` (the checks'
     intervals need them)."""
     axes = spec.axes()
-    metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
-    if MFU not in metrics and any(MFU in run.metrics or "mfu_invalid" in run.metrics for run in runs):
-        metrics = [*metrics, MFU]   # every training run logs it: shown beside the time (below)
-    metrics = [*metrics, *_mfu_inputs(runs, metrics)]
-    notes = spec.report.get("notes", [])
-    rows = []
-    for run in runs:
-        row = {a: _number(run.params.get(a)) for a in axes}
-        row.update({m: run.metrics.get(m) for m in metrics})
-        row["repeat"] = int(_number(run.params.get("repeat", "0")) or 0)
-        row["test_samples"] = run.metrics.get("test_samples")
-        row["target_reached"] = run.metrics.get("target_reached")   # 0: no time to accuracy, as none was
-        row[CELL_ID] = run.tags.get(CELL_ID)
-        row.update(_mfu_texts(run))
-        row["note"] = cell_note(notes, run)
-        rows.append(row)
-    cells = pd.DataFrame(rows)
-    for m in [*metrics, "test_samples", "target_reached"]:  # a metric no cell logged is all None: NaN for the medians
-        cells[m] = pd.to_numeric(cells[m], errors="coerce")
-    # One record per cell_id (the engine's guarantee); repeats of a grid point are grouped here.
-    grouped = cells.groupby(axes, sort=True)
-    table = grouped[metrics].median()
-    table["repeats"] = grouped.size()
-    if cells["target_reached"].notna().any():
-        table["target_reached"] = grouped["target_reached"].max()   # 1 when any repeat reached it
-    if time in metrics:
-        table[_iqr_name(time)] = grouped[time].agg(iqr)   # NaN (printed "-") for one repeat
-    if (cells["note"] != "").any():
-        table["note"] = grouped["note"].agg(lambda texts: "; ".join(dict.fromkeys(t for t in texts if t)))
-    for text in MFU_TEXTS:
-        if text in cells and cells[text].notna().any():
-            table[text] = grouped[text].agg(lambda texts: " | ".join(dict.fromkeys(t for t in texts if isinstance(t, str))))
-    table = table.reset_index()
+    metrics = _metrics_read(spec, runs)
+    cells = _cells(spec, runs, axes, metrics)
+    table = _medians(cells, axes, metrics, time)
     if scale is not None:
         table = _with_unrun_points(spec, scale, table, axes)
-
     baseline = spec.report.get("baseline")
     workers = spec.report.get("workers")  # the field counting workers, for parallel efficiency
     if baseline and time in metrics:
@@ -242,6 +255,70 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
         if workers:
             for suffix in ("", "_lo", "_hi"):
                 table["efficiency" + suffix] = _efficiency(table, baseline, "speedup" + suffix, workers)
+    table = _in_grid_order(_with_published(table, spec, axes, time), spec, axes)
+    table = table[_column_order(table, axes, time)].reset_index(drop=True)
+    table.attrs["rounds"] = intervals.Rounds(cells[[*axes, "repeat", *metrics]].copy(),
+                                             _replicates(table, cells, axes, metrics, time, baseline, workers))
+    table.attrs["time"] = time
+    if cells["test_samples"].notna().any():
+        table.attrs["test_samples"] = float(cells["test_samples"].median())
+    return table
+
+
+def _metrics_read(spec: SweepSpec, runs) -> list[str]:
+    """The metrics the table reads of each cell: the sweep's, the MFU where the cells logged it
+    (every training run does: shown beside the time), and what the MFU is computed from."""
+    metrics = spec.report.get("metrics", ["train_time_s", "test_accuracy"])
+    if MFU not in metrics and any(MFU in run.metrics or "mfu_invalid" in run.metrics for run in runs):
+        metrics = [*metrics, MFU]
+    return [*metrics, *_mfu_inputs(runs, metrics)]
+
+
+def _cells(spec: SweepSpec, runs, axes: list[str], metrics: list[str]) -> pd.DataFrame:
+    """One row per finished cell: its grid point, repeat, metrics, id, MFU texts and note."""
+    notes = spec.report.get("notes", [])
+    rows = []
+    for run in runs:
+        row = {a: _number(run.params.get(a)) for a in axes}
+        row.update({m: run.metrics.get(m) for m in metrics})
+        row["repeat"] = int(_number(run.params.get("repeat", "0")) or 0)
+        row["seed"] = _number(run.params.get("seed", "0"))
+        row["test_samples"] = run.metrics.get("test_samples")
+        row["target_reached"] = run.metrics.get("target_reached")   # 0: no time to accuracy, as none was
+        row[CELL_ID] = run.tags.get(CELL_ID)
+        row.update(_mfu_texts(run))
+        row["note"] = cell_note(notes, run)
+        rows.append(row)
+    cells = pd.DataFrame(rows)
+    for m in [*metrics, "test_samples", "target_reached"]:  # a metric no cell logged is all None: NaN for the medians
+        cells[m] = pd.to_numeric(cells[m], errors="coerce")
+    return cells
+
+
+def _medians(cells: pd.DataFrame, axes: list[str], metrics: list[str], time: str) -> pd.DataFrame:
+    """One row per grid point: the medians over its repeats, how many there are, the time's IQR,
+    and the cells' notes and MFU texts joined."""
+    # One record per cell_id (the engine's guarantee); repeats of a grid point are grouped here.
+    grouped = cells.groupby(axes, sort=True)
+    table = grouped[metrics].median()
+    table["repeats"] = grouped.size()
+    if cells["target_reached"].notna().any():
+        table["target_reached"] = grouped["target_reached"].max()   # 1 when any repeat reached it
+    if time in metrics:
+        table[_iqr_name(time)] = grouped[time].agg(iqr)   # NaN (printed "-") for one repeat
+    _accuracy_over_seeds(table, cells, axes, [m for m in metrics if checks.is_accuracy(m)])
+    if (cells["note"] != "").any():
+        table["note"] = grouped["note"].agg(lambda texts: "; ".join(dict.fromkeys(t for t in texts if t)))
+    for text in MFU_TEXTS:
+        if text in cells and cells[text].notna().any():
+            table[text] = grouped[text].agg(lambda texts: " | ".join(dict.fromkeys(t for t in texts if isinstance(t, str))))
+    return table.reset_index()
+
+
+def _with_published(table: pd.DataFrame, spec: SweepSpec, axes: list[str], time: str) -> pd.DataFrame:
+    """The published rows' figures beside ours as book_* columns (with the book's speed-up and
+    efficiency derived as ours are)."""
+    baseline, workers = spec.report.get("baseline"), spec.report.get("workers")
     published = pd.DataFrame(spec.published.get("rows", []))
     if not published.empty:
         published = published.rename(columns={c: f"book_{c}" for c in published.columns if c not in axes})
@@ -255,22 +332,40 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
         column = table[axis]
         if column.dtype.kind == "f" and column.notna().all() and (column % 1 == 0).all():
             table[axis] = column.astype(int)
-    table = _in_grid_order(table, spec, axes)
+    return table
+
+
+def _column_order(table: pd.DataFrame, axes: list[str], time: str) -> list[str]:
+    """The axes, ours (the intervals' bounds last, the Markdown shows them inside their column), the
+    book's, and the note when a row has one."""
     ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency", MFU) if c in table]
     bounds = [c for c in ("speedup_lo", "speedup_hi", "efficiency_lo", "efficiency_hi") if c in table]
+    bounds += [c for c in table.columns if c.endswith(("_lo", "_hi")) and c not in bounds and c not in axes
+               and not c.startswith("book_")]
     ours += [c for c in table.columns if c not in ours + bounds and c not in axes and not c.startswith("book_")
              and c != "note"]
-    ours += bounds   # the intervals' bounds last among ours: the Markdown shows them inside their column
+    ours += bounds
     book = [c for c in (f"book_{time}", "book_speedup", "book_efficiency") if c in table]
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
-    table = table[axes + ours + book + tail].reset_index(drop=True)
-    table.attrs["rounds"] = intervals.Rounds(cells[[*axes, "repeat", *metrics]].copy(),
-                                             _replicates(table, cells, axes, metrics, time, baseline, workers))
-    table.attrs["time"] = time
-    if cells["test_samples"].notna().any():
-        table.attrs["test_samples"] = float(cells["test_samples"].median())
-    return table
+    return axes + ours + book + tail
+
+
+def _accuracy_over_seeds(table: pd.DataFrame, cells: pd.DataFrame, axes: list[str], accuracies: list[str]) -> None:
+    """`seeds`: how many seeds each grid point's cells trained, and for each accuracy its 95% interval
+    over them (`_lo`/`_hi`, harness/report/intervals.py). A row of one seed (its repeats timed the
+    same training again) has no interval: its accuracy is one draw, and the report says so."""
+    if not accuracies:
+        return
+    grouped = cells.groupby(axes, sort=True)
+    table["seeds"] = grouped["seed"].nunique()
+    for metric in accuracies:
+        found = {key: intervals.median_interval(group.groupby("seed")[metric].median())
+                 if group["seed"].nunique() > 1 else (np.nan, np.nan, np.nan) for key, group in grouped}
+        lo, hi = intervals.bounds(metric)
+        keys = [key if isinstance(key, tuple) else (key,) for key in table.index]
+        table[lo] = [found[key][1] for key in keys]
+        table[hi] = [found[key][2] for key in keys]
 
 
 REPLICATES = 400   # resampled tables a trend, flat or best timing check is judged on
@@ -339,19 +434,29 @@ def _speedup_with_interval(table: pd.DataFrame, baseline: dict, time: str, axes:
     """`speedup` = the baseline's median time / the row's, with `speedup_lo`/`speedup_hi`, its 95%
     interval over the rounds (harness/report/intervals.py). The baseline row is found as _speedup does."""
     base_rows = _baseline_rows(table, baseline, axes)
-    values = {"speedup": [], "speedup_lo": [], "speedup_hi": []}
+    values = {"speedup": [], "speedup_lo": [], "speedup_hi": [], PAIRED_BASELINE: [], PAIRED_ROUNDS: []}
     for i in table.index:
         base = base_rows.get(i)
         point = tuple(table.at[i, a] for a in axes)
+        paired_time, paired_rounds = float("nan"), float("nan")
         if base is None or point not in rounds:
             ratio = intervals.Ratio(float("nan"), float("nan"), float("nan"), 0, False)
         elif base == i:
             ratio = intervals.Ratio(1.0, float("nan"), float("nan"), len(rounds[point]), True)
         else:
-            ratio = intervals.ratio_of_medians(rounds[tuple(table.at[base, a] for a in axes)], rounds[point])
+            base_rounds = rounds[tuple(table.at[base, a] for a in axes)]
+            ratio = intervals.ratio_of_medians(base_rounds, rounds[point])
+            shared = set(base_rounds) & set(rounds[point])
+            if ratio.paired and len(shared) < len(base_rounds):   # the baseline row's median is not the one divided
+                paired_time = intervals.median(base_rounds[k] for k in shared)
+                paired_rounds = len(shared)
         values["speedup"].append(ratio.value)
         values["speedup_lo"].append(ratio.lo)
         values["speedup_hi"].append(ratio.hi)
+        values[PAIRED_BASELINE].append(paired_time)
+        values[PAIRED_ROUNDS].append(paired_rounds)
+    if all(pd.isna(v) for v in values[PAIRED_BASELINE]):
+        del values[PAIRED_BASELINE], values[PAIRED_ROUNDS]
     for column, found in values.items():
         table[column] = found
 
@@ -442,9 +547,14 @@ def _in_grid_order(table: pd.DataFrame, spec: SweepSpec, axes: list[str]) -> pd.
     """Numbers ascending; names (dtype, execution, device) in the order the grid lists them; a
     column that mixes both after the merge with published rows puts numbers first."""
     def key(column: pd.Series) -> pd.Series:
-        if pd.api.types.is_numeric_dtype(column):
+        if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
             return column
-        order = {v: i for i, v in enumerate(spec.grid.get(column.name, [])) if not isinstance(v, dict)}
+        listed = [v for values in spec.grid.values() for v in values if isinstance(v, dict) and column.name in v]
+        listed = [v[column.name] for v in listed] or spec.grid.get(column.name, [])
+        order = {}
+        for v in listed:   # a compound axis lists a value once per combination: its first place counts
+            if not isinstance(v, dict):
+                order.setdefault(v, len(order))
         return column.map(lambda v: (0, order[v], "") if v in order else
                           (1, v, "") if isinstance(v, (int, float)) else (2, 0, str(v)))
     return table.sort_values(axes, key=key)
@@ -475,141 +585,9 @@ def _efficiency(frame: pd.DataFrame, baseline: dict, speedup: str, workers: str)
 
 
 def _number(text):
+    if text in ("True", "False"):   # a bool field as MLflow logs it (grad_scaler), compared with the file's true
+        return text == "True"
     try:
         return float(text) if "." in text or "e" in text else int(text)
     except (TypeError, ValueError):
         return text
-
-
-def to_markdown(report: Report, sample_run: RunRecord, conventions: bool = True) -> str:
-    """The table's page: what it is, the readable table (harness/report/render.py), its verdicts and
-    the cells without a result. `conventions`: also the bullets on the clock, speed-up and MFU that
-    REPRODUCTION.md states once for every table."""
-    from harness.report import render
-
-    spec, t = report.spec, report.table
-    title = spec.title + (f" ({report.variant})" if report.variant else "")
-    lines = [f"# {title}", ""] + ([f"Source: {spec.source}", ""] if spec.source else [])
-    if report.scale == "smoke" and report.verdicts:
-        lines += [f"**{checks.SMOKE_REASON[:1].upper()}{checks.SMOKE_REASON[1:]}**: at scale smoke only the exact "
-                  "checks are judged; the claims about the documents' figures are N/A.", ""]
-    lines += [render.scale_line(report, sample_run),
-              f"- Machine: {report.machine} (fingerprint {report.fingerprint})."]
-    if conventions:
-        lines.append(f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.")
-    if report.drift:
-        lines.append(f"- **Machine speed differs across cells**: {report.drift}.")
-    if spec.published.get("note"):
-        lines.append(f"- Published figures: {spec.published['note']}.")
-    if conventions and "speedup" in t:
-        lines.append("- Speed-up: our baseline's median time divided by the cell's (the book's likewise), with its "
-                     "95% interval over the repeats in brackets (bootstrap, paired by round; "
-                     "harness/report/intervals.py); absolute seconds from different hardware are shown, not compared.")
-    if conventions and MFU in t:
-        lines.append("- MFU: training FLOPs per second (counted per step, harness/training/flops.py) over the measured peak "
-                     "of the cores or devices the run used, in its dtype (`harness peak`); the CSV holds what it "
-                     "is computed from.")
-    lines += [f"- {text}" for text in spec.report.get("comments", [])]
-    lines.append("")
-    lines.append(render.table_markdown(report))
-    if report.verdicts:
-        lines += ["", "| check | verdict | measured |", "|---|---|---|"]
-        lines += [f"| {v.check} | **{v.label}** | {v.detail} |" for v in report.verdicts]
-    if report.problems:
-        lines += ["", "Cells without a result:", *render.problems_markdown(report.problems)]
-    return "\n".join(lines) + "\n"
-
-
-def format_value(column: str, value) -> str:
-    """A figure as the report prints it (harness/report/render.py): the terminal summary uses it too."""
-    from harness.report.render import value_text
-
-    return "—" if pd.isna(value) else value_text(column, value)
-
-
-def plot(report: Report, path: Path, width_px: int | None = None) -> Path:
-    """Our time, speed-up and accuracy against the swept value, the book's beside them; `width_px`
-    scales the image to a width (the MLflow UI crops a wider one in an experiment's description)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    t = report.table
-    spec = report.spec
-    x = spec.report.get("x", list(spec.grid)[0])
-    if spec.report.get("plot") == "twin":
-        return _twin_plot(report, x, path, width_px)
-    time = spec.report.get("time", "train_time_s")
-    # Panels: [ours, published or "", title]; the sweep file may name its own.
-    panels = spec.report.get("plots") or [
-        [time, "", "our training time (s)" if time == "train_time_s" else f"our {time}"],
-        ["speedup", "book_speedup", "speed-up over baseline"],
-        ["test_accuracy", "book_test_accuracy", "test accuracy"]]
-    panels = [p for p in panels if p[0] in t or (p[1] and p[1] in t)] or panels[:1]
-    # One line per combination of the other axes (e.g. per model when x is the execution mode).
-    series = spec.report.get("series")  # the axis whose values get a line each (backend, lr_scaling)
-    others = [series] if series else [a for a in spec.axes() if a != x and a in t]
-    lines = list(t.groupby(others, sort=False)) if others else [((), t)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(14 if len(panels) == 3 else 4.7 * len(panels), 4),
-                             squeeze=False)
-    for ax, (ours, book, title) in zip(axes[0], panels):
-        for key, part in lines:
-            suffix = "" if not others else " " + " ".join(map(str, key if isinstance(key, tuple) else (key,)))
-            if ours in part:
-                ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[ours], "o-",
-                        label=f"ours ({report.scale}){suffix}")
-            if book and book in part and part[book].notna().any():
-                ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[book], "s--",
-                        label=f"published{suffix}")
-        ax.set_xlabel(x)
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle(report.spec.title)
-    return _save(fig, path, width_px)
-
-
-def _save(fig, path: Path, width_px: int | None) -> Path:
-    import matplotlib.pyplot as plt
-
-    dpi = 110
-    if width_px:  # narrower panels at a lower resolution, so the labels stay readable
-        dpi = 80
-        fig.set_size_inches(width_px / dpi, fig.get_size_inches()[1])
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
-
-
-def _twin_plot(report: Report, x: str, path: Path, width_px: int | None = None) -> Path:
-    """Accuracy and time against the swept value on two y-axes (d2l 12.6's exercise plots)."""
-    import matplotlib.pyplot as plt
-
-    t = report.table.dropna(subset=["train_time_s"]).sort_values(x)
-    fig, left = plt.subplots(figsize=(7, 4))
-    right = left.twinx()
-    left.plot(t[x], t["test_accuracy"], "o-", color="tab:blue", label="test accuracy")
-    # d2l's seconds per epoch are a mean over the epochs (its Timer.avg()); older runs logged only the median
-    time_column = next(c for c in ("epoch_time_mean_s", "epoch_time_median_s", "train_time_s")
-                       if c in t and t[c].notna().any())
-    right.plot(t[x], t[time_column], "s--", color="tab:red", label=time_column)
-    left.set_xlabel(x)
-    left.set_ylabel("test accuracy", color="tab:blue")
-    right.set_ylabel(f"{time_column} (s)", color="tab:red")
-    left.grid(alpha=0.3)
-    fig.suptitle(f"{report.spec.title} ({report.scale})")
-    return _save(fig, path, width_px)
-
-
-def write_files(report: Report, out_dir: Path = REPORTS_DIR, stem_suffix: str = "") -> list[Path]:
-    """Write <sweep>.md, .csv and .png into out_dir (report/writeback.py logs them to the parent run)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = inside(out_dir, f"{report.spec.name}{stem_suffix}")  # the name came from a file a user may share
-    paths = [stem.with_suffix(".md"), stem.with_suffix(".csv")]
-    paths[0].write_text(report.markdown)
-    report.table.to_csv(paths[1], index=False)
-    paths.append(plot(report, stem.with_suffix(".png")))
-    return paths

@@ -280,6 +280,21 @@ def check(spec: StudySpec) -> None:
         raise UserError(f"study file {where}: unknown experiment '{spec.experiment}'; choose one of "
                         f"{', '.join(experiments.names())}.")
     experiment = experiments.get(spec.experiment)
+    _check_metrics(spec, experiment)
+    check_keys(spec.searched_fields(), read_by=spec.experiment)
+    spec.check_read(spec.searched_fields())
+    spec.check_fields()
+    if spec.baseline is not None:
+        check_baseline(spec)
+    _check_pruner(spec, experiment)
+    for scale in spec.scales:
+        _check_scale(spec, experiment, scale)
+
+
+def _check_metrics(spec: StudySpec, experiment) -> None:
+    """Each objective and [report] metric is one the experiment reports, once, in the direction
+    that is better for it."""
+    where = spec.path
     for metric, direction in zip(spec.metrics, spec.directions):
         if not (experiment.has_metric(metric) or metric in HARNESS_METRICS):
             reported = dict.fromkeys((*experiment.metrics, *HARNESS_METRICS))  # in order, once each
@@ -291,16 +306,15 @@ def check(spec: StudySpec) -> None:
                             f"{'higher' if sense == 'maximize' else 'lower'}; the direction should be {sense}.")
     if len(set(spec.metrics)) != len(spec.metrics):
         raise UserError(f"study file {where} names a metric twice in {spec.metrics}.")
-    check_keys(spec.searched_fields(), read_by=spec.experiment)
-    spec.check_read(spec.searched_fields())
-    spec.check_fields()
     for metric in spec.report.get("metrics", []):
         if not (experiment.has_metric(metric) or metric in HARNESS_METRICS):
             raise UserError(f"study file {where}: [report] metrics names '{metric}', which experiment "
                             f"{spec.experiment} does not report.")
-    if spec.baseline is not None:
-        check_baseline(spec)
-    pruner = spec.pruner
+
+
+def _check_pruner(spec: StudySpec, experiment) -> None:
+    """A pruner only on one objective, reading a metric that goes the objective's way."""
+    where, pruner = spec.path, spec.pruner
     if pruner.active and spec.multi_objective:
         raise UserError(f"study file {where} has a pruner and {len(spec.metrics)} objectives; Optuna prunes "
                         "single-objective studies only, so remove [pruner] or keep one metric.")
@@ -311,20 +325,24 @@ def check(spec: StudySpec) -> None:
             raise UserError(f"study file {where}: the pruner reads {reported}, which is better when "
                             f"{'higher' if sense == 'maximize' else 'lower'}, but the study should "
                             f"{spec.directions[0]} {spec.metrics[0]}; prune on a metric going the same way.")
-    for scale in spec.scales:
-        fixed = spec.fixed(scale)
-        if pruner.active and pruner.metric == EPOCH_METRIC \
-                and not getattr(make_config(fixed), "eval_every_epoch", False):
-            raise UserError(f"study file {where}: the pruner reads epoch_test_accuracy, which experiments "
-                            "report only with eval_every_epoch = true; add it to [base].")
-        for param in spec.space.values():  # each end of each range must make a valid config
-            for value in param.extremes():
-                try:
-                    cfg = make_config({**fixed, **param.fields(value)})
-                except UserError as err:
-                    raise UserError(f"study file {where}, scale {scale}: {param.name}={value!r} from the "
-                                    f"search space is not valid: {err}") from None
-                experiment.check_model(getattr(cfg, "model", None), where=f"study file {where}, scale {scale}")
+
+
+def _check_scale(spec: StudySpec, experiment, scale: str) -> None:
+    """At one scale: the pruner's metric is reported, and each end of each range makes a valid config."""
+    where, pruner = spec.path, spec.pruner
+    fixed = spec.fixed(scale)
+    if pruner.active and pruner.metric == EPOCH_METRIC \
+            and not getattr(make_config(fixed), "eval_every_epoch", False):
+        raise UserError(f"study file {where}: the pruner reads epoch_test_accuracy, which experiments "
+                        "report only with eval_every_epoch = true; add it to [base].")
+    for param in spec.space.values():
+        for value in param.extremes():
+            try:
+                cfg = make_config({**fixed, **param.fields(value)})
+            except UserError as err:
+                raise UserError(f"study file {where}, scale {scale}: {param.name}={value!r} from the "
+                                f"search space is not valid: {err}") from None
+            experiment.check_model(getattr(cfg, "model", None), where=f"study file {where}, scale {scale}")
 
 
 

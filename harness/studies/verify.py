@@ -38,7 +38,9 @@ from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, KIND, SCALE
-from harness.studies import baseline as study_baseline, isolation, study_engine
+from harness.studies import baseline as study_baseline, isolation
+from harness.studies.study_storage import open_study
+from harness.studies.trial_tags import STUDY
 from harness.studies.study_report import markdown
 from harness.specs.study_spec import StudySpec
 
@@ -80,21 +82,11 @@ def _ratio(a: float, b: float) -> float:
 
 def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any],
                out_dir: Path | None = None, show_progress: bool = False, log=print) -> list[Path]:
-    if spec.baseline is None or not spec.targets_from_baseline or spec.metrics[0] != TIME:
-        raise UserError(f"study {spec.name} has no baseline that sets a target for {TIME}; --verify re-times "
-                        "a time-to-accuracy study's best trial against its baseline.")
     name = spec.study_name(scale, overrides)
-    study = study_engine.open_study(spec, name, db_url, create=False)
-    base, target = study_baseline.finished(study), study_baseline.target(study)
-    if base is None or target is None:
-        raise UserError(f"study {name} has no complete baseline trial yet; run the study first.")
-    best = _best_trial(study, base.number)
-    if best is None:
-        raise UserError(f"study {name} has no complete trial that reached the target {target:.4g}; nothing to verify.")
+    study, base, best, target = _best_of(spec, name, db_url)
     fixed = {**spec.fixed(scale, overrides), "target_from_epoch": 0, "target_accuracy": target}
     book = _params(spec, base.params)
     recipe = _params(spec, best.params)
-    seeds, v = list(spec.verify.seeds), spec.verify
     experiment_id = store.experiment_id(spec.name)
     store.reap_stale_runs(experiment_id)
     preflight([make_config(fixed)])
@@ -106,28 +98,62 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
             runs.append(row)
             return row
 
-        # An experiment with no lr to scale (airbench sets its own) has no tuned baseline: x1 only.
-        has_lr = "lr" in experiments.get(spec.experiment).reads
-        factors = sorted({1.0, *map(float, v.lr_factors)}) if has_lr else [1.0]
-        search = [timed(Variant(f"lr x{f:g}", book, f), seeds[0]) for f in factors]
-        reached = [r for r in search if r["reached"]]
-        tuned_factor = min(reached, key=lambda r: r[TIME])["lr_factor"] / _own_factor(spec, book) if reached else 1.0
-        main_variants = [Variant("baseline", book), Variant("tuned baseline", book, tuned_factor), Variant("best", recipe)]
-        for seed in seeds:
-            for variant in main_variants:
-                timed(variant, seed)
-        methods = [k for k in spec.space if recipe[k] != book[k]]
-        ablation = []
-        for k in methods:
-            note = v.changes.get(k, "")
-            ablation.append(Variant(f"alone: {k}", {**book, k: recipe[k]}, note=note))
-            ablation.append(Variant(f"without: {k}", {**recipe, k: book[k]}, note=note))
-        for seed in seeds[:v.ablation_seeds]:
-            for variant in ablation:
-                timed(variant, seed)
+        tuned_factor = _tuned_factor(spec, book, timed)
+        methods = _seeds_and_ablation(spec, book, recipe, tuned_factor, timed)
     finally:
         trials.close()
-    text = _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, methods, seeds)
+    text = _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, methods, list(spec.verify.seeds))
+    return _write(name, text, runs, out_dir, log)
+
+
+def _best_of(spec: StudySpec, name: str, db_url: str):
+    """The study, its baseline trial, its best trial and the target they were timed to; one
+    sentence when the study cannot be verified (yet)."""
+    if spec.baseline is None or not spec.targets_from_baseline or spec.metrics[0] != TIME:
+        raise UserError(f"study {spec.name} has no baseline that sets a target for {TIME}; --verify re-times "
+                        "a time-to-accuracy study's best trial against its baseline.")
+    study = open_study(spec, name, db_url, create=False)
+    base, target = study_baseline.finished(study), study_baseline.target(study)
+    if base is None or target is None:
+        raise UserError(f"study {name} has no complete baseline trial yet; run the study first.")
+    best = _best_trial(study, base.number)
+    if best is None:
+        raise UserError(f"study {name} has no complete trial that reached the target {target:.4g}; nothing to verify.")
+    return study, base, best, target
+
+
+def _tuned_factor(spec: StudySpec, book: dict[str, Any], timed) -> float:
+    """The baseline re-timed at each lr factor (first seed); the fastest to the target is the tuned
+    baseline's factor, relative to the factor the baseline's own params set."""
+    # An experiment with no lr to scale (airbench sets its own) has no tuned baseline: x1 only.
+    has_lr = "lr" in experiments.get(spec.experiment).reads
+    factors = sorted({1.0, *map(float, spec.verify.lr_factors)}) if has_lr else [1.0]
+    search = [timed(Variant(f"lr x{f:g}", book, f), spec.verify.seeds[0]) for f in factors]
+    reached = [r for r in search if r["reached"]]
+    return min(reached, key=lambda r: r[TIME])["lr_factor"] / _own_factor(spec, book) if reached else 1.0
+
+
+def _seeds_and_ablation(spec: StudySpec, book: dict[str, Any], recipe: dict[str, Any], tuned_factor: float,
+                        timed) -> list[str]:
+    """The baseline, the tuned baseline and the best recipe over every seed, then each method the
+    recipe changes alone and left out; returns those methods."""
+    v = spec.verify
+    for seed in v.seeds:
+        for variant in (Variant("baseline", book), Variant("tuned baseline", book, tuned_factor), Variant("best", recipe)):
+            timed(variant, seed)
+    methods = [k for k in spec.space if recipe[k] != book[k]]
+    ablation = []
+    for k in methods:
+        note = v.changes.get(k, "")
+        ablation.append(Variant(f"alone: {k}", {**book, k: recipe[k]}, note=note))
+        ablation.append(Variant(f"without: {k}", {**recipe, k: book[k]}, note=note))
+    for seed in v.seeds[:v.ablation_seeds]:
+        for variant in ablation:
+            timed(variant, seed)
+    return methods
+
+
+def _write(name: str, text: str, runs: list[dict[str, Any]], out_dir: Path | None, log) -> list[Path]:
     out = Path(out_dir or REPORTS_DIR)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}-verify.md", out / f"{name}-verify.csv"]
@@ -177,8 +203,8 @@ def _run(store: Store, experiment_id: str, spec: StudySpec, name: str, scale: st
         spec.space[k].optuna_value(p) if spec.space[k].compound else f"{k}={p}" for k, p in variant.params.items()) \
         + (f" (lr x{variant.lr_factor:g})" if variant.lr_factor != 1.0 else "")
     cell = Cell.build(values, label)
-    tags = {study_engine.STUDY: name, SCALE: scale, KIND: VERIFY, ROLE: variant.role}
-    done = [r for r in store.runs(experiment_id, tags={study_engine.STUDY: name, KIND: VERIFY, CELL_ID: cell.cell_id})
+    tags = {STUDY: name, SCALE: scale, KIND: VERIFY, ROLE: variant.role}
+    done = [r for r in store.runs(experiment_id, tags={STUDY: name, KIND: VERIFY, CELL_ID: cell.cell_id})
             if r.finished_ok]
     if done:
         metrics, run_id = done[0].metrics, done[0].run_id
@@ -244,28 +270,7 @@ def _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, me
               markdown(pd.DataFrame([{"lr factor": r["lr_factor"], "lr": r["lr"], "time to target s": r[TIME],
                                       "test accuracy": r["test_accuracy"]} for r in search])), ""]
     summary = {role: _summary(by_role[role]) for role in ("baseline", "tuned baseline", "best")}
-    table = []
-    for role, s in summary.items():
-        row = {"run": role, "seeds": s["runs"], "reached target": f"{s['reached']}/{s['runs']}",
-               "median s": s["median"], "95% interval s": f"{_fmt(s['lo'])} to {_fmt(s['hi'])}"}
-        table.append(row)
-    lines += [f"## Seeds {', '.join(map(str, seeds))}", "", markdown(pd.DataFrame(table)), ""]
-    fast = summary["best"]["times"]
-    for role in ("tuned baseline", "baseline"):
-        slow = summary[role]["times"]
-        lo, hi = bootstrap_ratio(slow, fast)
-        lines.append(f"- best recipe over the {role}: **{_fmt_speedup(_ratio(statistics.median(slow), statistics.median(fast)))}** "
-                     f"(95% bootstrap interval {_fmt(lo)}x to {_fmt(hi)}x; 0x: a resample whose median did not reach the target)")
-    tuned_lo, _ = bootstrap_ratio(summary["tuned baseline"]["times"], fast)
-    tuned_x = _ratio(summary["tuned baseline"]["median"], summary["best"]["median"])
-    every = summary["best"]["reached"] == summary["best"]["runs"]
-    verdict = "MET" if tuned_x >= 2 and tuned_lo > 1.5 and every else "NOT MET"
-    lines += ["", f"Goal (at least 2x the tuned baseline, interval's lower bound above 1.5x, every seed reaching the "
-                  f"target): **{verdict}** ({_fmt_speedup(tuned_x)}, lower bound {_fmt(tuned_lo)}x, "
-                  f"{summary['best']['reached']}/{summary['best']['runs']} seeds reached).",
-              f"In the study the best trial took {best.values[0]:.4g} s; in fresh processes "
-              + (f"its median run did not reach the target" if math.isinf(summary["best"]["median"])
-                 else f"its median is {_fmt(summary['best']['median'])} s") + ".", ""]
+    lines += _seeds_section(summary, seeds, best)
     ablation = [r for role, rs in by_role.items() if role.startswith(("alone:", "without:")) for r in rs]
     if methods:
         tuned_median = summary["tuned baseline"]["median"]
@@ -278,6 +283,31 @@ def _report(spec, name, scale, target, base, best, fixed, runs, tuned_factor, me
     lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
                  "every run is in the CSV beside this file and in MLflow (tag harness.kind = verify).*")
     return "\n".join(lines) + "\n"
+
+
+def _seeds_section(summary: dict[str, dict], seeds: list[int], best) -> list[str]:
+    """The three main runs over the seeds, the best recipe's speed-ups with their intervals, and
+    whether the goal is met."""
+    table = [{"run": role, "seeds": s["runs"], "reached target": f"{s['reached']}/{s['runs']}",
+              "median s": s["median"], "95% interval s": f"{_fmt(s['lo'])} to {_fmt(s['hi'])}"}
+             for role, s in summary.items()]
+    lines = [f"## Seeds {', '.join(map(str, seeds))}", "", markdown(pd.DataFrame(table)), ""]
+    fast = summary["best"]["times"]
+    for role in ("tuned baseline", "baseline"):
+        slow = summary[role]["times"]
+        lo, hi = bootstrap_ratio(slow, fast)
+        lines.append(f"- best recipe over the {role}: **{_fmt_speedup(_ratio(statistics.median(slow), statistics.median(fast)))}** "
+                     f"(95% bootstrap interval {_fmt(lo)}x to {_fmt(hi)}x; 0x: a resample whose median did not reach the target)")
+    tuned_lo, _ = bootstrap_ratio(summary["tuned baseline"]["times"], fast)
+    tuned_x = _ratio(summary["tuned baseline"]["median"], summary["best"]["median"])
+    every = summary["best"]["reached"] == summary["best"]["runs"]
+    verdict = "MET" if tuned_x >= 2 and tuned_lo > 1.5 and every else "NOT MET"
+    return lines + ["", f"Goal (at least 2x the tuned baseline, interval's lower bound above 1.5x, every seed reaching the "
+                        f"target): **{verdict}** ({_fmt_speedup(tuned_x)}, lower bound {_fmt(tuned_lo)}x, "
+                        f"{summary['best']['reached']}/{summary['best']['runs']} seeds reached).",
+                    f"In the study the best trial took {best.values[0]:.4g} s; in fresh processes "
+                    + (f"its median run did not reach the target" if math.isinf(summary["best"]["median"])
+                       else f"its median is {_fmt(summary['best']['median'])} s") + ".", ""]
 
 
 def _methods(spec: StudySpec, params: dict[str, Any]) -> str:

@@ -80,16 +80,7 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
                     x, y = to_device(data, idx)
                     if memory_format is not torch.preserve_format:
                         x = x.contiguous(memory_format=memory_format)
-                    optimizer.zero_grad(set_to_none=True)
-                    if precision is None:
-                        loss = loss_fn(model(x), y)
-                        loss.backward()
-                        optimizer.step()
-                    else:
-                        with precision.autocast():
-                            loss = loss_fn(model(x), y)
-                        precision.backward_step(loss, optimizer)
-                    loss_sum += loss.detach() * len(y)
+                    loss_sum += train_step(model, optimizer, loss_fn, x, y, precision) * len(y)
                     seen += len(y)
             seconds += clock.seconds
             done = bound
@@ -105,6 +96,22 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
         if watch is not None and watch.should_stop:
             break
     return times
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn, x: torch.Tensor, y: torch.Tensor,
+               precision: "Precision | None" = None) -> torch.Tensor:
+    """One optimizer step on a batch; returns its loss, detached (on the device: no synchronization).
+    `precision` None is the plain fp32 step."""
+    optimizer.zero_grad(set_to_none=True)
+    if precision is None:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    else:
+        with precision.autocast():
+            loss = loss_fn(model(x), y)
+        precision.backward_step(loss, optimizer)
+    return loss.detach()
 
 
 @torch.no_grad()
