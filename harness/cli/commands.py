@@ -216,7 +216,7 @@ def cmd_study(args) -> int:
     for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
         if value is not None and not (value >= low and math.isfinite(value)):
             raise UserError(f"{name} must be a positive finite number (got {value}).")
-    if role is None and not (args.status or args.verify):  # --status and --verify run no trial of the study
+    if role is None and not (args.status or args.verify or args.calibrate_target):  # these run no trial of the study
         _size_of_study(spec, args, overrides)
     if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
         from harness.store import resolve_tracking_uri
@@ -229,10 +229,17 @@ def cmd_study(args) -> int:
         return 0
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = _launcher(args)
-    if not args.verify:
-        _check_data_folders([make_config(spec.fixed(args.scale, overrides))])
+    _check_data_folders([make_config(spec.fixed(args.scale, overrides))])
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
+    if args.calibrate_target:
+        from harness.studies import calibrated_target
+
+        if workers > 1 or role is not None:
+            raise UserError("--calibrate-target times runs one at a time; run it without --workers.")
+        calibrated_target.calibrate(spec, store, scale=args.scale, overrides=overrides,
+                                    show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+        return 0
     from harness.studies import study_engine   # every value is checked: now Optuna, MLflow and torch
 
     if args.verify:
