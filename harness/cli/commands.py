@@ -229,7 +229,7 @@ def cmd_study(args) -> int:
         return 0
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = _launcher(args)
-    _check_data_folders([make_config(spec.fixed(args.scale, overrides))])
+    _check_data_folders([make_config(spec.fixed_for_checks(args.scale, overrides))])
     store = _store(args)
     db_url = resolve_db_url(args.storage, store.uri)
     if args.calibrate_target:
