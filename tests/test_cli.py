@@ -225,3 +225,16 @@ def test_make_device_cpu_passes_the_device_to_the_harness():
     dry = subprocess.run(["make", "-n", "sweep-gpus", "DEVICE=cpu", "SCALE=smoke"], cwd=Path(__file__).parent.parent,
                          capture_output=True, text=True, check=True).stdout
     assert "--device cpu" in dry and "backend" not in dry
+
+
+@pytest.mark.parametrize("command", ["sweep", "study"])
+def test_scale_help_names_every_scale_the_files_have_cpu_included(command, capsys):
+    from harness.cli import main
+    from harness.specs import study_spec, sweep_spec
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    shown = " ".join(capsys.readouterr().out.split())   # argparse wraps the help text
+    specs = sweep_spec if command == "sweep" else study_spec
+    scales = {scale for name in specs.available() for scale in specs.load(name).scales}
+    assert "cpu" in scales and [s for s in sorted(scales) if s not in shown] == []

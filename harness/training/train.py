@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import nn
 
+from harness.training.catalogue import TRAINING_CLOCK
 from harness.training.config import RunConfig
 from harness.training.data import DeviceBatches, Split, batches, shuffled_indices
 from harness.errors import CellSkipped
@@ -26,9 +27,7 @@ if TYPE_CHECKING:
     from harness.training.precision import Precision
     from harness.training.time_to_accuracy import AccuracyWatch
 
-CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
-         "asynchronous), forward, loss, backward, optimizer step; warm-up (undone after), pruning, evaluation "
-         "(also the per-epoch and time-to-accuracy checkpoints) and logging are outside the clock")
+CLOCK = TRAINING_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
 
 EpochCallback = Callable[[int, dict], None]
 
