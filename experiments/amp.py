@@ -38,6 +38,7 @@ from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.precision import Precision, backend_flags, native_support
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import timed
+from harness.training.train import METRICS as TRAINING_METRICS
 from harness.training.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
 from harness.training.warmup import restored
 
@@ -97,9 +98,7 @@ EXPERIMENT = Experiment(
     run=run,
     clock=CLOCK,
     needs_dataset=True,
-    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
-             "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
+    metrics=(*TRAINING_METRICS, "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
              "flag_benchmark", "flag_allow_tf32", "flag_allow_fp16_reduced_precision_reduction",
              "flag_allow_bf16_reduced_precision_reduction", *flops.METRICS, *time_to_accuracy.METRICS),
     notes=("forward_dtype", *flops.NOTES),

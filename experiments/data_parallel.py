@@ -32,6 +32,7 @@ from harness.training.field_groups import DdpTrainingFields, LaunchFields
 from harness.training.flops import flop_metrics, peak_devices
 from harness.training.models import fetch_weights
 from harness.distributed.rank import RankContext
+from harness.training.train import METRICS as TRAINING_METRICS
 from harness.training.train import EpochCallback, prepare
 
 __all__ = ["EXPERIMENT", "DataParallelConfig", "run", "to_metrics"]
@@ -77,8 +78,7 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     notes=flops.NOTES,
-    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "ranks",
+    metrics=(*TRAINING_METRICS, "ranks",
              "batch_per_rank", "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
              "rank{i}_train_time_s", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
     config=DataParallelConfig,

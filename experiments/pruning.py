@@ -32,6 +32,7 @@ from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.pruning import prune_conv_filters
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import timed
+from harness.training.train import METRICS as TRAINING_METRICS
 from harness.training.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
 from harness.training.warmup import restored
 
@@ -93,9 +94,7 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     notes=flops.NOTES,
-    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
-             "param_count", "param_count_before", "prune_time_s", "pretrain_epochs_trained", "pretrain_time_s",
+    metrics=(*TRAINING_METRICS, "param_count", "param_count_before", "prune_time_s", "pretrain_epochs_trained", "pretrain_time_s",
              *flops.METRICS, *time_to_accuracy.METRICS),
     config=PruningConfig,
     sense=TRAINING_SENSE,

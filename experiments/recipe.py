@@ -38,6 +38,7 @@ from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.precision import Precision
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import peak_rss_mb, timed
+from harness.training.train import METRICS as TRAINING_METRICS
 from harness.training.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
 
 __all__ = ["EXPERIMENT", "RecipeConfig", "run", "train_recipe"]
@@ -131,12 +132,12 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
                            "checkpoints": [c.seconds for c in watch.checkpoints] if watch else []})
     slowest = slowest_rank(everyone)
     samples = sum(r["samples"] for r in everyone)
-    result = training_metrics(slowest.epoch_times, [], train_samples=len(data.train), test_samples=len(data.test),
-                              accuracy=accuracy, eval_seconds=evaluation.seconds, samples_trained=samples)
     # train_time_s: the slowest rank's, as a DDP cell's; peak_rss_mb from the ranks' own processes (in one
     # process the cell runner measures the peak itself)
+    result = training_metrics(slowest.epoch_times, [], train_samples=len(data.train), test_samples=len(data.test),
+                              accuracy=accuracy, eval_seconds=evaluation.seconds, samples_trained=samples,
+                              train_time=slowest.train_time_s)
     result.update(slowest.metrics(memory=ctx.distributed))
-    result["samples_per_s"] = samples / result["train_time_s"]
     if watch is not None:
         result.update(watch.metrics(slowest.checkpoints))
     for step, seconds in zip(records, slowest.epoch_times):  # the per-epoch steps show the slowest rank too
@@ -168,9 +169,7 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     notes=flops.NOTES,
-    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "samples_trained",
-             "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
+    metrics=(*TRAINING_METRICS, "samples_trained", "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
              "scaler_skipped_steps", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
     config=RecipeConfig,
     sense=TRAINING_SENSE,

@@ -126,13 +126,21 @@ def evaluate(model: nn.Module, data: Split, *, batch_size: int, device: torch.de
     return correct / len(data)
 
 
+# The metrics every training experiment logs under the same names, as training_metrics builds them (the
+# DDP target's merge and dp_scratch build theirs with it too): a descriptor lists them as *METRICS.
+METRICS = ("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
+           "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples")
+
+
 def training_metrics(epoch_times: list[float], warmup_times: list[float], *, train_samples: int,
                      test_samples: int, accuracy: float, eval_seconds: float,
-                     samples_trained: int | None = None) -> dict[str, float]:
-    """The metrics every training experiment logs under the same names: the sum of the timed
-    epochs, their median and IQR, throughput, accuracy, and the untimed parts. `samples_trained`
-    (default: every epoch whole) is less when training stopped at a target inside an epoch."""
-    train_time = sum(epoch_times)
+                     samples_trained: int | None = None, train_time: float | None = None) -> dict[str, float]:
+    """The metrics every training experiment logs under the same names (METRICS): the sum of the
+    timed epochs, their median and IQR, throughput, accuracy, and the untimed parts.
+    `samples_trained` (default: every epoch whole) is less when training stopped at a target inside
+    an epoch. `train_time` (default: the epochs summed) is the slowest rank's on ranks, whose epochs
+    here are the slowest rank's of each epoch."""
+    train_time = sum(epoch_times) if train_time is None else train_time
     epochs = spread(epoch_times)
     if samples_trained is None:
         samples_trained = train_samples * len(epoch_times)
@@ -142,7 +150,7 @@ def training_metrics(epoch_times: list[float], warmup_times: list[float], *, tra
         "samples_per_s": samples_trained / train_time,
         "epoch_time_median_s": epochs["median"],
         "epoch_time_iqr_s": epochs["iqr"],
-        "epoch_time_mean_s": train_time / len(epoch_times),   # d2l's seconds per epoch (Timer.avg())
+        "epoch_time_mean_s": sum(epoch_times) / len(epoch_times),   # d2l's seconds per epoch (Timer.avg())
         "warmup_time_s": sum(warmup_times),
         "eval_time_s": eval_seconds,
         "train_samples": train_samples,
