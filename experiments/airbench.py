@@ -55,8 +55,8 @@ from harness.training import flops, speed_methods, time_to_accuracy
 from harness.training.config import RunConfig
 from harness.training.data import load_splits
 from harness.errors import CellSkipped
-from harness.training.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields, CompilationFields,
-                                  DataFields, EpochsFields, EvalBatchFields, TargetFields)
+from harness.training.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields,
+                                           CompilationFields, DataFields, EvalBatchFields, TargetFields)
 from harness.training.precision import Precision, backend_flags
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import timed
@@ -85,7 +85,7 @@ CLOCK = ("training only, from the whitening initialisation on: augmenting each b
          "building, the FLOP count and every evaluation (test-time augmentation included) are outside")
 
 
-class AirbenchConfig(RunConfig, DataFields, EpochsFields, BatchFields, EvalBatchFields, AutocastFields, ChannelsLastFields,
+class AirbenchConfig(RunConfig, DataFields, BatchFields, EvalBatchFields, AutocastFields, ChannelsLastFields,
                      CompilationFields, BackendFlagsFields, TargetFields):
     """airbench94: its own network (no `model`), its own optimizer and schedule (no `optimizer` or `lr`)."""
 

@@ -21,14 +21,14 @@ docs/MEASUREMENT.md, "Distributed cells".
 
 from __future__ import annotations
 
-from experiments import TRAINING_SENSE, Experiment
+from experiments import DDP_BACKENDS, TRAINING_SENSE, Experiment
 from harness.training import flops, time_to_accuracy
 from harness.training.config import RunConfig
 from harness.distributed import ddp_train
 from harness.distributed.ddp_train import CLOCK
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
-from harness.training.field_groups import DdpTrainingFields, LaunchFields
+from harness.training.field_groups import DdpTrainingFields
 from harness.training.flops import flop_metrics, peak_devices
 from harness.training.models import fetch_weights
 from harness.distributed.rank import RankContext
@@ -40,7 +40,7 @@ __all__ = ["EXPERIMENT", "DataParallelConfig", "run", "to_metrics"]
 TARGET = "harness.distributed.ddp_train:train"
 
 
-class DataParallelConfig(RunConfig, DdpTrainingFields, LaunchFields):
+class DataParallelConfig(RunConfig, DdpTrainingFields):
     """The book's loop as torchrun ranks (`distributed.ddp_train.train`), or in this process."""
 
 
@@ -81,6 +81,7 @@ EXPERIMENT = Experiment(
     metrics=(*TRAINING_METRICS, "ranks",
              "batch_per_rank", "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
              "rank{i}_train_time_s", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
+    backends=DDP_BACKENDS,
     config=DataParallelConfig,
     sense=TRAINING_SENSE,
     models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7", "lenet_d2l"),  # image models

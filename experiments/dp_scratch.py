@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments import TRAINING_SENSE, Experiment
+from experiments import DDP_BACKENDS, TRAINING_SENSE, Experiment
 from harness.training import flops
 from harness.training.config import RunConfig
 from harness.training.data import Dataset, Split, load_splits
@@ -299,6 +299,7 @@ EXPERIMENT = Experiment(
     notes=flops.NOTES,
     metrics=(*TRAINING_METRICS, "first_step_param_diff", "params_match", "max_param_diff", "copies_identical",
              "copies", "rank{i}_train_time_s", *flops.METRICS),
+    backends=DDP_BACKENDS,
     config=DpScratchConfig,
     sense=TRAINING_SENSE,
     # d2l's LeNet (the model is checked)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments import TRAINING_SENSE, Experiment
+from experiments import DDP_BACKENDS, TRAINING_SENSE, Experiment
 from harness.training import flops, speed_methods, time_to_accuracy
 from harness.training.config import RunConfig
 from harness.training.data import Split, load_splits
@@ -31,8 +31,8 @@ from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
-from harness.training.field_groups import (AutocastFields, BatchFields, EpochsFields, EvalBatchFields, GlobalBatchFields,
-                                  LaunchFields, OptimizerFields, SpeedMethodsFields, SplitsFields, TargetFields)
+from harness.training.field_groups import (AutocastFields, EvalBatchFields, GlobalBatchFields, OptimizerFields,
+                                           SpeedMethodsFields, SplitsFields, TargetFields)
 from harness.training.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.precision import Precision
@@ -50,8 +50,8 @@ CLOCK = ("training only, from the first step (no warm-up epoch): batching from m
          "process start, data loading and every evaluation are outside the clock; several ranks: the slowest")
 
 
-class RecipeConfig(RunConfig, SplitsFields, SpeedMethodsFields, OptimizerFields, AutocastFields, LaunchFields,
-                   GlobalBatchFields, EpochsFields, BatchFields, EvalBatchFields, TargetFields):
+class RecipeConfig(RunConfig, SplitsFields, SpeedMethodsFields, OptimizerFields, AutocastFields, GlobalBatchFields,
+                   EvalBatchFields, TargetFields):
     """The book's loop with stacked speed methods, from the first step (no warm-up epochs)."""
 
 
@@ -171,6 +171,7 @@ EXPERIMENT = Experiment(
     notes=flops.NOTES,
     metrics=(*TRAINING_METRICS, "samples_trained", "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
              "scaler_skipped_steps", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
+    backends=DDP_BACKENDS,
     config=RecipeConfig,
     sense=TRAINING_SENSE,
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 512, "test_limit": 128, "epochs": 2,

@@ -935,7 +935,7 @@ def test_a_store_deleted_during_a_studys_last_trial_is_named_and_nothing_is_repo
                                                                                      capsys, monkeypatch):
     """The real file deleted (as `rm mlflow.db*` does) just as the last trial ends: there is no
     next trial to notice it before, so the study itself checks before its report and summary."""
-    from harness.studies import study_engine, trial_loop
+    from harness.studies import trial_loop
 
     path = study_file("vanishing", space=LR_SPACE, n_trials=2, base={"epochs": 1})
     real, finished = trial_loop.run_cell, []

@@ -14,16 +14,18 @@ from harness.signals import sigterm_as_interrupt
 
 
 def _overrides(args, experiment: str) -> dict:
-    """The --set values, after what --device stands for: device=D, and on a CPU also backend=gloo where
-    the experiment's config has a backend (a GPU sweep's nccl does not run there). A --set wins."""
+    """The --set values, after what --device stands for: device=D, and the backend the experiment
+    declares for that kind of device where its config has one (gloo on a CPU, nccl on GPUs:
+    Experiment.backends). A --set wins."""
     import experiments
     from harness.training.config import parse_assignment
 
     values = {}
     if getattr(args, "device", None):
         values["device"] = args.device
-        if args.device == "cpu" and "backend" in experiments.get(experiment).reads:
-            values["backend"] = "gloo"
+        backend = experiments.get(experiment).backend_for(args.device)
+        if backend is not None:
+            values["backend"] = backend
     values.update(parse_assignment(s) for s in args.sets)
     return values
 

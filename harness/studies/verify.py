@@ -306,7 +306,7 @@ def _seeds_section(summary: dict[str, dict], seeds: list[int], best) -> list[str
                         f"target): **{verdict}** ({_fmt_speedup(tuned_x)}, lower bound {_fmt(tuned_lo)}x, "
                         f"{summary['best']['reached']}/{summary['best']['runs']} seeds reached).",
                     f"In the study the best trial took {best.values[0]:.4g} s; in fresh processes "
-                    + (f"its median run did not reach the target" if math.isinf(summary["best"]["median"])
+                    + ("its median run did not reach the target" if math.isinf(summary["best"]["median"])
                        else f"its median is {_fmt(summary['best']['median'])} s") + ".", ""]
 
 
