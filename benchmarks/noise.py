@@ -24,7 +24,10 @@ from the cell's start, set by mallopt, harness/training/allocator.py); `keep-fre
 glibc's variables, MALLOC_MMAP_MAX_=0 and a high MALLOC_TRIM_THRESHOLD_, read when the process
 starts); `pinned` (OpenMP threads bound to cores); `aslr-off` (address-space randomisation off,
 `setarch -R`: a diagnostic only: a fixed layout can make one configuration steadily faster or slower
-than another, a bias no number of repeats shows, so a sweep never runs that way).
+than another, a bias no number of repeats shows, so a sweep never runs that way); `calibrated` (as
+`harness`, then each process measures its own speed_index, harness/machine/calibration.py, after its cell:
+its clocks are also shown multiplied by it, each run divided by its own process's speed, to see
+whether that lowers the per-round ratio's spread, the noise here being per process).
 
 Goal on an idle 2-core machine: minimum detectable effect at most 5% at n = 5 and at most 5% false
 "faster" verdicts. A cell lasts about 20 s (40 epochs of digits), as long as the shortest
@@ -36,6 +39,7 @@ are its own).
     make bench-noise                      # default N
     make bench-noise ARGS="--rounds 3 --epochs 1"     # a quick try that the benchmark runs
     make bench-noise ARGS="--rounds 8 --variants harness,keep-freed,keep-freed-env"   # where the noise comes from
+    make bench-noise ARGS="--variants calibrated"     # each run also divided by its own process's speed_index
 """
 
 from __future__ import annotations
@@ -59,13 +63,17 @@ from harness.report import intervals  # noqa: E402
 
 CELL = {"experiment": "pruning", "model": "cnn", "dataset": "digits", "sparsity": 0.0, "warmup_epochs": 1,
         "pretrain_epochs": 0, "batch_size": 64, "optimizer": "adam", "lr": 1e-3, "device": "cpu", "threads": 0}
-RUN_ONE = ("import json, sys\n"
+RUN_ONE = ("import json, os, sys\n"
            "import experiments\n"
            "from experiments import make_config\n"
            "from harness.cells import run_here\n"
            "cfg = make_config(json.loads(sys.argv[1]))\n"
            "metrics = run_here(experiments.get(cfg.experiment), cfg, lambda epoch, m: None)\n"
-           "print('RESULT ' + json.dumps({k: metrics[k] for k in sys.argv[2:]}))\n")
+           "found = {k: metrics[k] for k in sys.argv[2:]}\n"
+           "if os.environ.get('BENCH_NOISE_CALIBRATE'):\n"   # the process's own speed, after its cell
+           "    from harness.machine.calibration import measure, SPEED_INDEX\n"
+           "    found[SPEED_INDEX] = measure()\n"
+           "print('RESULT ' + json.dumps(found))\n")
 CLOCKS = ("train_time_s", "epoch_time_median_s")
 DRAWS = 400          # random draws of n rounds per figure
 POWER = 0.80         # a detectable effect is called faster this often
@@ -80,7 +88,12 @@ VARIANTS = {   # name: (command prefix, environment, config values)
     "keep-freed-env": ([], KEEP_FREED_ENV, {}),
     "pinned": ([], {"OMP_PROC_BIND": "true", "OMP_PLACES": "cores"}, {}),
     "aslr-off": (["setarch", platform.machine(), "-R"], {}, {}),
+    # as `harness`, and each process then measures its own speed_index: its times are also printed
+    # multiplied by it (seconds in calibration calls), to see whether dividing out the process's
+    # speed lowers the per-round ratio's spread (the noise here is per process)
+    "calibrated": ([], {"BENCH_NOISE_CALIBRATE": "1"}, {}),
 }
+CALIBRATED = "speed_index"   # the key a calibrated run adds; its clocks are also shown times it
 
 
 def run_cell(config: dict, variant: str = "harness") -> dict[str, float]:
@@ -194,6 +207,10 @@ def main() -> int:
         for clock in CLOCKS:
             figures[v][clock] = clock_figures(clock, np.array([r[clock] for r in a]), np.array([r[clock] for r in b]),
                                               args.rounds)
+        for clock in CLOCKS if all(CALIBRATED in r for r in a + b) else ():
+            name = f"{clock} x {CALIBRATED}"
+            figures[v][name] = clock_figures(name, *(np.array([r[clock] * r[CALIBRATED] for r in arm]) for arm in (a, b)),
+                                             args.rounds)
     if variants == ["harness"]:   # the figures' old shape
         figures.update(figures.pop("harness"))
     if args.json:

@@ -15,9 +15,9 @@ from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
 from harness.machine import hardware
 from harness.signals import raise_if_stopped, stops_held
 from harness.store import Outcome, Store
-from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, REASON_LIMIT
+from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, PROCEDURE, REASON_LIMIT
 from harness.specs.cell_spec import Cell
-from harness.training.config import RunConfig
+from harness.training.config import MEASUREMENT_PROCEDURE, RunConfig
 
 EpochHook = Callable[[int, dict[str, float]], None]
 # How often MLflow samples system metrics in a cell that asks for them (MLflow's default, 10 s,
@@ -50,7 +50,7 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
     import experiments
 
     raise_if_stopped()   # no new cell after a stop signal, even one whose KeyboardInterrupt was lost
-    tags = {**tags, CELL_ID: cell.cell_id}
+    tags = {**tags, CELL_ID: cell.cell_id, PROCEDURE: str(MEASUREMENT_PROCEDURE)}
     experiment = experiments.get(cell.config.experiment) if cell.config is not None else None
     if experiment is not None:
         tags[CLOCK] = experiment.clock

@@ -73,3 +73,28 @@ def test_an_unknown_variant_is_one_sentence_and_exit_2(monkeypatch, capsys):
     assert noise.main() == 2
     err = capsys.readouterr().err
     assert "unknown variant(s) fast" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_calibrated_variant_divides_each_run_by_its_own_process_speed(monkeypatch, tmp_path):
+    """Two processes twice as fast as two others: their times halve, their speed_index doubles, and the
+    time x speed_index clock is the same for all four (the process's speed divided out)."""
+    results = iter([(10.0, 2.0), (20.0, 1.0), (20.0, 1.0), (10.0, 2.0)])   # round k: A then B
+
+    class Done:
+        stderr = ""
+
+        def __init__(self, env):
+            time, speed = next(results)
+            found = {"train_time_s": time, "epoch_time_median_s": time / 10}
+            if env.get("BENCH_NOISE_CALIBRATE"):
+                found["speed_index"] = speed
+            self.stdout = "RESULT " + noise.json.dumps(found) + "\n"
+
+    monkeypatch.setattr(noise.subprocess, "run", lambda command, **kwargs: Done(kwargs["env"]))
+    out = tmp_path / "noise.json"
+    monkeypatch.setattr(noise.sys, "argv", ["noise.py", "--rounds", "2", "--epochs", "1", "--variants", "calibrated",
+                                            "--json", str(out)])
+    assert noise.main() == 0
+    figures = noise.json.loads(out.read_text())["calibrated"]
+    assert figures["train_time_s"]["paired_ratio_cv"] > 0.5
+    assert figures["train_time_s x speed_index"]["cv"] == 0 == figures["train_time_s x speed_index"]["paired_ratio_cv"]

@@ -239,6 +239,11 @@ def _fabricated(check: Check, points: pd.DataFrame, agree: bool) -> pd.DataFrame
         table[metric] = rising if agree else -rising
     elif kind == "flat":
         table[metric] = 1.0 if agree else [1.0 + i for i in range(len(table))]
+    elif kind == "compare":   # the against rows at 1; the claim's rows at 1 (inside every range) or far off
+        table[metric] = 1.0
+        low = 0.0 if check.min_ratio is None else check.min_ratio
+        off = 1.0 + 2 * (check.within or 0.5) if check.max_ratio is not None or check.within else low / 2
+        table.loc[checks.rows_where(table, check.where).index, metric] = 1.0 if agree else off
     else:
         raise AssertionError(f"no fabricated table for a '{kind}' check on ours; add one here")
     return table
@@ -273,3 +278,34 @@ def test_a_ceiling_on_time_to_accuracy_fails_when_a_finished_cell_never_reached_
     # on our own cells, where one timing is INCONCLUSIVE, a target missed is still a FAIL
     assert checks.evaluate([goal], finished, scale="cpu", repeats=3)[0].verdict == checks.FAIL
     assert checks.evaluate([goal], reached, scale="cpu", repeats=3)[0].verdict == checks.INCONCLUSIVE
+
+
+def _added(name: str, text_start: str):
+    spec = sweep_spec.load(name)
+    found = [c for c in spec.checks if c.text.startswith(text_start)]
+    assert len(found) == 1, f"{name}: no check '{text_start}...'"
+    return spec, found[0]
+
+
+@pytest.mark.parametrize("name, start, agree, contradict", [
+    # T10.2: 2 GPUs with linear lr scaling against 1 GPU's accuracy (the committed one-seed cells: 53.2 vs 49.6)
+    ("gpus", "linear lr scaling recovers", {(2, "linear"): 0.532, (1, "none"): 0.533, (2, "none"): 0.496},
+     {(2, "linear"): 0.45, (1, "none"): 0.533, (2, "none"): 0.496}),
+    # D12.2: numpy over torch on a CPU (d2l: 3.4x); 1.0 is no gain
+    ("async", "on a CPU torch's matmuls beat numpy's", {("cpu", 0.0): 3.4, ("cpu", 5.0): 4.5},
+     {("cpu", 0.0): 1.0, ("cpu", 5.0): 1.1}),
+    # T7: fp16 with no scaler against fp32
+    ("amp", "fp16 without a gradient scaler", {("fp32", True): 0.51, ("fp16", False): 0.505},
+     {("fp32", True): 0.51, ("fp16", False): 0.10}),
+])
+def test_the_added_checks_can_fail(name, start, agree, contradict):
+    """T10.2's lr-scaling recovery, D12.2's torch against numpy on a CPU and T7's fp16 without a
+    scaler: each passes on figures that agree with its claim and fails on figures that do not."""
+    spec, check = _added(name, start)
+    axes = {"gpus": ["world_size", "lr_scaling"], "async": ["device", "async_pause_s"],
+            "amp": ["dtype", "grad_scaler"]}[name]
+
+    def table(values):
+        return pd.DataFrame([{**dict(zip(axes, k)), check.metric: v} for k, v in values.items()])
+    assert checks.evaluate([check], table(agree), axes=spec.axes())[0].verdict == checks.PASS
+    assert checks.evaluate([check], table(contradict), axes=spec.axes())[0].verdict == checks.FAIL

@@ -35,8 +35,8 @@ def test_the_machine_is_read_from_what_the_cells_logged():
     assert list(facts.missing_backends) == ["ccl"]  # gloo's cell skipped for cores, not for its backend
     reasons = facts.lacks(Needs(cores=16, gpus=8, native="bf16", backend="ccl"), "the book's machine")
     assert reasons == [
-        "measured on 2 cores; the book's machine had 16",
-        "measured as CPU processes, on no GPU; the book's machine had 8 GPU(s)",
+        "measured on 2 cores; the claim needs 16 (the book's machine)",
+        "measured as CPU processes, on no GPU; the claim needs 8 GPU(s) (the book's machine)",
         "bf16 is emulated on the measuring device (its cells logged dtype_native 0); the book's machine "
         "computes it natively",
         "no ccl backend here: backend 'ccl' needs Intel's oneCCL bindings (oneccl_bindings_for_pytorch)",
@@ -49,7 +49,7 @@ def test_gpus_count_only_when_the_cells_ran_on_them():
     on_gpus = measured_on([_run({"device": "cuda"}, tags=tags)])
     as_cpu_processes = measured_on([_run({"device": "cpu"}, tags=tags)])
     assert (on_gpus.gpus, as_cpu_processes.gpus) == (2, 0)
-    assert on_gpus.lacks(Needs(gpus=8)) == ["measured on 2 GPU(s); the document's machine had 8 GPU(s)"]
+    assert on_gpus.lacks(Needs(gpus=8)) == ["measured on 2 GPU(s); the claim needs 8 GPU(s) (the document's machine)"]
     assert on_gpus.lacks(Needs(gpus=2)) == []
 
 
@@ -68,7 +68,7 @@ def test_a_failing_check_on_a_lesser_machine_differs_and_a_passing_one_passes():
     small, big = MeasuredOn(cores=2), MeasuredOn(cores=16)
     on_small = checks.evaluate([fails, passes], TABLE, measured=small, machine="the book's 16-core machine")
     assert [v.verdict for v in on_small] == ["DIFFERS: machine", "PASS"]
-    assert on_small[0].detail == ("measured 1.67; measured on 2 cores; the book's 16-core machine had 16: that "
+    assert on_small[0].detail == ("measured 1.67; measured on 2 cores; the claim needs 16 (the book's 16-core machine): that "
                                   "predicts a smaller speedup, and ours is smaller than the claim")
     assert [v.stand_in for v in on_small] == [True, True] and on_small[1].label == "PASS (stand-in)"
     assert [v.verdict for v in checks.evaluate([fails], TABLE, measured=big)] == ["FAIL"]
@@ -113,7 +113,7 @@ text = "trains in no time anywhere"
     assert summary.endswith("checks: measured claims 1 FAIL; stand-ins 1 DIFFERS: machine")
     text = written.read_text()
     assert "| trains in no time on a million cores | **DIFFERS: machine** |" in text
-    assert "cores; a machine with a million cores had 1000000: that predicts a longer train_time_s" in text
+    assert "cores; the claim needs 1000000 (a machine with a million cores): that predicts a longer train_time_s" in text
 
 
 def test_a_stand_in_that_misses_on_the_side_its_machine_does_not_predict_stays_a_fail():

@@ -69,6 +69,14 @@ text = "tiny CNN has 9,802 parameters"
     assert "| tiny CNN has 9,802 parameters | **PASS** | measured 9,802 |" in text
     assert "**Not run**" in text and "make sweep-repro_unrun SCALE=smoke" in text
     assert (tmp_path / "out" / "repro_ran.png").exists()
+    # the first screen: the cells' machine on line 3, each glance row the shown claim's own verdict
+    from harness.machine.fingerprint import fingerprint
+
+    line3 = text.splitlines()[2]
+    assert line3.startswith("**Measured on** ") and fingerprint()["fingerprint"] in line3, line3
+    glance = next(line for line in text.splitlines() if line.startswith("| repro_ran") or "`repro_ran`" in line)
+    assert "| tiny CNN has 9,802 parameters | measured 9,802 | **PASS** | exact facts 1 PASS |" in glance
+    assert "…" not in text and "Written on" not in text
 
 
 def test_cells_from_another_machine_are_reported_separately(store, sweep_file, monkeypatch):

@@ -110,12 +110,16 @@ def test_a_table_whose_cells_ran_at_different_speeds_says_so():
     from harness.report import tables
     from harness.store import RunRecord
 
-    def run(index):
-        return RunRecord("r", "r", "FINISHED", {}, {"speed_index": index}, {}, 0)
+    def run(index, repeat="0"):
+        return RunRecord("r", "r", "FINISHED", {"repeat": repeat}, {"speed_index": index}, {}, 0)
 
     assert tables.drift_note([run(10.0), run(10.5)]) is None
     note = tables.drift_note([run(10.0), run(6.0)])
-    assert "speed_index 6 to 10 (67% apart" in note and "--remeasure-drifted" in note
+    assert "speed_index 6 to 10 (67% apart" in note and "within round(s) 0" in note and "--remeasure-drifted" in note
+    # T6.1's case: three rounds at 279, a fourth added later at 240: between rounds, which pairing divides out
+    between = tables.drift_note([run(279.0, r) for r in "012" for _ in range(2)] + [run(240.0, "3")] * 2)
+    assert "round 0: 279" in between and "round 3: 240" in between and "does not enter it" in between, between
+    assert "--remeasure-drifted" not in between
 
 
 def test_the_report_says_when_its_ratios_mix_machine_speeds(store, sweep_file, monkeypatch):
@@ -143,3 +147,18 @@ def test_workers_log_the_speed_index_their_launcher_measured(sweep_file, tmp_pat
     parent = next(r for r in store.sweep_runs(store.find_experiment("worker_speed"), "worker_speed", parents=True))
     cells = store.sweep_runs(store.find_experiment("worker_speed"), "worker_speed")
     assert {r.metrics["speed_index"] for r in cells} == {float(parent.tags[PARENT_SPEED_TAG])}
+
+
+def test_the_calibration_runs_again_as_each_round_starts(store, sweep_file, monkeypatch):
+    """The machine slows down between rounds: each round's cells carry their own round's speed_index,
+    so the drift within a sweep is seen (it was one figure per invocation)."""
+    from harness.report import tables
+
+    speeds = iter([10.0, 5.0, 2.5])
+    monkeypatch.setattr(sweep_engine, "measure_speed", lambda: next(speeds))
+    spec = sweep_spec.load(str(sweep_file("per_round", {"sparsity": [0.0, 0.5]}, repeats=2)))
+    result = run_sweep(spec, store, scale="quick", show_progress=False, repeats=2)
+    by_round = {(r.cell.config.repeat, r.cell.config.sparsity): r.metrics["speed_index"] for r in result.results}
+    assert by_round == {(0, 0.0): 10.0, (0, 0.5): 10.0, (1, 0.0): 5.0, (1, 0.5): 5.0}
+    note = tables.build(store, spec, "quick").drift
+    assert "round 0: 10" in note and "round 1: 5" in note and "does not enter it" in note

@@ -243,8 +243,13 @@ def cmd_report(args) -> int:
     out_dir = _out_dir(args.out, REPORTS_DIR)
     _existing_store(args)
     if args.sweep is None:
-        path, summary = write_reproduction(_store(args), out_dir)
+        store = _store(args)
+        path, summary = write_reproduction(store, out_dir)
         print(f"written: {path}\nsummary: {summary}")
+        if args.out:   # a report written for a results folder: its store is committed beside it
+            from harness.cli.reproduce import settle_committed_store
+
+            settle_committed_store(store)
         return 0
     spec = sweep_spec.load(args.sweep)
     store = _store(args)

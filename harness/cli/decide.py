@@ -1,6 +1,12 @@
 """`harness sweep NAME --until-decided [--max-repeats K]`: after the sweep's rounds, add one round at a
-time, only for the grid points of the timing checks still INCONCLUSIVE (and their baseline rows, so the
+time, only for the grid points of the checks still INCONCLUSIVE (and their baseline rows, so the
 rounds stay paired), until every check is decided or the points have K repeats.
+
+The stopping rule, as the sweep states it when it stops: stop at the first round after which no
+check is INCONCLUSIVE, or when the undecided points have K repeats, or when a round runs no new cell
+(or one fails). Each verdict is printed with the n it rests on. Deciding by looking after every round
+is a sequential test: a check looked at k times has about k chances to come out decided by noise, so
+a verdict reached at a larger n than the sweep's own repeats says so by its n.
 
 The extra rounds run in this process: each is a `run_sweep` of the same file and settings with one
 more repeat, restricted to those points, so the rounds already measured are reused.
@@ -63,21 +69,35 @@ def run_until_decided(spec: SweepSpec, store: Store, *, scale: str, overrides: d
         report = tables.build_all(store, spec, scale)[0]
         points = undecided_points(report)
         if not points:
-            log(f"until-decided: every timing check of {spec.name} ({scale}) is decided")
+            log(f"until-decided: every check of {spec.name} ({scale}) is decided; stopped by the rule "
+                "'no check INCONCLUSIVE'")
+            _state_verdicts(report, log)
             return results
         rows = pd.DataFrame(points).merge(report.table, on=list(points[0]), how="left")
         have = int(rows["repeats"].max())
         if have >= max_repeats:
-            log(f"until-decided: {len(points)} grid point(s) still inconclusive after {have} repeats "
-                f"(--max-repeats {max_repeats}): " + "; ".join(_label(p) for p in points))
+            log(f"until-decided: {len(points)} grid point(s) still inconclusive after {have} repeats; stopped by "
+                f"the rule '--max-repeats {max_repeats} reached': " + "; ".join(_label(p) for p in points))
+            _state_verdicts(report, log)
             return results
         log(f"until-decided: round {have + 1} for {len(points)} grid point(s): " + "; ".join(_label(p) for p in points))
         result = run_sweep(spec, store, scale=scale, overrides=overrides, db_url=db_url, repeats=have + 1,
                            select=selecting(points), show_progress=show_progress, log=log)
         results.append(result)
         if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) or not result.count(Outcome.OK):
-            log("until-decided: stopped, a round ran no new cell or some failed (the summary says which)")
+            log("until-decided: stopped by the rule 'a round ran no new cell or some failed' (the summary says which)")
+            _state_verdicts(tables.build_all(store, spec, scale)[0], log)
             return results
+
+
+def _state_verdicts(report: tables.Report, log: Callable[[str], None]) -> None:
+    """Each check's verdict at the stop, with the n it rests on (runs, or seeds for an accuracy)."""
+    base = report.spec.repeats_at(report.scale)
+    for check, verdict in zip(report.spec.checks, report.verdicts):
+        n = checks.evidence_n(check, report.table)
+        extra = f", after {n - base} added round(s): decided by looking after each" if n > base and \
+            verdict.verdict in (checks.PASS, checks.FAIL) else ""
+        log(f"  {verdict.label} at n = {n}{extra}: {verdict.check}")
 
 
 def _label(point: dict[str, Any]) -> str:

@@ -67,11 +67,22 @@ def reproduce(planned: list[Planned], scale: str, store, out_dir) -> int:
             failed.append(item.sweep)
     path, summary = write_reproduction(store, out_dir)
     print(f"written: {path}\nsummary: {summary}")
+    settle_committed_store(store)
     if failed:
         print(f"reproduce: cells failed in {' '.join(failed)} (each recorded with its reason; run it again to "
               "retry them).", file=sys.stderr)
         return EXIT_FAILED_CELLS
     return 0
+
+
+def settle_committed_store(store) -> None:
+    """A store written beside a committed report is left as a commit holds it: its write-ahead logs
+    folded in, journal_mode = DELETE (a read-only open then writes nothing beside it)."""
+    modes = store.settle_for_commit()
+    left = [name for name, mode in modes.items() if mode != "delete"]
+    if left:
+        print(f"note: {', '.join(left)} is still open in another process, so it stays in WAL mode; run the "
+              "command again once nothing else uses the store, before committing it.", file=sys.stderr)
 
 
 def _run(command: list[str], env: dict[str, str]) -> int:

@@ -1,5 +1,5 @@
 """How fast this machine is today: a short fixed calibration each sweep invocation runs before its
-cells, logged as the metric `speed_index` on every cell (and as the tag `harness.speed_index` on the
+cells and again as each later round starts, logged as the metric `speed_index` on every cell (and as the tag `harness.speed_index` on the
 parent run, where a metric would crowd the chart view of the cells).
 
 The fingerprint (harness/machine/fingerprint.py) says which machine; this says how fast it runs now. The

@@ -22,6 +22,7 @@ every row. `text` says the claim in words and where it comes from.
     metric = "speedup"              # compared with book_speedup (or `published = "book_..."`)
     tolerance = 0.25                # |ours / published - 1| allowed
     where = { sparsity = 0.5 }
+    max = 2.0                       # optional: our figure at most this (two devices: 2x), whatever the tolerance
 
     [[checks]]                      # a bound on our own figure: a floor (min > 1 on a speed-up), a ceiling
     kind = "bound"
@@ -58,6 +59,10 @@ Every kind also takes (the models and their defaults: harness/specs/checkkinds.p
                                     # document's data and epochs); N/A elsewhere, saying so
     on = "ours"                     # the published rows cannot judge it (no such figure printed) ...
     reason = "d2l prints no outputs"  # ... and why (tests/test_checks_can_fail.py exempts exactly these)
+    assumes = { model = "cnn" }     # the settings the claim is about: cells that ran others are N/A ...
+    stand_ins = { dataset = "imagefolder" }  # ... but these are judged, labelled "(stand-in)"
+    claim = "goal"                  # "published" (default), "goal" (this project's own) or "consistency"
+                                    # (true by construction on some machines): the last two counted apart
 
 Verdicts: PASS, FAIL, DIFFERS: machine, INCONCLUSIVE, or N/A when the table lacks the cells a check needs
 (it says which).
@@ -68,9 +73,14 @@ How a verdict is reached on our tables (harness/report/tables.py passes the scal
 - a timing check (a time, a speed-up, an efficiency) has three: PASS only when its whole 95% interval
   over the repeats passes, FAIL only when the whole interval fails, INCONCLUSIVE otherwise (one run is
   always inconclusive), with n and the interval;
+- an accuracy check (compare, trend, best, bound, ratio) has the same three outcomes over seeds: a
+  sweep's round r trains seed base + r for every row, so a row's repeats are its seeds and an
+  accuracy's interval is over them; a row of one seed (a store from before seeds per round) is
+  INCONCLUSIVE, saying "one seed";
 - an accuracy check is N/A while its reference rows are within chance (10%) plus 3 standard errors
   of the test-set size: a claim about accuracy cannot be judged on an untrained model (for a best,
-  the rows are its own and its nearest rival's: two untrained rows tie; a trend ranks its untrained
+  the rows are its own and its nearest rival's: two untrained rows tie, and a "highest" whose own
+  row is untrained is N/A whatever the rival; a trend ranks its untrained
   rows as one level and is N/A while fewer than 3 of its rows learned);
 - a check whose `needs` this machine lacks is a stand-in result whatever its verdict; its FAIL is
   DIFFERS: machine only when the figure misses the claim on the side the missing resource predicts
@@ -118,6 +128,7 @@ class Verdict:
     kind: str = ""   # the check's kind: "exact" facts are counted apart from measured claims
     stand_in: bool = False   # measured without what the claim needs (cores, GPUs, native dtype)
     side: str = ""   # on a FAIL of a bound, ratio or compare: "low" or "high", the side it missed on
+    claim: str = "published"   # a document's claim, the project's "goal", or a "consistency" check
 
     @property
     def label(self) -> str:
@@ -126,13 +137,15 @@ class Verdict:
 
 def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[str] | None = None,
              measured: MeasuredOn | None = None, machine: str = DOCUMENT_MACHINE,
-             scale: str | None = None, repeats: int | None = None) -> list[Verdict]:
+             scale: str | None = None, repeats: int | None = None,
+             settings: dict[str, set[str]] | None = None) -> list[Verdict]:
     """Each check's verdict on `table` (a check given as its TOML table is read as its kind's model
     first; one that is no check is N/A, saying why). `axes` are the sweep's axes (a `compare` pairs
     its rows on the ones it does not name); `measured` what the cells ran on, `machine` what the
     document's is called; `scale` the table's scale (None: judge every check, as on the published
     rows); `repeats` the runs each grid point should have: above 1, timing checks have three
-    outcomes (None: two, as on the published rows, which are single figures)."""
+    outcomes (None: two, as on the published rows, which are single figures); `settings` what the
+    cells ran with (param -> the values found), for the settings a check `assumes`."""
     verdicts = []
     for entry in checks:
         try:
@@ -140,12 +153,57 @@ def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[
         except ValueError as err:   # a table no kind reads (sweep files are read before this): never a PASS
             verdicts.append(Verdict(str(entry), NA, str(err)))
             continue
-        verdicts.append(_judge(check, table, axes or [], measured, machine, scale, repeats))
+        verdict = _judge(check, table, axes or [], measured, machine, scale, repeats, settings or {})
+        verdict.claim = check.claim
+        verdicts.append(verdict)
     return verdicts
 
 
+def _assumed(check: Check, settings: dict[str, set[str]]) -> tuple[str, str]:
+    """Why the cells' settings are not the ones the claim is about ("" when they are), and the
+    stand-ins among them ("" when none): a setting the cells did not log is not held against them."""
+    other, standing = [], []
+    for key, want in (check.assumes or {}).items():
+        found = settings.get(key)
+        if not found:
+            continue
+        wanted = _texts(want)
+        if found <= wanted:
+            continue
+        allowed = _texts((check.stand_ins or {}).get(key))
+        shown = "/".join(sorted(found))
+        if found <= wanted | allowed:
+            standing.append(f"{key} {shown} for {'/'.join(sorted(wanted))}")
+        else:
+            other.append(f"{key} {shown}")
+    if other:
+        assumed = ", ".join(f"{k}={'/'.join(sorted(_texts(v)))}" for k, v in check.assumes.items())
+        return f"the claim assumes {assumed}; these cells ran {', '.join(other)}", ""
+    return "", "; ".join(standing)
+
+
+def _texts(value) -> set[str]:
+    """A setting (or a list of them) as the cells' params spell it."""
+    if value is None:
+        return set()
+    return {str(v).lower() if isinstance(v, bool) else str(v) for v in (value if isinstance(value, list) else [value])}
+
+
 def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
-           machine: str, scale: str | None, repeats: int | None = None) -> Verdict:
+           machine: str, scale: str | None, repeats: int | None = None,
+           settings: dict[str, set[str]] | None = None) -> Verdict:
+    other, standing = _assumed(check, settings or {})
+    if other:
+        return Verdict(check.name, NA, other, check.kind)
+    verdict = _judge_here(check, table, axes, measured, machine, scale, repeats)
+    if standing and verdict.verdict != NA:
+        verdict.stand_in = True
+        verdict.detail += f" (a stand-in: {standing})"
+    return verdict
+
+
+def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
+                machine: str, scale: str | None, repeats: int | None = None) -> Verdict:
     kind, name = check.kind, check.name
     if scale is not None and check.scales and scale not in check.scales:
         return Verdict(name, NA, f"judged at scale {', '.join(check.scales)} only (the document's data and epochs); "
@@ -157,6 +215,8 @@ def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: Measure
         return Verdict(name, NA, at_chance, kind)
     if repeats is not None and repeats > 1 and is_timing(check.metric, table):
         verdict = _judge_timing(check, table, axes)
+    elif repeats is not None and is_accuracy(check.metric) and kind != "exact":
+        verdict = _judge_accuracy(check, table, axes)
     else:
         verdict = JUDGES[kind](check, table, axes)
     verdict.kind = kind
@@ -185,7 +245,13 @@ def is_timing(metric: str, table: pd.DataFrame | None = None) -> bool:
     """A figure that moves with the machine's speed from run to run: a time, a speed-up, an
     efficiency, a throughput (and the table's own time metric)."""
     time = table.attrs.get("time") if table is not None else None
-    return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric)
+    # "_over_": a ratio of two times taken in one process (numpy_over_torch), as noisy as they are
+    return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric) or "_over_" in metric
+
+
+def is_accuracy(metric: str) -> bool:
+    """A figure that moves with the seed a run trained: an accuracy (a time to accuracy is a time)."""
+    return "accuracy" in metric and "to_accuracy" not in metric
 
 
 def _chance_ceiling(check: Check, table: pd.DataFrame) -> float | None:
@@ -209,7 +275,14 @@ def _at_chance(check: Check, table: pd.DataFrame) -> str | None:
         # A best is decided between its row and the nearest rival: two untrained rows tie at chance,
         # and which of them is lower is noise even when some other row has learned.
         pair = _stated_and_rival(check, table)
-        if pair is None or max(row[metric] for row in pair) > ceiling:
+        if pair is None:
+            return None
+        if check.goal == "highest" and pair[0][metric] <= ceiling < pair[1][metric]:
+            # "the highest" said of a row that has not learned cannot be the claim's row winning
+            # or losing: it lost to training, not to the rival's setting.
+            return (f"{metric} of {_where_text(check.row)} ({100 * pair[0][metric]:.1f}%) is {bound}: a row that "
+                    "has not learned cannot be the highest or lose to another")
+        if max(row[metric] for row in pair) > ceiling:
             return None
         return (f"{metric} of {_where_text(check.row)} and of its nearest rival ({100 * pair[0][metric]:.1f}%, "
                 f"{100 * pair[1][metric]:.1f}%) are both {bound}: the order of two untrained rows is noise")
@@ -245,14 +318,18 @@ def _stated_and_rival(check: Best, table: pd.DataFrame) -> tuple[pd.Series, pd.S
 
 def count_line(verdicts: list[Verdict]) -> str:
     """The summary of a report's verdicts, counting apart what is evidence of different kinds: exact
-    facts, measured claims, stand-ins (measured without what the claim needs), inconclusive, N/A."""
-    groups = {"exact facts": Counter(), "measured claims": Counter(), "stand-ins": Counter()}
+    facts, measured claims, stand-ins (measured without what the claim needs, or on a stand-in data
+    set or dtype), this project's own goals, consistency checks of the measurement (true by
+    construction on some machines: never a reproduced claim), inconclusive, N/A."""
+    groups = {"exact facts": Counter(), "measured claims": Counter(), "stand-ins": Counter(),
+              "project goals": Counter(), "consistency": Counter()}
     inconclusive = sum(v.verdict == INCONCLUSIVE for v in verdicts)
     na = sum(v.verdict == NA for v in verdicts)
     for v in verdicts:
         if v.verdict in (INCONCLUSIVE, NA):
             continue
-        group = "stand-ins" if v.stand_in else "exact facts" if v.kind == "exact" else "measured claims"
+        group = ("project goals" if v.claim == "goal" else "consistency" if v.claim == "consistency" else
+                 "stand-ins" if v.stand_in else "exact facts" if v.kind == "exact" else "measured claims")
         groups[group][v.verdict] += 1
     parts = []
     for group, found in groups.items():
@@ -325,10 +402,24 @@ def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
     if pairs.empty:
         return Verdict(name, NA, "no row has both our figure and the published one")
     ratios = pairs[metric] / pairs[published]
-    worst = (ratios - 1).abs().max()
+    low, high = _ratio_range(check, pairs[published])
+    inside = (ratios >= low) & (ratios <= high)
     detail = "ours/published = " + ", ".join(f"{r:.2f}" for r in ratios)
-    side = "" if worst <= tolerance else "low" if (ratios < 1 - tolerance).any() else "high"
-    return Verdict(name, PASS if worst <= tolerance else FAIL, detail, side=side)
+    if check.max is not None:
+        detail += f" (ours at most {check.max:g})"
+    side = "" if inside.all() else "low" if (ratios < low).any() else "high"
+    return Verdict(name, PASS if inside.all() else FAIL, detail, side=side)
+
+
+def _ratio_range(check: Ratio, published: pd.Series) -> tuple[pd.Series, pd.Series]:
+    """The allowed range of ours/published, row by row: 1 +- tolerance, capped where our figure has
+    a ceiling of its own (`max`: two devices cannot be more than 2x one)."""
+    tolerance = float(check.tolerance)
+    low = pd.Series(1 - tolerance, index=published.index)
+    high = pd.Series(1 + tolerance, index=published.index)
+    if check.max is not None:
+        high = high.where(high <= check.max / published, check.max / published)
+    return low, high
 
 
 # Metrics a run that never met its target leaves out rather than recording a number
@@ -447,22 +538,51 @@ def _fewest_runs(check: Check, table: pd.DataFrame) -> int:
     return int(counts.min()) if len(counts) else 0
 
 
+def evidence_n(check: Check | dict, table: pd.DataFrame) -> int:
+    """The n a check's verdict rests on: the fewest seeds of its rows for an accuracy, the fewest
+    runs for anything else (0 when it reads no finished row)."""
+    check = parse(check)
+    return _fewest_seeds(check, table) if is_accuracy(check.metric) else _fewest_runs(check, table)
+
+
+def _fewest_seeds(check: Check, table: pd.DataFrame) -> int:
+    """The fewest seeds among the rows the check reads (0 when it reads none)."""
+    if "seeds" not in table:
+        return 1 if _fewest_runs(check, table) else 0
+    picked = pd.concat([rows_where(table, rows) for rows in check.row_sets().values()] or [table])
+    counts = picked["seeds"].dropna()
+    return int(counts.min()) if len(counts) else 0
+
+
 def _judge_timing(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:
-    """A timing claim judged on its interval: PASS when the whole interval passes, FAIL when the
-    whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
+    """A timing claim judged on its interval over the rounds: PASS when the whole interval passes,
+    FAIL when the whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
+    n = _fewest_runs(check, table)
+    return _judge_on_interval(check, table, axes, n, "", f"n = {n} run(s) per grid point: one timing cannot decide "
+                              "a claim (run the sweep with repeats, or --until-decided)")
+
+
+def _judge_accuracy(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:
+    """An accuracy claim judged on its interval over seeds (a sweep's round r trains seed base + r, so
+    a row's repeats are its seeds), as a timing is on its rounds: one seed decides nothing."""
+    n = _fewest_seeds(check, table)
+    return _judge_on_interval(check, table, axes, n, " seeds", f"one seed (n = {n} per grid point): the accuracy "
+                              "of one training cannot decide a claim (its repeats, if any, trained the same seed)")
+
+
+def _judge_on_interval(check: Check, table: pd.DataFrame, axes: list[str], n: int, unit: str,
+                       one: str) -> Verdict:
     point = JUDGES[check.kind](check, table, axes)
     if point.verdict == NA or _never_reached(check, table):
         return point
-    n = _fewest_runs(check, table)
     if n < 2:
-        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; n = {n} run(s) per grid point: one timing "
-                       "cannot decide a claim (run the sweep with repeats, or --until-decided)")
+        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; {one}")
     lo_col, hi_col = intervals.bounds(check.metric)
     if isinstance(check, (Bound, Ratio)) and lo_col in table:
-        return _interval_verdict(check, table, point, n, lo_col, hi_col)
+        return _interval_verdict(check, table, point, n, lo_col, hi_col, unit)
     if isinstance(check, Compare) and check.within is None:
-        return _compare_interval(check, table, axes, point, n)
-    return _resampled_verdict(check, table, axes, point, n)
+        return _compare_interval(check, table, axes, point, n, unit)
+    return _resampled_verdict(check, table, axes, point, n, unit)
 
 
 def _within(lo: float, hi: float, low: float, high: float) -> Judgement:
@@ -471,7 +591,7 @@ def _within(lo: float, hi: float, low: float, high: float) -> Judgement:
 
 
 def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict, n: int, lo_col: str,
-                      hi_col: str) -> Verdict:
+                      hi_col: str, unit: str = "") -> Verdict:
     """bound and ratio: each row's interval against the allowed range."""
     rows = rows_where(table, check.where)
     metric = check.metric
@@ -479,12 +599,13 @@ def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict,
         published = check.published_column
         rows = rows.dropna(subset=[metric, published])
         scale = rows[published]
-        low, high = 1 - float(check.tolerance), 1 + float(check.tolerance)
+        lows, highs = _ratio_range(check, scale)
         what = "ours/published"
     else:
         rows = rows.dropna(subset=[metric])
         scale = pd.Series(1.0, index=rows.index)
         low, high = _low_high(check)
+        lows, highs = pd.Series(low, index=rows.index), pd.Series(high, index=rows.index)
         what = metric
     states, shown = [], []
     for i in rows.index:
@@ -493,16 +614,19 @@ def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict,
             states.append(INCONCLUSIVE)
             shown.append(f"{rows.at[i, metric] / scale[i]:.3g} (no interval)")
             continue
-        states.append(_within(lo, hi, low, high))
+        states.append(_within(lo, hi, lows[i], highs[i]))
         shown.append(intervals.format_ratio(rows.at[i, metric] / scale[i], lo, hi, suffix=""))
-    detail = f"{what} " + ", ".join(shown) + f" (95% interval, n = {n})"
+    detail = f"{what} " + ", ".join(shown) + f" (95% interval, n = {n}{unit})"
+    if isinstance(check, Ratio) and check.max is not None:
+        detail += f"; ours at most {check.max:g}: ours/published at most " + ", ".join(f"{h:.2f}" for h in highs)
     if FAIL in states:
-        side = "low" if any(rows.at[i, hi_col] / scale[i] < low for i in rows.index) else "high"
+        side = "low" if any(rows.at[i, hi_col] / scale[i] < lows[i] for i in rows.index) else "high"
         return Verdict(point.check, FAIL, detail, side=side)
     return Verdict(point.check, PASS if states and all(x == PASS for x in states) else INCONCLUSIVE, detail)
 
 
-def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
+def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], point: Verdict, n: int,
+                      unit: str = "") -> Verdict:
     """compare on a timing: the ratio of the two rows' medians with its interval over the rounds."""
     metric, where, against = check.metric, check.where, check.against
     low, high = _low_high(check)
@@ -522,26 +646,27 @@ def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], poin
                          + intervals.format_ratio(ratio.value, ratio.lo, ratio.hi, suffix=""))
     if not states:
         return point
-    detail = "; ".join(shown) + f" (95% interval, n = {n})"
+    detail = "; ".join(shown) + f" (95% interval, n = {n}{unit})"
     if FAIL in states:
         return Verdict(point.check, FAIL, detail, side=point.side or "high")
     return Verdict(point.check, PASS if all(x == PASS for x in states) else INCONCLUSIVE, detail)
 
 
-def _resampled_verdict(check: Check, table: pd.DataFrame, axes: list[str], point: Verdict, n: int) -> Verdict:
+def _resampled_verdict(check: Check, table: pd.DataFrame, axes: list[str], point: Verdict, n: int,
+                       unit: str = "") -> Verdict:
     """trend, flat, best (and a timing without interval columns): the check judged again on tables
     whose medians come from resampled rounds (tables.py's replicates); decided when it passes, or
     fails, in at least 97.5% of them."""
     replicates = table.attrs["rounds"].replicates.get(check.metric) if "rounds" in table.attrs else None
     if replicates is None:
-        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; no resampled rounds to judge it on (n = {n})")
+        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; no resampled rounds to judge it on (n = {n}{unit})")
     passes = 0
     for draw in replicates:
         copy = table.copy()
         copy[check.metric] = draw
         passes += JUDGES[check.kind](check, copy, axes).verdict == PASS
     share = passes / len(replicates)
-    detail = f"{point.detail}; passes in {share:.0%} of {len(replicates)} resampled rounds (n = {n})"
+    detail = f"{point.detail}; passes in {share:.0%} of {len(replicates)} resampled rounds (n = {n}{unit})"
     if point.verdict == PASS and share >= RESAMPLE_PASS:
         return Verdict(point.check, PASS, detail)
     if point.verdict == FAIL and share <= 1 - RESAMPLE_PASS:

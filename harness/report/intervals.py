@@ -1,4 +1,5 @@
-"""Figures over repeats: medians, their spread, and the ratio of two medians with a 95% interval.
+"""Figures over repeats: medians, their spread, the ratio of two medians with a 95% interval, and a
+median over seeds (an accuracy) with its interval.
 
 A speed-up is the baseline's median time over the row's median time. Its interval comes from a
 bootstrap over the rounds (harness/specs/sweep_spec.py runs a grid in rounds, A B C, A B C): resampling
@@ -98,6 +99,22 @@ def ratio_of_medians(numerator: dict[int, float], denominator: dict[int, float])
                  / np.median(b[rng.integers(0, len(b), (RESAMPLES, len(b)))], axis=1))
     spread = float(np.std(np.log(draws), ddof=1)) * _t(n)
     return Ratio(value, value * math.exp(-spread), value * math.exp(spread), n, paired)
+
+
+def median_interval(values) -> tuple[float, float, float]:
+    """The median of a row's values over seeds with its 95% interval: the bootstrap's standard
+    error of the median times Student's t for n - 1 degrees of freedom, as for a ratio (on the
+    figure's own scale: an accuracy is a fraction, not a ratio). No interval below two values."""
+    found = np.array([v for v in values if v is not None and not pd.isna(v)], dtype=float)
+    if len(found) == 0:
+        return float("nan"), float("nan"), float("nan")
+    value = float(np.median(found))
+    if len(found) < 2:
+        return value, float("nan"), float("nan")
+    rng = np.random.default_rng(SEED)
+    draws = np.median(found[rng.integers(0, len(found), (RESAMPLES, len(found)))], axis=1)
+    spread = float(np.std(draws, ddof=1)) * _t(len(found))
+    return value, value - spread, value + spread
 
 
 def format_ratio(value: float, lo: float = float("nan"), hi: float = float("nan"), suffix: str = "x",

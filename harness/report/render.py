@@ -119,9 +119,42 @@ def table_markdown(report) -> str:
         for key in ("note", "mfu_invalid_reason", "mfu_na"):
             if isinstance(row.get(key), str) and row[key]:
                 notes.append(f"- {where}: {row[key]}")
+    notes += _paired_baseline(t, axes, time)
+    notes += _one_seed(t, columns)
     if notes:
         lines += ["", "Notes:", *dict.fromkeys(notes)]
     return "\n".join(lines)
+
+
+def _paired_baseline(t: pd.DataFrame, axes: list[str], time: str) -> list[str]:
+    """Where a speed-up divides the baseline's median over fewer rounds than the baseline row shows
+    (a round --until-decided added to the baseline alone), the time it divides, once per such time."""
+    if "paired_baseline_time_s" not in t:
+        return []
+    groups: dict[tuple, list[str]] = {}
+    for row in t.astype(object).where(t.notna(), None).to_dict("records"):
+        if row.get("paired_baseline_time_s") is None:
+            continue
+        where = " ".join(f"{a}={value_text(a, row[a])}" for a in axes)
+        groups.setdefault((row["paired_baseline_time_s"], row["paired_rounds"]), []).append(where)
+    return [f"- speed-up of {'; '.join(rows)}: over the {int(rounds)} rounds shared with the baseline, whose median "
+            f"{label(time)} over them is {value_text(time, paired)} (its row shows the median over all its rounds)"
+            for (paired, rounds), rows in groups.items()]
+
+
+def _one_seed(t: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The line that says an accuracy shown without an interval is one training's, not a median
+    over seeds: the rows whose cells all trained one seed (repeats of a store from before a round
+    trained its own seed), or none."""
+    shown = [c for c in columns if "accuracy" in c and "to_accuracy" not in c and not c.startswith("book_")]
+    if not shown or "seeds" not in t:
+        return []
+    one = t[(t["seeds"] == 1) & t[shown].notna().any(axis=1)]
+    if one.empty:
+        return []
+    which = "every row" if len(one) == int(t["seeds"].notna().sum()) else f"{len(one)} row(s)"
+    return [f"- {label(shown[0])}: one seed in {which} (its repeats, if any, trained the same seed): "
+            "the figure is one training's, with no interval, and the accuracy checks on it are INCONCLUSIVE"]
 
 
 def problems_markdown(problems: list[str]) -> list[str]:

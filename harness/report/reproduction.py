@@ -2,9 +2,10 @@
 figures, with the verdicts of their checks, in one document: reports/REPRODUCTION.md (+ one PNG,
 one CSV a table).
 
-Its order is a reader's: one line per table first (the claim, ours against the published figure,
-the verdict and its caveat), then the caveats that matter, the machine (CPU flags, the load probe,
-every peak an MFU was divided by, so each MFU can be recomputed), the conventions every table
+Its order is a reader's: the machine the cells ran on (line 3), one line per table (the claim, ours
+against the published figure, its verdict, the table's counts and its caveat), then the caveats that
+matter, the machine (CPU flags hash, the load probe, every peak an MFU was divided by, so each MFU
+can be recomputed), the noise (free A/A pairs beside the noise floor), the conventions every table
 shares (stated once), and then the tables in the documents' order. A sweep not run yet is listed
 as "not run" with the command that runs it; cells measured on different machines or software are
 reported as separate tables."""
@@ -16,21 +17,17 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import UserError
-from harness.machine.fingerprint import cpu_flags, fingerprint
 from harness.folders import REPORTS_DIR
+from harness.machine.fingerprint import machine_text
 from harness.machine.machine_load import CONTENDED_CORES
-from harness.report import checks, overview, render, tables as report
+from harness.report import aa_pairs, checks, overview, render, tables as report
 from harness.report.order import in_document_order
 from harness.store import Store, redact
 from harness.store.tracking import NOTE_PREFIX
 from harness.store.uris import hide_password
 from harness.specs import sweep_spec
 
-# The CPU flags that decide what a CPU computes natively (harness/training/precision.py) and how fast.
-SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
-               "amx_int8", "amx_fp16")
 CHANCE = 0.12   # best test accuracy at or below this, on the 10-class data sets used here: chance (10%)
-CLAIM_LIMIT = 150
 
 
 def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path, str]:
@@ -55,12 +52,13 @@ def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path,
                + (f" (not run: {', '.join(not_run)})" if not_run else "")
                + "; checks: " + checks.count_line(verdicts))
     first = [pairs[0][0] for pairs in built.values()]
-    lines = ["# Reproduction report", "",
+    lines = ["# Reproduction report", "", measured_line(first), "",
              f"Our figures beside the published ones, read back from the tracking store {redact(store.uri)}. "
              f"**{summary}.**", "",
              "## At a glance", "", *glance(first, not_run, specs), "",
              "## Caveats", "", *caveats(first, not_run, specs), "",
              "## Machine", "", *machine(first), "",
+             "## Noise", "", *noise(first), "",
              "## Conventions", "", *conventions(first), "",
              "## Tables", ""]
     for name, pairs in built.items():
@@ -84,17 +82,49 @@ def label(spec) -> str:
     return (f"{''.join(g for g in found.groups() if g)} " if found else "") + f"`{spec.name}`"
 
 
-def glance(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
-    lines = ["| table | claim | ours vs published | verdict | caveat |", "|---|---|---|---|---|"]
+def measured_line(reports: list) -> str:
+    """Line 3 of the page: the machine(s) the cells ran on and when, from what the cells logged
+    (never the machine that writes the page, so the page is the same wherever it is written)."""
+    machines: dict[str, list] = {}
     for r in reports:
-        judged = [v for v in r.verdicts if v.verdict != checks.NA] or r.verdicts
-        claim, detail = (judged[0].check, judged[0].detail) if judged else (r.spec.title, "no check")
-        verdict = checks.count_line(r.verdicts) if r.verdicts else "not judged"
-        lines.append(f"| {label(r.spec)} | {_short(claim)} | {_short(detail)} | {verdict} | "
-                     f"{'; '.join(table_caveats(r)) or '—'} |")
+        machines.setdefault(r.fingerprint, []).append(r)
+    parts = []
+    for key, found in machines.items():
+        runs = [run for r in found for run in r.runs]
+        days = sorted({_day(run.start_time) for run in runs if run.start_time})
+        when = (days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}") if days else "date unknown"
+        parts.append(f"{found[0].machine}, host {runs[0].tags.get('host', 'unknown')} (fingerprint {key}), {when}"
+                     + ("" if len(machines) == 1 else f": {', '.join(label(r.spec) for r in found)}"))
+    return "**Measured on** " + "; ".join(parts) + "." if parts else "**Measured on** no machine yet (no table run)."
+
+
+def _day(ms: int) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def glance(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
+    """One line a table: the claim shown (a judged published claim first), its own verdict, and the
+    count of all the table's checks beside it; nothing cut."""
+    lines = ["| table | claim | ours vs published | verdict | all its checks | caveat |", "|---|---|---|---|---|---|"]
+    for r in reports:
+        shown = _shown_verdict(r.verdicts)
+        claim, detail = (shown.check, shown.detail) if shown else (r.spec.title, "no check")
+        verdict = f"**{shown.label}**" if shown else "not judged"
+        lines.append(f"| {label(r.spec)} | {_cell(claim)} | {_cell(detail)} | {verdict} | "
+                     f"{checks.count_line(r.verdicts) if r.verdicts else '—'} | {'; '.join(table_caveats(r)) or '—'} |")
     for name in not_run:
-        lines.append(f"| {label(specs[name])} | {_short(specs[name].title)} | — | not run | — |")
+        lines.append(f"| {label(specs[name])} | {_cell(specs[name].title)} | — | not run | — | — |")
     return lines
+
+
+def _shown_verdict(verdicts: list):
+    """The verdict a table's glance line shows: a decided published claim first, then an undecided
+    one, then a goal or consistency check, then a fact; an N/A only when nothing else was judged."""
+    def rank(v) -> tuple:
+        return (v.verdict == checks.NA, v.claim != "published", v.kind == "exact", v.verdict == checks.INCONCLUSIVE)
+    return min(verdicts, key=rank) if verdicts else None
 
 
 def table_caveats(r) -> list[str]:
@@ -151,15 +181,17 @@ def caveats(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
 
 
 def machine(reports: list) -> list[str]:
-    this = fingerprint()
-    flags = cpu_flags()
-    have = [f for f in SPEED_FLAGS if f in flags]
-    lines = [f"- Written on {this['host']}: {this['cpu.model']}, {this['cpu.cores']} cores, GPUs: {this['gpu.names']}, "
-             f"torch {this['torch.version']} (fingerprint {this['fingerprint']}); each table names the machine its "
-             "cells ran on.",
-             f"- CPU flags that decide native dtypes and speed: {', '.join(have) or 'none of ' + ', '.join(SPEED_FLAGS)}"
-             + (f"; missing: {', '.join(f for f in SPEED_FLAGS if f not in flags)}" if len(have) < len(SPEED_FLAGS) else "")
-             + ".",
+    """What the cells ran on, from the tags they logged (the page reads the same wherever it is
+    written): each machine's CPU flags hash and BF16 flag, the load probe, every peak."""
+    seen: dict[str, dict] = {}
+    for r in reports:
+        if r.runs:
+            seen.setdefault(r.fingerprint, r.runs[0].tags)
+    lines = [f"- {tags.get('host', 'unknown')} (fingerprint {key}): {machine_text(tags)}; CPU flags hash "
+             f"{tags.get('cpu.flags_hash', 'unknown')}, AVX512-BF16/AMX-BF16 flag {tags.get('cpu.native_bf16', 'unknown')}. "
+             "A dtype counts as native for a speed claim when its measured peak is at least fp32's (the peaks below), "
+             "not by a flag." for key, tags in seen.items()]
+    lines += [
              f"- Calibration: around every cell the load probe (harness/machine/machine_load.py) counts the cores other work "
              f"kept busy; {CONTENDED_CORES} or more marks the cell contended and its row says so. "
              f"{sum(run.metrics.get('contended') == 1 for r in reports for run in r.runs)} of "
@@ -168,6 +200,16 @@ def machine(reports: list) -> list[str]:
              "`peak_key`; measured here, `harness peak`):", ""]
     lines += peaks_used(reports)
     return lines
+
+
+def noise(reports: list) -> list[str]:
+    """The free A/A pairs (harness/report/aa_pairs.py) beside the noise floor measured on purpose."""
+    return ["- The noise floor: `make bench-noise` runs one cell as two identical arms in fresh processes; "
+            "its figures on this project's hosts (the spread of the per-round ratio, the smallest speed-up n "
+            "rounds can show) are in docs/MEASUREMENT.md#repeats.",
+            "- Free A/A pairs: the same configuration measured by more than one table, on the same machine, "
+            "at different times; how far apart they are is the noise between two rows that differ in nothing:",
+            *("  " + line for line in aa_pairs.lines(reports, label, render.format_value))]
 
 
 def peaks_used(reports: list) -> list[str]:
@@ -203,19 +245,24 @@ def conventions(reports: list) -> list[str]:
         "`mfu_time_s`, `peak_devices`, `peak_tflops` and `peak_key`, so MFU = flops_per_sample x mfu_samples / "
         "mfu_time_s / peak_tflops can be recomputed. **peak below achieved**: an MFU above 1, an error of the "
         "peak, never a result; **N/A**: a dtype without native arithmetic on the device, which has no peak.",
-        "- **Intervals**: a figure in brackets `[lo, hi]` is its interval over the cell's repeats; a time "
-        "with `(IQR x)` shows the interquartile range of its repeats; a figure alone had one repeat.",
+        "- **Intervals**: a figure in brackets `[lo, hi]` is its 95% interval over the cell's repeats: over the "
+        "rounds for a time or a speed-up, over the seeds for an accuracy (round r of a sweep trains seed base + r, "
+        "the same for every row); a time with `(IQR x)` shows the interquartile range of its repeats; a figure "
+        "alone had one repeat, or, for an accuracy, one seed (the table says so).",
         "- **Verdicts**: checks judge exact facts, trends, ratios, comparisons between rows, the best row and the "
         "absence of an effect. A check measured without what the document's machine had and the claim depends on "
         "(cores, GPUs, native bf16, a backend) is a **stand-in**, labelled so whether it passes or fails; its "
         "failure is **DIFFERS: machine** only when it misses on the side the missing resource predicts, with the "
-        "reason. Timing checks are **INCONCLUSIVE** unless the whole 95% interval over the repeats passes or "
-        "fails. N/A: the check had no rows to judge here (or judged accuracies at chance).",
+        "reason; a stand-in data set or dtype (JPEG CIFAR-10, bf16 for fp16) is labelled a stand-in too, and a "
+        "check on settings its claim does not assume (another model) is N/A. Timing checks, and accuracy checks "
+        "over seeds, are **INCONCLUSIVE** unless the whole 95% interval passes or fails. This project's own "
+        "goals and the consistency checks of the measurement (true by construction on some machines) are counted "
+        "apart from the published claims. N/A: the check had no rows to judge here (or judged accuracies at chance).",
         "- **Tables** show a few columns; each table's CSV keeps every metric.",
     ]
     return lines
 
 
-def _short(text: str) -> str:
-    text = " ".join(str(text).split()).replace("|", "/")
-    return text if len(text) <= CLAIM_LIMIT else text[:CLAIM_LIMIT - 1] + "…"
+def _cell(text: str) -> str:
+    """Text as one Markdown table cell: one line, no column bar; never cut."""
+    return " ".join(str(text).split()).replace("|", "/")

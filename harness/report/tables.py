@@ -17,10 +17,11 @@ from harness.report import checks, intervals, measured_on, render
 from harness.report.intervals import iqr
 from harness.report.render import MFU
 from harness.store import Outcome, RunRecord, Store, redact
-from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, SCALE
+from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, PROCEDURE, SCALE
 from harness.specs.sweep_spec import SweepSpec
 
 FINGERPRINT = "fingerprint"
+SEEDED_ROUNDS_FROM = 4   # the MEASUREMENT_PROCEDURE from which a sweep's round r trains seed base + r
 # What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
 MFU_INPUTS = ("flops_per_sample", "mfu_samples", "mfu_time_s", "peak_devices", "peak_tflops", "mfu_invalid")
@@ -112,9 +113,18 @@ def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunR
     report.verdicts = checks.evaluate(spec.checks, report.table, axes=spec.axes(), scale=scale,
                                       measured=measured_on.measured_on(runs, unfinished),
                                       machine=spec.published.get("machine", checks.DOCUMENT_MACHINE),
-                                      repeats=spec.repeats_at(scale))
+                                      repeats=spec.repeats_at(scale), settings=cell_settings(runs))
     report.markdown = render.to_markdown(report, runs[0])
     return report
+
+
+def cell_settings(runs: list[RunRecord]) -> dict[str, set[str]]:
+    """Every param of the cells with the values they ran (the settings a check `assumes`)."""
+    found: dict[str, set[str]] = {}
+    for run in runs:
+        for key, value in run.params.items():
+            found.setdefault(key, set()).add(value)
+    return found
 
 
 def _listed(problems: list[str], label: str) -> bool:
@@ -140,8 +150,22 @@ def settings_of(run: RunRecord, axes: list[str]) -> dict[str, str]:
     import experiments
 
     fields = experiments.all_fields()
-    return {k: v for k, v in sorted(run.params.items())
+    params = dict(run.params)
+    if "seed" in params:
+        params["seed"] = str(base_seed(run))
+    return {k: v for k, v in sorted(params.items())
             if k not in axes and k != "repeat" and not (k in fields and v == str(fields[k].default))}
+
+
+def base_seed(run: RunRecord):
+    """The seed a cell's sweep was given: its own seed less its round from procedure 4 on (round r
+    trains seed base + r), its own seed before (every round trained it). Rows group by it, so the
+    rounds of one sweep are repeats of one setting, not settings of their own."""
+    seed = _number(run.params.get("seed", "0"))
+    seeded_rounds = int(_number(run.tags.get(PROCEDURE, "0")) or 0) >= SEEDED_ROUNDS_FROM
+    if not seeded_rounds or not isinstance(seed, int):
+        return seed
+    return seed - int(_number(run.params.get("repeat", "0")) or 0)
 
 
 def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[RunRecord]]:
@@ -168,23 +192,45 @@ def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[Ru
 
 
 def drift_note(runs: list[RunRecord]) -> str | None:
-    """A sentence when the table's cells were measured on machines of different speed (their
-    `speed_index`, harness/machine/calibration.py, apart by more than the noise floor): its ratios divide
-    one machine's time by another's."""
+    """A sentence when the table's cells were measured at different speeds (their `speed_index`,
+    harness/machine/calibration.py, apart by more than the noise floor), saying where: between rounds,
+    which a speed-up paired by round divides out (both rows of a round saw the same speed), or within
+    a round, which it does not."""
     from harness.machine.calibration import DRIFT_TOLERANCE, SPEED_INDEX
 
-    found = [r.metrics[SPEED_INDEX] for r in runs if r.metrics.get(SPEED_INDEX)]
+    found = [(r.params.get("repeat", "0"), r.metrics[SPEED_INDEX]) for r in runs if r.metrics.get(SPEED_INDEX)]
     if len(found) < 2:
         return None
-    low, high = min(found), max(found)
+    values = [v for _, v in found]
+    low, high = min(values), max(values)
     if high / low - 1 <= DRIFT_TOLERANCE:
         return None
-    return (f"the cells of this table were measured at speed_index {low:.3g} to {high:.3g} ({high / low - 1:.0%} "
-            f"apart, more than the {DRIFT_TOLERANCE:.0%} noise floor): its speed-ups divide times taken on a "
-            "machine of different speed; `harness sweep NAME --remeasure-drifted` measures them again")
+    rounds: dict[str, list[float]] = {}
+    for key, value in found:
+        rounds.setdefault(key, []).append(value)
+    shown = ", ".join(f"round {key}: {_range_text(v)}" for key, v in sorted(rounds.items(), key=lambda kv: int(kv[0])))
+    text = (f"the cells were measured at speed_index {low:.3g} to {high:.3g} ({high / low - 1:.0%} apart, more than "
+            f"the {DRIFT_TOLERANCE:.0%} noise floor; {shown})")
+    within = {key: max(v) / min(v) - 1 for key, v in rounds.items() if max(v) / min(v) - 1 > DRIFT_TOLERANCE}
+    if not within:
+        return (text + ": the speed moved between rounds, not within one, and a speed-up is formed over the rounds "
+                "both rows share, each row of a round at that round's speed, so the drift does not enter it; a "
+                "row's median time over rounds does mix the speeds")
+    return (text + ": within round(s) " + ", ".join(sorted(within, key=int)) + " the cells ran at speeds "
+            + ", ".join(f"{d:.0%}" for _, d in sorted(within.items(), key=lambda kv: int(kv[0])))
+            + " apart, so a speed-up over such a round divides times taken at different speeds; "
+            "`harness sweep NAME --remeasure-drifted` measures again the cells away from today's speed")
+
+
+def _range_text(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.3g}" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g}-{high:.3g}"
 
 
 NOT_RUN = "not run"
+# Where a speed-up is formed over fewer rounds than its baseline row has: the baseline's median time
+# over the rounds the two share (the time actually divided), and how many those are.
+PAIRED_BASELINE, PAIRED_ROUNDS = "paired_baseline_time_s", "paired_rounds"
 
 
 def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame:
@@ -236,6 +282,7 @@ def _cells(spec: SweepSpec, runs, axes: list[str], metrics: list[str]) -> pd.Dat
         row = {a: _number(run.params.get(a)) for a in axes}
         row.update({m: run.metrics.get(m) for m in metrics})
         row["repeat"] = int(_number(run.params.get("repeat", "0")) or 0)
+        row["seed"] = _number(run.params.get("seed", "0"))
         row["test_samples"] = run.metrics.get("test_samples")
         row["target_reached"] = run.metrics.get("target_reached")   # 0: no time to accuracy, as none was
         row[CELL_ID] = run.tags.get(CELL_ID)
@@ -259,6 +306,7 @@ def _medians(cells: pd.DataFrame, axes: list[str], metrics: list[str], time: str
         table["target_reached"] = grouped["target_reached"].max()   # 1 when any repeat reached it
     if time in metrics:
         table[_iqr_name(time)] = grouped[time].agg(iqr)   # NaN (printed "-") for one repeat
+    _accuracy_over_seeds(table, cells, axes, [m for m in metrics if checks.is_accuracy(m)])
     if (cells["note"] != "").any():
         table["note"] = grouped["note"].agg(lambda texts: "; ".join(dict.fromkeys(t for t in texts if t)))
     for text in MFU_TEXTS:
@@ -292,6 +340,8 @@ def _column_order(table: pd.DataFrame, axes: list[str], time: str) -> list[str]:
     book's, and the note when a row has one."""
     ours = [c for c in (time, _iqr_name(time), "speedup", "efficiency", MFU) if c in table]
     bounds = [c for c in ("speedup_lo", "speedup_hi", "efficiency_lo", "efficiency_hi") if c in table]
+    bounds += [c for c in table.columns if c.endswith(("_lo", "_hi")) and c not in bounds and c not in axes
+               and not c.startswith("book_")]
     ours += [c for c in table.columns if c not in ours + bounds and c not in axes and not c.startswith("book_")
              and c != "note"]
     ours += bounds
@@ -299,6 +349,23 @@ def _column_order(table: pd.DataFrame, axes: list[str], time: str) -> list[str]:
     book += [c for c in table.columns if c.startswith("book_") and c not in book]
     tail = ["note"] if "note" in table and table["note"].fillna("").astype(bool).any() else []
     return axes + ours + book + tail
+
+
+def _accuracy_over_seeds(table: pd.DataFrame, cells: pd.DataFrame, axes: list[str], accuracies: list[str]) -> None:
+    """`seeds`: how many seeds each grid point's cells trained, and for each accuracy its 95% interval
+    over them (`_lo`/`_hi`, harness/report/intervals.py). A row of one seed (its repeats timed the
+    same training again) has no interval: its accuracy is one draw, and the report says so."""
+    if not accuracies:
+        return
+    grouped = cells.groupby(axes, sort=True)
+    table["seeds"] = grouped["seed"].nunique()
+    for metric in accuracies:
+        found = {key: intervals.median_interval(group.groupby("seed")[metric].median())
+                 if group["seed"].nunique() > 1 else (np.nan, np.nan, np.nan) for key, group in grouped}
+        lo, hi = intervals.bounds(metric)
+        keys = [key if isinstance(key, tuple) else (key,) for key in table.index]
+        table[lo] = [found[key][1] for key in keys]
+        table[hi] = [found[key][2] for key in keys]
 
 
 REPLICATES = 400   # resampled tables a trend, flat or best timing check is judged on
@@ -367,19 +434,29 @@ def _speedup_with_interval(table: pd.DataFrame, baseline: dict, time: str, axes:
     """`speedup` = the baseline's median time / the row's, with `speedup_lo`/`speedup_hi`, its 95%
     interval over the rounds (harness/report/intervals.py). The baseline row is found as _speedup does."""
     base_rows = _baseline_rows(table, baseline, axes)
-    values = {"speedup": [], "speedup_lo": [], "speedup_hi": []}
+    values = {"speedup": [], "speedup_lo": [], "speedup_hi": [], PAIRED_BASELINE: [], PAIRED_ROUNDS: []}
     for i in table.index:
         base = base_rows.get(i)
         point = tuple(table.at[i, a] for a in axes)
+        paired_time, paired_rounds = float("nan"), float("nan")
         if base is None or point not in rounds:
             ratio = intervals.Ratio(float("nan"), float("nan"), float("nan"), 0, False)
         elif base == i:
             ratio = intervals.Ratio(1.0, float("nan"), float("nan"), len(rounds[point]), True)
         else:
-            ratio = intervals.ratio_of_medians(rounds[tuple(table.at[base, a] for a in axes)], rounds[point])
+            base_rounds = rounds[tuple(table.at[base, a] for a in axes)]
+            ratio = intervals.ratio_of_medians(base_rounds, rounds[point])
+            shared = set(base_rounds) & set(rounds[point])
+            if ratio.paired and len(shared) < len(base_rounds):   # the baseline row's median is not the one divided
+                paired_time = intervals.median(base_rounds[k] for k in shared)
+                paired_rounds = len(shared)
         values["speedup"].append(ratio.value)
         values["speedup_lo"].append(ratio.lo)
         values["speedup_hi"].append(ratio.hi)
+        values[PAIRED_BASELINE].append(paired_time)
+        values[PAIRED_ROUNDS].append(paired_rounds)
+    if all(pd.isna(v) for v in values[PAIRED_BASELINE]):
+        del values[PAIRED_BASELINE], values[PAIRED_ROUNDS]
     for column, found in values.items():
         table[column] = found
 
@@ -470,9 +547,14 @@ def _in_grid_order(table: pd.DataFrame, spec: SweepSpec, axes: list[str]) -> pd.
     """Numbers ascending; names (dtype, execution, device) in the order the grid lists them; a
     column that mixes both after the merge with published rows puts numbers first."""
     def key(column: pd.Series) -> pd.Series:
-        if pd.api.types.is_numeric_dtype(column):
+        if pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column):
             return column
-        order = {v: i for i, v in enumerate(spec.grid.get(column.name, [])) if not isinstance(v, dict)}
+        listed = [v for values in spec.grid.values() for v in values if isinstance(v, dict) and column.name in v]
+        listed = [v[column.name] for v in listed] or spec.grid.get(column.name, [])
+        order = {}
+        for v in listed:   # a compound axis lists a value once per combination: its first place counts
+            if not isinstance(v, dict):
+                order.setdefault(v, len(order))
         return column.map(lambda v: (0, order[v], "") if v in order else
                           (1, v, "") if isinstance(v, (int, float)) else (2, 0, str(v)))
     return table.sort_values(axes, key=key)
@@ -503,6 +585,8 @@ def _efficiency(frame: pd.DataFrame, baseline: dict, speedup: str, workers: str)
 
 
 def _number(text):
+    if text in ("True", "False"):   # a bool field as MLflow logs it (grad_scaler), compared with the file's true
+        return text == "True"
     try:
         return float(text) if "." in text or "e" in text else int(text)
     except (TypeError, ValueError):

@@ -6,7 +6,9 @@ its line in KINDS, and its judge in the report's JUDGES.
 
 Every kind takes `metric`, `text` (the claim in words), `where` (the rows it reads: axis -> a value
 or a list of values), `needs` (what the document's machine had that the claim depends on),
-`scales` (judged only at these) and `on` (+ `reason`) for a claim the published rows cannot judge.
+`scales` (judged only at these), `on` (+ `reason`) for a claim the published rows cannot judge,
+`assumes` / `stand_ins` (the settings the claim is about, and those that stand in for them) and
+`claim` (a published claim, the project's goal, or a consistency check).
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ class Check(BaseModel):
     scales: list[str] = []                           # judged only at these scales; empty: at every one
     on: Literal["published", "ours"] = "published"   # "ours": the published rows cannot judge it ...
     reason: str = ""                                 # ... and why
+    # The settings the claim assumes (model, dataset, dtype -> a value or a list): a table whose cells
+    # ran others is N/A for it (a parameter count is the book's CNN's, not tiny_cnn's) ...
+    assumes: Rows | None = None
+    # ... unless they ran a stand-in named here (dataset = "imagefolder": CIFAR-10 as JPEGs): the
+    # verdict is then judged and labelled a stand-in.
+    stand_ins: Rows | None = None
+    # What the check is evidence of: a document's claim ("published"), this project's own goal
+    # ("goal", counted apart), or a consistency check of the measurement itself ("consistency":
+    # true by construction on some machines, counted apart, never as a reproduced claim).
+    claim: Literal["published", "goal", "consistency"] = "published"
 
     @model_validator(mode="after")
     def _complete(self) -> "Check":
@@ -85,6 +97,7 @@ class Ratio(Check):
     kind: Literal["ratio"] = "ratio"
     tolerance: Number
     published: str | None = None                     # the published column; None: book_<metric>
+    max: Number | None = None                        # and our figure at most this (2 devices: 2x)
 
     @property
     def published_column(self) -> str:
@@ -125,7 +138,7 @@ class Flat(Check):
 
 KINDS: dict[str, type[Check]] = {"exact": Exact, "trend": Trend, "ratio": Ratio, "bound": Bound,
                                  "compare": Compare, "best": Best, "flat": Flat}
-_TABLES = ("where", "against", "row", "needs")
+_TABLES = ("where", "against", "row", "needs", "assumes", "stand_ins")
 
 
 def parse(entry: Check | dict[str, Any]) -> Check:

@@ -179,7 +179,10 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     cells = []
     axes = list(grid)
     # Repeat 0 leaves `repeat` at its default, so its cell id is the one-repeat sweep's: raising
-    # the repeats reuses the cells already measured and only adds rounds.
+    # the repeats reuses the cells already measured and only adds rounds. Round r trains with seed
+    # base + r, the same seed for every row of the round: the repeats of a row are then draws over
+    # seeds (its accuracy gets an interval), while the rows of one round still differ only in
+    # their settings (the speed-ups stay paired by round).
     for repeat in range(rounds):
         for combo in itertools.product(*(grid[a] for a in axes)):
             values = dict(fixed)
@@ -187,6 +190,7 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
                 values.update(value if axis in compound.values() else {axis: value})
             if repeat:
                 values["repeat"] = repeat
+                values["seed"] = round_seed(values.get("seed", 0), repeat)
             label = " ".join(_label(a, v) for a, v in zip(axes, combo)) or spec.name
             if rounds > 1:
                 label += f" r{repeat}"
@@ -198,6 +202,15 @@ def expand(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | Non
     for model in dict.fromkeys(getattr(c.config, "model", None) for c in cells if c.config is not None):
         experiment.check_model(model, where=f"sweep {spec.name}")
     return cells
+
+
+def round_seed(base, repeat: int):
+    """The seed round `repeat` trains with: the cell's own seed (its base) plus the round. A seed
+    that is no whole number is left for the config to refuse, with its sentence."""
+    try:
+        return int(base) + repeat
+    except (TypeError, ValueError):
+        return base
 
 
 def cell_count(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None) -> int:

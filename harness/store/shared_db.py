@@ -46,6 +46,24 @@ def patient_sqlite() -> None:
     _installed = True
 
 
+def settle_sqlite(path: Path) -> str | None:
+    """Fold a SQLite file's write-ahead log into it and leave it in rollback-journal mode
+    (journal_mode = DELETE), as a store meant to be committed must be: a WAL file makes even a
+    read-only open write -wal and -shm files beside it, and a copy of the file alone may miss the
+    log. The mode it is left in ("delete"; "wal" when another connection holds it open), or None when
+    there is no such file. The next harness command to open it for writing switches it back to WAL."""
+    if not path.is_file():
+        return None
+    connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return str(connection.execute("PRAGMA journal_mode = DELETE").fetchone()[0]).lower()
+    except sqlite3.OperationalError:   # another process writes to it now: left as it is
+        return "wal"
+    finally:
+        connection.close()
+
+
 def engine_kwargs(url: str) -> dict:
     if url.startswith("postgresql"):
         # Fail in seconds on a wrong host instead of waiting for the OS's TCP timeout.

@@ -9,6 +9,7 @@ resolved config. The engines read these tags back to decide what is already done
 from __future__ import annotations
 
 import contextlib
+import gc
 import fcntl
 import logging
 import os
@@ -27,13 +28,14 @@ from harness.store.outcome import Outcome
 from harness.store.paths import inside
 from harness.store.process import process_alive, this_process
 from harness.store.relocate import follow_moved_folder
-from harness.store.uris import check_sqlite_path, is_sqlite, redact, resolve_tracking_uri
+from harness.store.uris import check_sqlite_path, is_sqlite, redact, resolve_tracking_uri, shared_db_beside
 
 # Tag names the harness writes and reads back.
 SWEEP, SCALE, CELL_ID, OUTCOME, REASON, HOST, PID, PID_START, PARENT, CLOCK, KIND = (
     "harness.sweep", "harness.scale", "harness.cell_id", "harness.outcome", "harness.reason",
     "harness.host", "harness.pid", "harness.pid_start", "mlflow.parentRunId", "harness.clock", "harness.kind",
 )
+PROCEDURE = "harness.procedure"   # MEASUREMENT_PROCEDURE of the cell (from 4 on: round r trains seed base + r)
 DETACHED_HOST = "(detached workers)"  # HOST of a parent run whose launcher left; its workers close it
 DESCRIPTION = "mlflow.note.content"  # what the MLflow UI shows as an experiment's or a run's description
 NOTE_PREFIX = "harness.note."  # + key: a text value an experiment returned (a captured warning, a dtype)
@@ -160,6 +162,22 @@ class Store:
 
     def _sqlite_path(self) -> Path:
         return Path(self.uri.removeprefix("sqlite:///"))
+
+    def settle_for_commit(self) -> dict[str, str]:
+        """A SQLite store (its mlflow.db and the claims and studies file beside it) left as a commit
+        should hold it: each write-ahead log folded in and the files in rollback-journal mode (harness/
+        store/shared_db.py). This process's MLflow connections to it are closed first, since a file
+        another connection holds open stays in WAL. Each file's mode, by name; empty for a server store."""
+        if self.artifact_root is None or not self.uri.startswith("sqlite:///"):
+            return {}
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        for uri in [u for u in SqlAlchemyStore._engine_map if u == self.uri or u.startswith(self.uri + "?")]:
+            SqlAlchemyStore._engine_map.pop(uri).dispose()
+        gc.collect()   # a connection an unreferenced result still held closes only when collected
+        path = self._sqlite_path()
+        found = {p.name: shared_db.settle_sqlite(p) for p in (path, shared_db_beside(path))}
+        return {name: mode for name, mode in found.items() if mode is not None}
 
     def _create_sqlite_whole(self) -> None:
         """A new SQLite store is built and migrated beside its path, then renamed into place."""

@@ -92,7 +92,7 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     with run.as_parent(parent, lambda: sweep.stopped(what, results)) as claims:
         sweep.log_parent(parent, what, overrides, workers, speed)
         if not run.launches:
-            sweep.work(claims, parent, records=records, results=results, speed=speed)
+            sweep.work(claims, parent, records=records, results=results, speed=speed, per_round=True)
         elif (results := sweep.launch(run, claims, parent, records, overrides, speed)) is None:
             return sweep.result(parent, [], detached=True)  # the workers close the parent run when done
         store.check_still_there()  # the last cell went into the store the sweep opened
@@ -157,9 +157,12 @@ class _Sweep:
         return _count_tags(self.outcomes(since_ms=since))
 
     def work(self, claims: Claims, parent: str, *, records: dict[str, list[RunRecord]] | None = None,
-             results: list[CellResult] | None = None, speed: float | None = None) -> list[CellResult]:
+             results: list[CellResult] | None = None, speed: float | None = None,
+             per_round: bool = False) -> list[CellResult]:
         """Take every cell not finished and not claimed by a live process, in grid order; each result
-        is appended to `results` as it comes (the caller's list still holds them if this raises)."""
+        is appended to `results` as it comes (the caller's list still holds them if this raises).
+        `per_round`: calibrate again as each later round starts, so a cell carries the speed of its
+        own round and drift within a sweep is seen (workers keep their launcher's one figure)."""
         if records is None:
             records = self.store.cell_records(self.experiment_id, self.spec.name)
         results = [] if results is None else results
@@ -168,8 +171,14 @@ class _Sweep:
                    disable=not self.show_progress,
                    bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} cells [{elapsed}{postfix}]")
         try:
+            round_now = None
             for cell in self.cells:
                 bar.set_postfix_str(cell.label)
+                round_of = getattr(cell.config, "repeat", 0)
+                if per_round and round_now is not None and round_of != round_now \
+                        and not _finished(records.get(cell.cell_id, [])):
+                    speed = measure_speed()
+                round_now = round_of
                 self.store.check_still_there()  # no cell is run into, or reported as kept by, a deleted store
                 result = self.take(cell, records.get(cell.cell_id, []), claims, parent, self.show_progress)
                 _note_speed(self.store, result, speed)

@@ -78,7 +78,12 @@ class RunConfig(FieldGroup):
 # 3: convolution FLOPs count groups (a depthwise conv's weight gradient was counted once per
 # group), the MFU peak is per thread count from several kernels, and a one-process cell with a
 # backend other than gloo on a CPU is a skip: old records' MFU and their duplicate cell are wrong.
-MEASUREMENT_PROCEDURE = 3
+# 4: repeat round r trains with seed base + r (harness/specs/sweep_spec.py), where every round
+# trained the base seed: a repeat is now a draw over seeds, so its accuracy has an interval. A
+# procedure-3 repeat trained the same seed as round 0; reused as a round of a procedure-4 row it
+# would count the same training twice as two seeds, so every id moves (round 0's too: a row's
+# rounds are then all of one procedure) and a resumed sweep measures its cells again.
+MEASUREMENT_PROCEDURE = 4
 
 
 def positive_int(value: int) -> int:
