@@ -32,7 +32,7 @@ from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
 from harness.training.field_groups import (AutocastFields, EvalBatchFields, GlobalBatchFields, OptimizerFields,
-                                           SpeedMethodsFields, SplitsFields, TargetFields)
+                                           SpeedMethodsFields, SplitsFields, TargetFields, lr_effective)
 from harness.training.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.precision import Precision
@@ -104,7 +104,7 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
     if cfg.execution == "compile":
         net = speed_methods.compiled(net, cfg.compile_mode, cfg.compile_backend)
     batch = cfg.batch_size // ctx.world_size if cfg.batch_is_global else cfg.batch_size
-    lr = speed_methods.scaled_lr(cfg.lr * cfg.lr_factor, batch * ctx.world_size, cfg.lr_base_batch)
+    lr = lr_effective(cfg, ctx.world_size)
     optimizer = make_optimizer(cfg.model_copy(update={"lr": lr}), net)
 
     def test_accuracy() -> float:  # rank 0 evaluates the plain model (fp32, no compile), every rank gets it

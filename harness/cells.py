@@ -18,6 +18,7 @@ from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, PROCEDURE, REASON_LIMIT
 from harness.specs.cell_spec import Cell
 from harness.training.config import MEASUREMENT_PROCEDURE, RunConfig
+from harness.training.field_groups import lr_effective
 
 EpochHook = Callable[[int, dict[str, float]], None]
 # How often MLflow samples system metrics in a cell that asks for them (MLflow's default, 10 s,
@@ -154,6 +155,8 @@ def _ok(store: Store, run_id: str, cell: Cell, metrics: dict) -> CellResult:
     # this process's are not them.
     metrics.setdefault("peak_rss_mb", peak_rss_mb())
     metrics.setdefault("threads_used", torch.get_num_threads())
+    if (lr := lr_effective(cell.config)) is not None:   # a metric, not a param: the cell's id stays
+        metrics.setdefault("lr_effective", lr)
     store.end_run(run_id, Outcome.OK, metrics=metrics,
                   tags={f"{NOTE_PREFIX}{k}": v[:REASON_LIMIT] for k, v in notes.items()})
     return CellResult(cell, Outcome.OK, metrics, run_id=run_id)

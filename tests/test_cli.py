@@ -239,3 +239,27 @@ def test_make_device_cuda_leaves_the_backend_to_the_experiment():
                              capture_output=True, text=True, check=True).stdout
         assert "--device cuda" in dry and "backend" not in dry, dry
     assert "NCCL_SWEEPS" not in (root / "Makefile").read_text()
+
+
+def test_the_store_locations_are_resolved_once_and_carried(monkeypatch, tmp_path):
+    """The command line resolves the tracking URI and the shared database once (StoreLocations) and
+    every use reads that pair: a change of the environment after it no longer moves the store. Outside
+    harness/store/uris.py only the library's own defaults resolve (Store() and run_sweep() called
+    without a location, as tests and scripts do)."""
+    import argparse
+    import re
+    from pathlib import Path
+
+    from harness.cli.commands import _where
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'a.db'}")
+    monkeypatch.delenv("HARNESS_STORAGE", raising=False)
+    args = argparse.Namespace(tracking_uri=None, storage=None)
+    first = _where(args)
+    assert (first.tracking_uri, first.db_url) == (f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'a-optuna.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'b.db'}")
+    assert _where(args) is first
+    root = Path(__file__).parent.parent / "harness"
+    resolving = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                       if re.search(r"\bresolve_(tracking_uri|db_url)\(", p.read_text()))
+    assert resolving == ["store/tracking.py", "store/uris.py", "sweeps/sweep_engine.py"], resolving

@@ -161,3 +161,20 @@ def test_an_experiment_declares_its_collective_backend_for_each_device():
         else:
             assert experiment.backend_for("cuda") is None
             assert _overrides(argparse.Namespace(device="cuda", sets=[]), name) == {"device": "cuda"}
+
+
+def test_the_lr_a_cell_trains_with_is_worked_out_in_one_place():
+    """field_groups.lr_effective is the one rule: recipe's tuned and batch-scaled lr, data_parallel's
+    lr scaled by the ranks (the rate its schedule ramps to), the others' lr as given, and None for an
+    experiment without one. It is a metric the cell runner logs, never a field: cell ids stay."""
+    from harness.distributed.ddp_train import LrSchedule
+    from harness.training.field_groups import lr_effective
+
+    recipe = make_config({"experiment": "recipe", "lr": 0.005, "lr_factor": 2.0, "batch_size": 64, "lr_base_batch": 32})
+    assert lr_effective(recipe) == 0.005 * 2.0 * 64 / 32
+    assert lr_effective(recipe, world_size=2) == 0.005 * 2.0 * 128 / 32   # each rank's batch, twice over
+    ddp = make_config({"experiment": "data_parallel", "lr": 0.1, "world_size": 4, "lr_scaling": "linear_warmup"})
+    assert lr_effective(ddp) == LrSchedule(ddp, 4, steps_per_epoch=10).target == 0.1 * 4
+    assert lr_effective(make_config({"experiment": "pruning", "lr": 0.003})) == 0.003
+    assert lr_effective(make_config({"experiment": "hybridize"})) is None
+    assert "lr_effective" not in type(recipe).model_fields

@@ -25,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from harness.training.config import RunConfig
+from harness.training.field_groups import lr_effective
 from harness.training.data import DeviceBatches, Split, load_splits
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
@@ -48,7 +49,7 @@ class LrSchedule:
 
     def __init__(self, cfg: RunConfig, world_size: int, steps_per_epoch: int):
         self.base = cfg.lr
-        self.target = cfg.lr * (world_size if cfg.lr_scaling != "none" else 1)
+        self.target = lr_effective(cfg, world_size)
         ramp = cfg.lr_warmup_epochs * steps_per_epoch if cfg.lr_scaling == "linear_warmup" else 0
         self.ramp_steps = max(int(ramp), 0)
         self.step = 0
