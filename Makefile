@@ -86,7 +86,10 @@ sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-g
 study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity-tradeoff (ARGS=--status)
 	$(HARNESS) study $(subst -,_,$*) --scale $(SCALE) $(STUDY_OPTS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
 
-study-%-verify: ## re-time a study's best trial in fresh processes: seeds, tuned-lr baseline, ablation (resumable)
+study-%-calibrate: ## measure a study's target from its tuned baseline ([target]): results/targets/ (resumable)
+	$(HARNESS) study $(subst -,_,$*) --calibrate-target --scale $(SCALE) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
+
+study-%-verify: ## race a study's best trials over seeds in fresh processes against its tuned baseline, then ablate the winner (resumable)
 	$(HARNESS) study $(subst -,_,$*) --verify --scale $(SCALE) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
 
 report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)

@@ -51,7 +51,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from experiments import TRAINING_SENSE, Experiment
-from harness.training import flops, speed_methods, time_to_accuracy
+from harness.training import accuracy_probe, flops, speed_methods, time_to_accuracy
 from harness.training.config import RunConfig
 from harness.training.data import load_splits
 from harness.errors import CellSkipped
@@ -382,8 +382,14 @@ def train(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, fl
         return tta_accuracy(model, test_x, test_y, rung.tta_level, batch_size=cfg.eval_batch_size,
                             precision=precision, layout=layout)
 
-    watch = AccuracyWatch.from_config(cfg, evaluate)
-    parts = min(watch.per_epoch, steps_per_epoch) if watch is not None else 1
+    probe = accuracy_probe.stratified_indices(test_y.cpu(), cfg.probe_size).to(test_y.device)
+    probe_x, probe_y = test_x[probe], test_y[probe]
+
+    def evaluate_probe() -> float:
+        return tta_accuracy(model, probe_x, probe_y, rung.tta_level, batch_size=cfg.eval_batch_size,
+                            precision=precision, layout=layout)
+
+    watch = AccuracyWatch.from_config(cfg, evaluate, evaluate_probe)
     epoch_times: list[float] = []
 
     with timed(device) as setup:  # the whitening is part of the training, as in the paper's timer
@@ -399,7 +405,7 @@ def train(cfg: RunConfig, on_epoch: EpochCallback | None = None) -> dict[str, fl
         whiten.bias.requires_grad_(not rung.freeze_whiten_bias or epoch < WHITEN_BIAS_EPOCHS)
         steps = min(steps_per_epoch, total_steps - step)
         # the checkpoints' steps; a last epoch cut short may have fewer steps than checkpoints
-        bounds = sorted({max(steps * (k + 1) // parts, 1) for k in range(parts)})
+        bounds = watch.bounds(steps) if watch is not None else [steps]
         order = torch.randperm(len(labels), generator=generator)[:steps * batch].to(device)
         mirror = flips(epoch).to(device)
         loss_sum = torch.zeros((), device=device)

@@ -24,7 +24,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from experiments import DDP_BACKENDS, TRAINING_SENSE, Experiment
-from harness.training import flops, speed_methods, time_to_accuracy
+from harness.training import accuracy_probe, flops, speed_methods, time_to_accuracy
 from harness.training.config import RunConfig
 from harness.training.data import Split, load_splits
 from harness.distributed.launch import launch
@@ -107,11 +107,13 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
     lr = lr_effective(cfg, ctx.world_size)
     optimizer = make_optimizer(cfg.model_copy(update={"lr": lr}), net)
 
-    def test_accuracy() -> float:  # rank 0 evaluates the plain model (fp32, no compile), every rank gets it
-        return ctx.broadcast(evaluate(model, data.test, batch_size=cfg.eval_batch_size, device=device)
-                             if ctx.rank == 0 else None)
+    def accuracy_on(split: Split):  # rank 0 evaluates the plain model (fp32, no compile), every rank gets it
+        return lambda: ctx.broadcast(evaluate(model, split, batch_size=cfg.eval_batch_size, device=device)
+                                     if ctx.rank == 0 else None)
 
-    watch = AccuracyWatch.from_config(cfg, test_accuracy)
+    probe = accuracy_probe.stratified_indices(data.test.y, cfg.probe_size)
+    test_accuracy = accuracy_on(data.test)
+    watch = AccuracyWatch.from_config(cfg, test_accuracy, accuracy_on(Split(data.test.x[probe], data.test.y[probe])))
     records: list[dict] = []
 
     def record(epoch: int, metrics: dict) -> None:

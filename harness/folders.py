@@ -13,5 +13,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SWEEPS_DIR = REPO_ROOT / "sweeps"       # the sweep and study files (*.toml)
 REPORTS_DIR = REPO_ROOT / "reports"     # generated reports, unless --out says otherwise
+TARGETS_DIR = REPO_ROOT / "results" / "targets"   # studies' calibrated targets (studies/calibrated_target.py)
 MLRUNS_DIR = REPO_ROOT / "mlruns"       # the default store, the shared database, Slurm logs
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "torch-speed-harness"))

@@ -158,7 +158,7 @@ def test_a_field_the_experiment_never_reads_is_refused_naming_the_fields_it_read
     with pytest.raises(UserError) as err:
         check_reads("pruning", ["sparsity", "backend"])
     message = str(err.value)
-    assert message.startswith("experiment 'pruning' does not read 'backend'; it reads: batch_size, data_dir,")
+    assert message.startswith("experiment 'pruning' does not read 'backend'; it reads: batch_size, check_every_samples, data_dir,")
     assert "sparsity" in message and "\n" not in message and message.endswith(".")
     with pytest.raises(UserError, match="sweep file x.toml: experiment 'async' does not read 'epochs'"):
         check_reads("async", ["epochs"], where="sweep file x.toml")

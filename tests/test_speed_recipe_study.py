@@ -97,11 +97,13 @@ def test_the_baseline_runs_first_and_every_later_trial_is_timed_to_its_accuracy(
     assert f"target: test accuracy {target:.4g}, the baseline's after 1 epoch(s)" in report
     table = pd.read_csv(tmp_path / "out" / "study_tinyrecipe-full.csv")
     assert list(table.columns) == ["trial", "channels_last", "execution", "batch_size", "time_to_accuracy_s",
-                                   "speedup", "test_accuracy", "mfu", "samples_per_s", "mlflow_run_id"]
+                                   "speedup", "test_accuracy", "time_to_accuracy_resolution_s", "mfu", "samples_per_s",
+                                   "mlflow_run_id"]
     assert table["trial"].iloc[0] == 0 and table["speedup"].iloc[0] == 1.0
     for row in table.itertuples():
         assert row.speedup == pytest.approx(first.values[0] / row.time_to_accuracy_s)
         assert 0 < row.mfu < 1
+        assert 0 < row.time_to_accuracy_resolution_s <= row.time_to_accuracy_s   # printed with every time
         assert row.mfu == pytest.approx(client.get_run(row.mlflow_run_id).data.metrics["mfu"])
 
 

@@ -1,5 +1,6 @@
-"""`harness study NAME --verify`: the best trial, the baseline and a tuned-lr baseline re-timed over
-seeds in fresh processes, to the study's one target, with an ablation; resumable (studies/verify.py)."""
+"""`harness study NAME --verify`: the race: the front's fastest trials and a tuned-lr baseline re-measured
+over seeds in fresh processes, to the study's one target, the winner named on the re-measured intervals,
+then ablated; resumable (studies/verify.py)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ STUDY = """\
 
     [verify]
     seeds = [0, 1, 2]
+    candidates = 2
     lr_factors = [2]
     [verify.changes]
     batch_size = "the optimizer: a bigger batch"
@@ -92,19 +94,24 @@ def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_ru
     for run in runs:   # one target for every run, and no baseline target of its own
         assert float(run.data.params["target_accuracy"]) == target and run.data.params["target_from_epoch"] == "0"
     roles = table.groupby("role")["seed"].apply(sorted).to_dict()
-    assert roles["best"] == roles["baseline"] == roles["tuned baseline"] == [0, 1, 2]
     assert roles["lr x1"] == roles["lr x2"] == [0]
-    assert {r.data.tags[ROLE] for r in runs} <= set(roles)
+    # every candidate ran the first two seeds, in rounds with the tuned baseline; the winner ran every round
+    raced = table[(table["role"] == "winner") | table["role"].str.startswith("trial ")]
+    assert set(raced["trial"]) <= {1, 2} and len(set(raced["trial"])) == 2
+    assert roles["winner"][:2] == [0, 1] and roles["tuned baseline"] == roles["winner"]
+    assert all(roles[r][:2] == [0, 1] for r in roles if r.startswith("trial "))
+    assert {"role", "seed", "time_to_accuracy_s", "reached", "time_to_accuracy_resolution_s"} <= set(table.columns)
+    winner = int(table.loc[table["role"] == "winner", "trial"].iloc[0])
+    assert {r.data.tags[ROLE] for r in runs} <= set(roles) | {f"trial {winner}"}   # MLflow: the role it raced in
     methods = sorted({role.split(": ")[1] for role in roles if ": " in role})
     assert all(roles[f"alone: {m}"] == roles[f"without: {m}"] == [0] for m in methods)
     for row in table[table["role"].str.endswith("batch_size")].itertuples():
         assert row.changes == "the optimizer: a bigger batch"
-    best = table[table["role"] == "best"]
-    assert len({int(s) for s in best["seed"]}) == 3
 
     report = (tmp_path / "out" / "study_verifyme-full-verify.md").read_text()
     assert f"Target: test accuracy **{target:.4g}**" in report and "end of epoch 2" in report
-    assert "## Seeds 0, 1, 2" in report and "95% bootstrap interval" in report and "Goal (" in report
+    assert "## The race" in report and "in-study inside interval" in report and "95% bootstrap interval" in report
+    assert "Winner, named on the re-measured intervals: **trial " in report and "goal (at least 2x" in report
 
     before = len(runs)
     capsys.readouterr()

@@ -29,7 +29,8 @@ def test_the_first_check_that_meets_the_target_gives_the_training_seconds_until_
     for i in range(4):
         watch.check(epochs=(i + 1) / 2, seconds=1.5, samples=100)
     assert watch.metrics() == {"target_reached": 1.0, "epochs_trained": 2.0, "target_accuracy": 0.55,
-                               "time_to_accuracy_s": 3.0, "epochs_to_accuracy": 1.0}
+                               "time_to_accuracy_s": 3.0, "epochs_to_accuracy": 1.0, "accuracy_checks": 4.0,
+                               "time_to_accuracy_resolution_s": 1.5, "best_test_accuracy": 0.7}
     assert not watch.should_stop  # only with stop=True
     # A data-parallel run gives the slowest rank's seconds at each check.
     assert watch.metrics(slowest_seconds=[2.0, 4.5, 6.0, 8.0])["time_to_accuracy_s"] == 4.5
@@ -40,7 +41,8 @@ def test_a_target_never_met_is_recorded_as_not_reached_not_as_a_time():
     watch.check(epochs=1, seconds=2.0, samples=10)
     watch.check(epochs=2, seconds=2.0, samples=10)
     metrics = watch.metrics()
-    assert metrics == {"target_reached": 0.0, "epochs_trained": 2.0, "target_accuracy": 0.9}
+    assert metrics == {"target_reached": 0.0, "epochs_trained": 2.0, "target_accuracy": 0.9, "accuracy_checks": 2.0,
+                       "best_test_accuracy": 0.4}
     assert "time_to_accuracy_s" not in metrics and "epochs_to_accuracy" not in metrics
 
 
@@ -141,3 +143,78 @@ def test_data_parallel_ranks_stop_together_and_time_the_slowest_rank(store):
     assert m["target_reached"] == 1.0 and m["epochs_trained"] == m["epochs_to_accuracy"] < 4
     assert m["time_to_accuracy_s"] == pytest.approx(max(m["rank0_train_time_s"], m["rank1_train_time_s"]))
     assert m["ranks_params_identical"] == 1.0
+
+
+# --- the fine clock: checks every k steps on a probe, the crossing confirmed on the whole test set --------
+def test_a_probe_crossing_counts_only_once_the_whole_test_set_confirms_it_and_the_resolution_goes_with_it():
+    whole = _scripted([0.52, 0.61])                       # read only when the probe crosses
+    watch = AccuracyWatch(_scripted([0.4, 0.58, 0.5, 0.7]), target=0.55, every=10, confirm=whole)
+    for seconds in (1.0, 1.0, 0.5, 0.25):
+        watch.check(epochs=0.1, seconds=seconds, samples=10)
+    assert [c.whole for c in watch.checkpoints] == [False, True, False, True]
+    metrics = watch.metrics()
+    # the probe said 0.58 at 2.0 s but the whole set said 0.52: the crossing is the confirmed one at 2.75 s,
+    # resolved to the 0.25 s trained since the check before it
+    assert metrics["time_to_accuracy_s"] == 2.75 and metrics["time_to_accuracy_resolution_s"] == 0.25
+    assert metrics["accuracy_checks"] == 4.0
+
+
+def test_a_probe_reading_just_under_the_target_is_confirmed_so_a_low_probe_does_not_hold_a_crossing_back():
+    # a probe of 400 images at a target of 0.6: two standard errors are 0.049
+    watch = AccuracyWatch(_scripted([0.50, 0.56]), target=0.6, every=10, confirm=_scripted([0.61]), probe_n=400)
+    watch.check(epochs=0.1, seconds=1.0, samples=10)     # 0.50: too far under, not confirmed
+    watch.check(epochs=0.2, seconds=1.0, samples=10)     # 0.56: within 0.049, confirmed at 0.61
+    assert [c.whole for c in watch.checkpoints] == [False, True]
+    assert watch.metrics()["time_to_accuracy_s"] == 2.0
+
+
+def test_checks_every_k_steps_end_each_epoch_with_a_check_and_without_k_keep_the_per_epoch_ones():
+    assert AccuracyWatch(lambda: 0.0, target=0.5, every=4).bounds(10) == [4, 8, 10]
+    assert AccuracyWatch(lambda: 0.0, target=0.5, every=20).bounds(10) == [10]
+    assert AccuracyWatch(lambda: 0.0, target=0.5, per_epoch=4).bounds(8) == [2, 4, 6, 8]
+    assert AccuracyWatch(lambda: 0.0, target=0.5, per_epoch=4).bounds(2) == [1, 2]
+
+
+def test_the_probe_is_stratified_fixed_whatever_the_seed_and_the_whole_set_when_asked_for_more():
+    from harness.training.accuracy_probe import stratified_indices
+
+    labels = torch.tensor([0] * 60 + [1] * 30 + [2] * 10)
+    probe = stratified_indices(labels, 20)
+    assert torch.bincount(labels[probe]).tolist() == [12, 6, 2]      # each class in proportion
+    torch.manual_seed(123)
+    assert torch.equal(stratified_indices(labels, 20), probe)        # the same images in every run
+    assert torch.equal(stratified_indices(labels, 0), torch.arange(100))
+    assert len(stratified_indices(labels, 7)) == 7
+
+
+def test_probe_size_in_an_experiment_without_a_probe_is_one_sentence():
+    cfg = make_config({**TINY_BASE, "experiment": "pruning", "target_accuracy": 0.5, "probe_size": 32})
+    with pytest.raises(UserError, match="probe_size needs"):
+        AccuracyWatch.from_config(cfg, lambda: 0.0)
+
+
+def test_the_fine_clock_on_digits_checks_every_k_steps_and_logs_its_resolution():
+    cfg = make_config({"experiment": "recipe", "model": "tiny_cnn", "dataset": "digits", "train_limit": 512,
+                       "test_limit": 256, "epochs": 2, "batch_size": 32, "lr": 0.005, "optimizer": "adam",
+                       "threads": 1, "target_accuracy": 0.6, "stop_at_target": True, "check_every_samples": 64,
+                       "probe_size": 64})
+    import experiments
+
+    metrics = experiments.get("recipe").run(cfg)
+    assert metrics["target_reached"] == 1.0
+    # 16 steps an epoch of 32 samples, a check every 64 samples (2 steps): the crossing is known to within
+    # 2 steps' training seconds
+    assert 0 < metrics["time_to_accuracy_resolution_s"] < metrics["time_to_accuracy_s"]
+    assert metrics["accuracy_checks"] == metrics["epochs_to_accuracy"] * 16 / 2
+
+
+def test_a_check_interval_in_samples_is_whole_steps_of_each_runs_own_global_batch():
+    from harness.training.time_to_accuracy import check_every_steps
+
+    base = {"experiment": "recipe", "model": "tiny_cnn", "dataset": "digits", "target_accuracy": 0.5,
+            "check_every_samples": 1024}
+    assert check_every_steps(make_config({**base, "batch_size": 64})) == 16
+    assert check_every_steps(make_config({**base, "batch_size": 512})) == 2     # the same share of training
+    assert check_every_steps(make_config({**base, "batch_size": 4096})) == 1    # at least one step
+    assert check_every_steps(make_config({**base, "batch_size": 256, "world_size": 2})) == 2   # each rank's batch
+    assert check_every_steps(make_config({**base, "check_every_samples": 0})) == 0

@@ -78,10 +78,12 @@ def _add_study(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-trials", type=int, default=10_000,
                    help="refuse a study whose target (--n-trials, else the file's) is more trials than this, "
                         "counted for the study as a whole however many --workers or Slurm jobs share them "
-                        "(default 10000); --status and --verify run none and are not capped")
+                        "(default 10000); --status, --verify and --calibrate-target run none and are not capped")
     p.add_argument("--status", action="store_true", help="show trials done, running, failed, pruned and the best so far")
-    p.add_argument("--verify", action="store_true", help="re-time the best trial and the baselines over seeds in fresh "
-                   "processes, with a tuned-lr baseline and an ablation ([verify] in the study file); resumable")
+    p.add_argument("--verify", action="store_true", help="race the front's best trials over seeds in fresh processes against "
+                   "the tuned baseline, name the winner on the re-measured intervals, ablate it ([verify]); resumable")
+    p.add_argument("--calibrate-target", action="store_true", help="measure the study's target at --scale from its "
+                   "tuned baseline ([target] in the study file) and write results/targets/<study>-<scale>.json; resumable")
     p.add_argument("--out", help="folder for the study's .md, .csv and .png (default: reports/)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_worker_args(p)

@@ -205,7 +205,7 @@ def cmd_study(args) -> int:
     for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
         if value is not None and not (value >= low and math.isfinite(value)):
             raise UserError(f"{name} must be a positive finite number (got {value}).")
-    if role is None and not (args.status or args.verify):  # --status and --verify run no trial of the study
+    if role is None and not (args.status or args.verify or args.calibrate_target):  # these run no trial of the study
         _size_of_study(spec, args, overrides)
     if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
         from harness.store.uris import check_sqlite_path
@@ -221,6 +221,14 @@ def cmd_study(args) -> int:
     launcher = _launcher(args)
     store = _store(args)
     db_url = _where(args).db_url
+    if args.calibrate_target:
+        from harness.studies import calibrated_target
+
+        if workers > 1 or role is not None:
+            raise UserError("--calibrate-target times runs one at a time; run it without --workers.")
+        calibrated_target.calibrate(spec, store, scale=args.scale, overrides=overrides,
+                                    show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
+        return 0
     if args.verify:
         from harness.studies import verify
 

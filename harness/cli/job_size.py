@@ -75,7 +75,7 @@ def study_size(spec, scale: str, overrides: dict[str, Any], n_trials: int | None
     from experiments import make_config
 
     target = n_trials or spec.trials_at(scale)
-    per_trial = max([getattr(make_config(spec.fixed(scale, overrides)), "epochs", 0) or 0,
+    per_trial = max([getattr(make_config(spec.fixed_for_checks(scale, overrides)), "epochs", 0) or 0,
                      *searched_epochs(spec)])
     return JobSize("study", spec.name, scale, target, "trials", target * per_trial, "--max-trials",
                    "ask for fewer (--n-trials N)", at_most=True)

@@ -40,6 +40,7 @@ HARNESS_METRICS = ("peak_rss_mb", "threads_used", "lr_effective")  # added to ce
 # Objectives read off a clock (seconds, or rates over seconds): a study of one runs each trial in a
 # fresh process by default (studies/isolation.py), so no trial's time depends on the trials before it.
 CLOCKED = ("mfu", "achieved_tflops")
+RESOLUTION = "time_to_accuracy_resolution_s"
 
 
 class Param(BaseModel):
@@ -153,10 +154,26 @@ class Verify(BaseModel):
     """`[verify]`: how `harness study NAME --verify` re-times the best trial (studies/verify.py)."""
     model_config = ConfigDict(extra="forbid")
 
-    seeds: list[int] = Field([0, 1, 2], min_length=1)    # the best recipe and both baselines, once per seed
+    seeds: list[int] = Field([0, 1, 2], min_length=1)    # the race's seeds, in the order they are drawn
+    candidates: int = Field(3, ge=1)                     # the race: the fastest N of the front (or the best N trials)
+    first_seeds: int = Field(2, ge=1)                    # every candidate runs these; then only the leader's rivals
+    budget: int | None = Field(None, ge=1)               # at most this many candidate runs (None: every seed each)
     lr_factors: list[float] = [2.0, 4.0]                 # the tuned baseline: the study's lr times each (and x1)
     ablation_seeds: int = Field(1, ge=1)                 # the first N seeds, for each ablation variant
     changes: dict[str, str] = {}                         # parameter -> what it changes beyond speed (model, optimizer)
+    goal_speedup: float = Field(2.0, gt=0)               # the goal: the winner at least this many times the tuned baseline
+    goal_lower: float = Field(1.5, gt=0)                 # and the ratio's 95% interval above this
+
+
+class TargetSpec(BaseModel):
+    """`[target]`: a target calibrated from the [baseline] (studies/calibrated_target.py)."""
+    model_config = ConfigDict(extra="forbid")
+
+    epochs: dict[str, int]                                # per scale: E, the reference's epochs; unlisted: not calibrated
+    margin: float = Field(0.01, ge=0, lt=1)               # taken off the reference's best accuracy
+    seeds: list[int] = Field([0], min_length=1)           # the reference's seeds; the median best accuracy counts
+    resolution: float = Field(0.02, gt=0, le=1)           # a check every this share of the reference's steps to it
+    probe_size: int = Field(0, ge=0)                      # test images each fine check reads (0: the whole set)
 
 
 class StudySpec(SpecFile):
@@ -171,6 +188,9 @@ class StudySpec(SpecFile):
     pruner: AnyPruner = NoPruner()
     baseline: Baseline | None = None
     verify: Verify = Verify()
+    target: TargetSpec | None = None           # [target]: a calibrated target (studies/calibrated_target.py)
+    # each trial runs this many seeds, its value their median (studies/seeded.py); a table gives it per scale
+    seeds_per_trial: int | dict[str, int] = 1
     report: dict[str, Any] = {}                # metrics = [...]: more columns beside the objectives
     # "process": each trial in a fresh process forked from a clean server; "none": every trial in the
     # study's process. Unset: "process" when an objective is measured by a clock, else "none".
@@ -194,6 +214,9 @@ class StudySpec(SpecFile):
             if count <= 0:
                 raise ValueError(f"n_trials for scale '{scale}' must be a positive integer (got {count})")
         self.n_trials = counts
+        seeds = self.seeds_per_trial.values() if isinstance(self.seeds_per_trial, dict) else [self.seeds_per_trial]
+        if any(n < 1 for n in seeds):
+            raise ValueError(f"seeds_per_trial must be 1 or more (got {self.seeds_per_trial})")
         return self
 
     @property
@@ -207,6 +230,21 @@ class StudySpec(SpecFile):
     @property
     def multi_objective(self) -> bool:
         return len(self.metrics) > 1
+
+    @property
+    def report_metrics(self) -> list[str]:
+        """The columns beside the objectives: [report] metrics, and with a time to accuracy its
+        resolution (the seconds between the crossing check and the one before), always shown with it."""
+        extra = list(self.report.get("metrics", []))
+        if "time_to_accuracy_s" in self.metrics and RESOLUTION not in extra:
+            extra.insert(0, RESOLUTION)
+        return extra
+
+    def seeds_at(self, scale: str) -> int:
+        """The seeds each trial runs at `scale` (1 unless the file says more)."""
+        if isinstance(self.seeds_per_trial, dict):
+            return self.seeds_per_trial.get(scale, 1)
+        return self.seeds_per_trial
 
     def trials_at(self, scale: str) -> int:
         return self.n_trials.get(scale, self.n_trials.get("full", 20))
@@ -223,6 +261,10 @@ class StudySpec(SpecFile):
             if key in searched:
                 raise UserError(f"--set {key}: '{key}' is searched by this study; edit [space] in {self.path} "
                                 "to change its range.")
+            if self.target is not None and scale in self.target.epochs and key in (
+                    "target_accuracy", "target_from_epoch", "check_every_samples", "probe_size"):
+                raise UserError(f"--set {key}: this study's target at scale {scale} is calibrated ([target] in "
+                                f"{self.path}); recalibrate it with --calibrate-target instead.")
             if self.targets_from_baseline and key in ("target_accuracy", "target_from_epoch"):
                 raise UserError(f"--set {key}: the target of this study is the accuracy its baseline trial "
                                 f"reaches after {self.baseline.target_epoch(scale)} epoch(s); see [baseline] in {self.path}.")
@@ -232,6 +274,14 @@ class StudySpec(SpecFile):
         if self.targets_from_baseline:
             # What the baseline trial runs with; every later trial gets target_accuracy instead.
             fixed["target_from_epoch"] = self.baseline.target_epoch(scale)
+        return fixed
+
+    def fixed_for_checks(self, scale: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The fixed settings a check can build a config from: at a scale whose target is calibrated
+        (its file read only when the study runs: studies/calibrated_target.py) a stand-in target."""
+        fixed = self.fixed(scale, overrides)
+        if self.target is not None and scale in self.target.epochs:
+            fixed.update(target_from_epoch=0, target_accuracy=0.5)
         return fixed
 
     def searched_fields(self) -> list[str]:
@@ -286,6 +336,7 @@ def check(spec: StudySpec) -> None:
     spec.check_fields()
     if spec.baseline is not None:
         check_baseline(spec)
+    _check_seeds_and_target(spec)
     _check_pruner(spec, experiment)
     for scale in spec.scales:
         _check_scale(spec, experiment, scale)
@@ -312,6 +363,20 @@ def _check_metrics(spec: StudySpec, experiment) -> None:
                             f"{spec.experiment} does not report.")
 
 
+def _check_seeds_and_target(spec: StudySpec) -> None:
+    """seeds_per_trial and [target] name scales of the file; a calibrated target needs a [baseline]."""
+    where = spec.path
+    if isinstance(spec.seeds_per_trial, dict) and (unknown := [k for k in spec.seeds_per_trial if k not in spec.scales]):
+        raise UserError(f"study file {where}: seeds_per_trial names scale '{unknown[0]}'; the scales are "
+                        f"{', '.join(spec.scales)}.")
+    if spec.target is not None:
+        unknown = [k for k in spec.target.epochs if k not in spec.scales]
+        if spec.baseline is None or unknown:
+            raise UserError(f"study file {where}: [target] " + (f"names scale '{unknown[0]}'; the scales are "
+                            f"{', '.join(spec.scales)}." if unknown else "is calibrated on the [baseline]; add one."))
+        spec.check_read(["target_accuracy", "check_every_samples", "probe_size"])
+
+
 def _check_pruner(spec: StudySpec, experiment) -> None:
     """A pruner only on one objective, reading a metric that goes the objective's way."""
     where, pruner = spec.path, spec.pruner
@@ -330,7 +395,7 @@ def _check_pruner(spec: StudySpec, experiment) -> None:
 def _check_scale(spec: StudySpec, experiment, scale: str) -> None:
     """At one scale: the pruner's metric is reported, and each end of each range makes a valid config."""
     where, pruner = spec.path, spec.pruner
-    fixed = spec.fixed(scale)
+    fixed = spec.fixed_for_checks(scale)
     if pruner.active and pruner.metric == EPOCH_METRIC \
             and not getattr(make_config(fixed), "eval_every_epoch", False):
         raise UserError(f"study file {where}: the pruner reads epoch_test_accuracy, which experiments "
@@ -369,7 +434,7 @@ def check_baseline(spec: StudySpec) -> None:
             raise UserError(f"study file {where}: [baseline] target_from_epoch names scale '{unknown[0]}'; "
                             f"the scales are {', '.join(spec.scales)}.")
     for scale in spec.scales:
-        epochs, budget = baseline.target_epoch(scale), make_config(spec.fixed(scale)).epochs
+        epochs, budget = baseline.target_epoch(scale), make_config(spec.fixed_for_checks(scale)).epochs
         if epochs > budget:
             raise UserError(f"study file {where}: at scale {scale} the target is the baseline's accuracy after "
                             f"epoch {epochs}, but trials train at most {budget} epoch(s).")

@@ -49,8 +49,8 @@ def target(study) -> float | None:
 def trial_values(spec: StudySpec, study, trial, values: dict[str, Any]) -> dict[str, Any]:
     """A trial's config values with its target: the baseline computes its own (target_from_epoch,
     already in the study's fixed settings), every other trial chases the baseline's."""
-    if not spec.targets_from_baseline or trial.user_attrs.get(BASELINE_ATTR):
-        return values
+    if not spec.targets_from_baseline or trial.user_attrs.get(BASELINE_ATTR) or not values.get("target_from_epoch"):
+        return values   # (no target_from_epoch at this scale: the target is calibrated, the same for every trial)
     goal = target(study)
     if goal is None:
         raise UserError(f"study {study.study_name} has no target yet: its baseline trial has not completed")

@@ -21,6 +21,7 @@ from harness.launchers import Launcher, WorkerRole
 from harness.specs.study_spec import StudySpec
 from harness.store import Outcome, Store
 from harness.store.uris import is_sqlite
+from harness.studies import calibrated_target, seeded
 from harness.studies.study_parent import check_same_store, finished_tags, open_parent
 from harness.studies.study_storage import open_study, storage_faults
 from harness.studies.trial_loop import Log, StopReason, StudyOutcome, TrialLoop
@@ -38,7 +39,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
                         "(parallel trials would share the cores they are timed on, and wait for the baseline).")
     run = Invocation("study", "trials", store, db_url, workers, launcher, role, log)
     overrides = run.worker_overrides(overrides, lambda given: None if "threads" in given else
-                                     make_config(spec.fixed(scale, given)).threads)
+                                     make_config(spec.fixed_for_checks(scale, given)).threads)
     loop = _trial_loop(spec, run, scale, overrides, n_trials, timeout, show_progress)
     check_same_store(loop.study, store, loop.experiment_id, db_url)
     if role is not None:
@@ -51,13 +52,15 @@ def _trial_loop(spec: StudySpec, run: Invocation, scale: str, overrides: dict[st
                 timeout: float | None, show_progress: bool) -> TrialLoop:
     """The study opened (created if new) with the settings its trials share; a bad fixed value stops
     the study here, before it is created."""
-    fixed = spec.fixed(scale, overrides)
+    fixed = calibrated_target.applied(spec, scale, spec.fixed(scale, overrides))
     experiments.get(spec.experiment).check_model(getattr(make_config(fixed), "model", None),
                                                  where=f"study {spec.name}")
     name, target = spec.study_name(scale, overrides), n_trials or spec.trials_at(scale)
     role, db_url = run.role, run.db_url
     study = open_study(spec, name, db_url, create=True,
                        seed_salt=role.index if role else (0 if is_sqlite(db_url) else os.getpid()))
+    calibrated_target.check_study(study, fixed)
+    seeded.check_study(study, spec.seeds_at(scale))
     return TrialLoop(spec, study, run.store, run.open_experiment(spec.name), scale, fixed, target, timeout,
                      show_progress, run.log)
 

@@ -81,7 +81,7 @@ def _speeds_up(spec: StudySpec) -> bool:
 
 
 def _frame(spec: StudySpec, trials) -> pd.DataFrame:
-    extra = list(spec.report.get("metrics", []))
+    extra = spec.report_metrics
     rows = []
     for t in trials:
         row = {"trial": t.number, **{k: t.params.get(k) for k in spec.space}}
@@ -117,7 +117,7 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
         lines.append(f"fastest on the front: trial {best['trial']}, {best['speedup']:.3g}x the baseline's speed "
                      f"to the target ({_fmt(best[spec.metrics[0]])} vs {_fmt(report.baseline[spec.metrics[0]].iloc[0])} s)"
                      + "".join(f"; {m} {_fmt(best[m])} vs {_fmt(report.baseline[m].iloc[0])}"
-                               for m in spec.report.get("metrics", []) if m in best))
+                               for m in spec.report_metrics if m in best))
     return "\n".join(lines)
 
 
@@ -143,11 +143,15 @@ def requeue_lines(requeues: list) -> list[str]:
 
 def _baseline_line(spec: StudySpec, report: StudyReport) -> str:
     row = report.baseline.iloc[0]
-    shown = ", ".join(f"{m} {_fmt(row[m])}" for m in [*spec.metrics, *spec.report.get("metrics", [])])
+    shown = ", ".join(f"{m} {_fmt(row[m])}" for m in [*spec.metrics, *spec.report_metrics])
     line = f"baseline ({spec.baseline.name}, trial {row['trial']}): {shown}"
-    if spec.targets_from_baseline and report.target is not None:
+    scale = spec.scale_of(report.study_name)
+    if spec.target is not None and scale in spec.target.epochs and report.target is not None:
+        line += (f"; target: test accuracy {report.target:.4g}, calibrated (results/targets/{spec.name}-{scale}.json), "
+                 "the same for every trial")
+    elif spec.targets_from_baseline and report.target is not None:
         line += (f"; target: test accuracy {report.target:.4g}, the baseline's after "
-                 f"{spec.baseline.target_epoch(spec.scale_of(report.study_name))} epoch(s)")
+                 f"{spec.baseline.target_epoch(scale)} epoch(s)")
     return line
 
 

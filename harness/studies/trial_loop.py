@@ -33,7 +33,7 @@ from harness.specs.study_spec import NOT_REACHED, StudySpec
 from harness.store import Claims, Outcome, Store
 from harness.store.claims import DONE, RUNNING, Claim
 from harness.store.tracking import KIND, SCALE
-from harness.studies import baseline, isolation, requeue
+from harness.studies import baseline, isolation, requeue, seeded
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies import trial_status
 from harness.studies.trial_status import INTERRUPTED_ATTR, RETRY_OF, TrialStatus
@@ -197,8 +197,14 @@ class TrialLoop:
         trial = self.study.ask()
         try:
             cell = self.ask(trial, claims, slot)
-            result = run_cell(self.store, self.experiment_id, cell, tags=self.tags(trial), parent_id=parent,
-                              show_epochs=self.show_progress, epoch_hook=self.pruning_hook(trial), execute=execute)
+            hook = self.pruning_hook(trial)   # a trial of several seeds is pruned on its first seed's epochs
+            result, spread = seeded.run_seeds(
+                self.spec, self.spec.seeds_at(self.scale), cell,
+                lambda seed_cell, first: run_cell(self.store, self.experiment_id, seed_cell, tags=self.tags(trial),
+                                                  parent_id=parent, show_epochs=self.show_progress,
+                                                  epoch_hook=hook if first else None, execute=execute), objective)
+            if spread:
+                trial.set_user_attr(seeded.SEEDS_ATTR, spread)
             trial.set_user_attr(RUN_ATTR, result.run_id)
         except BaseException:  # Ctrl-C, SIGTERM, a store fault: the cut-off trial is queued to run again
             # Best effort: if the storage refuses, whoever takes the slot over next does it instead.
@@ -261,7 +267,7 @@ class TrialLoop:
             result.outcome, result.reason = Outcome.FAILED, (
                 f"experiment {spec.experiment} returned no metric '{missing[0]}'; it returns {', '.join(sorted(result.metrics))}")
         if result.outcome == Outcome.OK:
-            trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in spec.report.get("metrics", [])
+            trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in spec.report_metrics
                                                if m in result.metrics})
             self.study.tell(trial, values)
             baseline.record(self.study, trial, result.metrics)

@@ -147,6 +147,14 @@ class TargetFields(EpochsFields):
     evals_per_epoch: int = Field(
         1, ge=1, description="Test-set evaluations per epoch while a target is set (off the clock): "
         "the resolution of time_to_accuracy_s.")
+    check_every_samples: int = Field(
+        0, ge=0, description="Check the accuracy every this many training samples instead, in whole steps of the "
+        "run's global batch, at least one (off the clock; 0 = evals_per_epoch checks an epoch): a fine clock, the "
+        "same share of training whatever the batch, so a search over batch sizes is resolved alike.")
+    probe_size: int = Field(
+        0, ge=0, description="Test images in the probe each check reads: a fixed, stratified part of the test set "
+        "(harness/training/accuracy_probe.py); a check that meets the target on it is confirmed on the whole test set, "
+        "and only a confirmed one counts (0 = every check reads the whole test set).")
 
     @model_validator(mode="after")
     def _one_target_within_the_epochs(self):

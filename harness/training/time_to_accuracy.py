@@ -2,9 +2,15 @@
 
 Throughput alone can flatter a method that hurts convergence (a bigger batch, fewer filters, lower
 precision); the time to reach an accuracy tells the rest. `AccuracyWatch` evaluates the model at
-`per_epoch` checkpoints an epoch. The training loop stops its clock for each evaluation, so the
-seconds it keeps are training seconds only, and it may end training at the first checkpoint that
-meets the target (stop_at_target).
+`per_epoch` checkpoints an epoch, or every `every` training steps (check_every_samples: a fine clock).
+The training loop stops its clock for each evaluation, so the seconds it keeps are training seconds
+only, and it may end training at the first checkpoint that meets the target (stop_at_target).
+
+With a probe (probe_size, harness/training/accuracy_probe.py) each check reads a fixed stratified part of the
+test set, and a check within two standard errors of the target there is confirmed on the whole test
+set: only whole-set accuracies count, so the time is the first confirmed crossing. `time_to_accuracy_resolution_s` goes
+with every time to accuracy: the training seconds between the crossing check and the check before
+it, the window the true crossing lies in.
 
 The target is `target_accuracy`, or, for a baseline, `target_from_epoch = N`: the run's own
 accuracy at the end of epoch N, so that other runs can be asked to reach what the baseline had
@@ -14,12 +20,15 @@ after N epochs. A target never met is recorded as not reached: `target_reached =
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
 from harness.training.config import RunConfig
+from harness.errors import UserError
 
-METRICS = ("target_accuracy", "target_reached", "time_to_accuracy_s", "epochs_to_accuracy", "epochs_trained")
+METRICS = ("target_accuracy", "target_reached", "time_to_accuracy_s", "time_to_accuracy_resolution_s",
+           "epochs_to_accuracy", "epochs_trained", "accuracy_checks", "best_test_accuracy")
 
 
 @dataclass
@@ -27,7 +36,8 @@ class Checkpoint:
     epochs: float        # epochs trained so far (2.5 = halfway through the third)
     seconds: float       # training seconds so far (the clock's sum, evaluation outside it)
     samples: int         # training samples so far (this process's, on one rank)
-    accuracy: float      # test accuracy at this point
+    accuracy: float      # test accuracy at this point (the probe's, unless `whole`)
+    whole: bool = True   # measured on the whole test set (a probe's crossing, confirmed)
 
 
 @dataclass
@@ -37,36 +47,68 @@ class AccuracyWatch:
     from_epoch: int = 0                    # > 0: the target is the accuracy at the end of this epoch
     stop: bool = False                     # end training once the target is met
     per_epoch: int = 1                     # checkpoints per epoch
+    every: int = 0                         # > 0: a checkpoint every this many steps instead
+    confirm: Callable[[], float] | None = None   # with a probe: the whole test set's accuracy (evaluate: the probe's)
+    probe_n: int = 0                       # the probe's images: how far its reading may fall short of the whole set's
     checkpoints: list[Checkpoint] = field(default_factory=list)
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, evaluate: Callable[[], float]) -> "AccuracyWatch | None":
+    def from_config(cls, cfg: RunConfig, evaluate: Callable[[], float],
+                    probe: Callable[[], float] | None = None) -> "AccuracyWatch | None":
         """The watch a config asks for: with a target, or with eval_every_epoch (a study's pruner
-        reads the per-epoch accuracy); None when it asks for neither."""
+        reads the per-epoch accuracy); None when it asks for neither. `probe`: the accuracy on the
+        probe (an experiment that has none cannot take probe_size)."""
         target, from_epoch, every_epoch = cfg.target_accuracy, cfg.target_from_epoch, cfg.eval_every_epoch
         stop, per_epoch = cfg.stop_at_target, cfg.evals_per_epoch
         targeted = bool(target or from_epoch)
         if not (targeted or every_epoch):
             return None
-        return cls(evaluate, target=target, from_epoch=from_epoch, stop=stop, per_epoch=per_epoch if targeted else 1)
+        if not targeted:
+            return cls(evaluate)
+        every, size = check_every_steps(cfg), getattr(cfg, "probe_size", 0)
+        if size and probe is None:
+            raise UserError(f"experiment {cfg.experiment} checks the whole test set only; probe_size needs "
+                            "one whose checks can read a probe (recipe, airbench).")
+        if size:
+            return cls(probe, target=target, from_epoch=from_epoch, stop=stop, per_epoch=per_epoch, every=every,
+                       confirm=evaluate, probe_n=size)
+        return cls(evaluate, target=target, from_epoch=from_epoch, stop=stop, per_epoch=per_epoch, every=every)
 
     @property
     def targeted(self) -> bool:
         return bool(self.target or self.from_epoch)
 
+    def bounds(self, steps: int) -> list[int]:
+        """The steps of an epoch of `steps` after which to check (the last always among them)."""
+        if self.every:
+            return [*range(self.every, steps, self.every), steps]
+        parts = min(self.per_epoch, steps)
+        return sorted({max(steps * (k + 1) // parts, 1) for k in range(parts)})
+
     def check(self, *, epochs: float, seconds: float, samples: int) -> float:
         """Evaluate now (the caller's clock is stopped); `seconds` and `samples` are those trained
         since the previous checkpoint, `epochs` the epochs trained in all. Returns the accuracy."""
         last = self.checkpoints[-1] if self.checkpoints else Checkpoint(0.0, 0.0, 0, 0.0)
-        accuracy = self.evaluate()
-        self.checkpoints.append(Checkpoint(epochs, last.seconds + seconds, last.samples + samples, accuracy))
+        accuracy, whole = self.evaluate(), self.confirm is None
+        if not whole:
+            goal = self.goal()
+            # a probe's crossing is confirmed on the whole set, and so is a baseline's target epoch
+            if (goal is not None and accuracy >= goal - self.slack(goal)) or (self.from_epoch and epochs == self.from_epoch):
+                accuracy, whole = self.confirm(), True
+        self.checkpoints.append(Checkpoint(epochs, last.seconds + seconds, last.samples + samples, accuracy, whole))
         return accuracy
+
+    def slack(self, goal: float) -> float:
+        """Two standard errors of a probe's accuracy at the goal: a probe reading within them of the
+        goal is confirmed on the whole set, so that a probe that happens to read low near a plateau
+        does not hold back a crossing the whole set has made (at most a 2.3% chance per check)."""
+        return 2 * math.sqrt(goal * (1 - goal) / self.probe_n) if self.probe_n else 0.0
 
     def goal(self) -> float | None:
         """The accuracy to reach; for a baseline, known once its epoch `from_epoch` has ended."""
         if not self.from_epoch:
             return self.target or None
-        ended = [c for c in self.checkpoints if c.epochs == self.from_epoch]
+        ended = [c for c in self.checkpoints if c.epochs == self.from_epoch and c.whole]
         return ended[0].accuracy if ended else None
 
     @property
@@ -78,7 +120,7 @@ class AccuracyWatch:
         goal = self.goal()
         if goal is None:
             return None
-        return next((c for c in checkpoints if c.accuracy >= goal), None)
+        return next((c for c in checkpoints if c.whole and c.accuracy >= goal), None)
 
     def metrics(self, slowest_seconds: list[float] | None = None) -> dict[str, float]:
         """The run's time-to-accuracy metrics (none without a target). In a data-parallel run,
@@ -87,12 +129,31 @@ class AccuracyWatch:
             return {}
         checkpoints = self.checkpoints
         if slowest_seconds is not None:
-            checkpoints = [Checkpoint(c.epochs, s, c.samples, c.accuracy) for c, s in zip(checkpoints, slowest_seconds)]
-        metrics = {"target_reached": 0.0, "epochs_trained": checkpoints[-1].epochs}
+            checkpoints = [Checkpoint(c.epochs, s, c.samples, c.accuracy, c.whole)
+                           for c, s in zip(checkpoints, slowest_seconds)]
+        metrics = {"target_reached": 0.0, "epochs_trained": checkpoints[-1].epochs,
+                   "accuracy_checks": float(len(checkpoints))}
+        whole = [c.accuracy for c in checkpoints if c.whole]
+        if whole:   # the best the run had at any whole-set check (a calibration's reference reads it)
+            metrics["best_test_accuracy"] = max(whole)
         goal = self.goal()
         if goal is not None:
             metrics["target_accuracy"] = goal
         first = self.reached(checkpoints)
         if first is not None:
-            metrics.update(target_reached=1.0, time_to_accuracy_s=first.seconds, epochs_to_accuracy=first.epochs)
+            at = checkpoints.index(first)
+            before = checkpoints[at - 1].seconds if at else 0.0
+            metrics.update(target_reached=1.0, time_to_accuracy_s=first.seconds, epochs_to_accuracy=first.epochs,
+                           time_to_accuracy_resolution_s=first.seconds - before)
         return metrics
+
+
+def check_every_steps(cfg: RunConfig) -> int:
+    """The steps between checks that `check_every_samples` asks for: that many samples in whole steps of
+    the run's global batch (each rank's batch times the ranks, unless batch_size is global), at least
+    one; 0 when it is not set."""
+    samples = getattr(cfg, "check_every_samples", 0)
+    if not samples:
+        return 0
+    ranks = 1 if getattr(cfg, "batch_is_global", True) else getattr(cfg, "world_size", 1)
+    return max(1, round(samples / (cfg.batch_size * ranks)))

@@ -67,8 +67,7 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
     to_device = DeviceBatches(device)
     times = []
     steps = -(-len(data) // batch_size)
-    parts = min(watch.per_epoch, steps) if watch is not None else 1
-    bounds = [steps * (k + 1) // parts for k in range(parts)]   # steps done at each checkpoint
+    bounds = watch.bounds(steps) if watch is not None else [steps]   # steps done at each checkpoint
     for epoch in range(first_epoch, first_epoch + epochs):
         # Summed on the device and read once per epoch: a per-batch .item() would synchronize.
         loss_sum = torch.zeros((), device=device)

@@ -1,0 +1,177 @@
+"""The report of `harness study NAME --verify`: the race's candidates, each with its in-study figure
+beside the re-measured one, the winner named on the re-measured intervals only, its speed-up over
+the tuned baseline with an interval, and the winner's ablation (studies/verify.py runs them).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from typing import Any
+
+import pandas as pd
+
+from experiments import make_config
+from harness.studies import calibrated_target
+from harness.studies.race import RaceResult
+from harness.studies.study_report import markdown
+from harness.specs.study_spec import StudySpec
+
+TIME = "time_to_accuracy_s"
+WINNER = "winner"
+RESAMPLES = 2000
+
+
+def bootstrap_median(values: list[float], *, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median (a target not reached counts as +inf)."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
+def bootstrap_ratio(slow: list[float], fast: list[float], *, resamples: int = RESAMPLES,
+                    seed: int = 0) -> tuple[float, float]:
+    """95% interval of median(slow) / median(fast), each group resampled on its own."""
+    rng = random.Random(seed)
+    ratios = sorted(ratio(statistics.median(rng.choices(slow, k=len(slow))),
+                           statistics.median(rng.choices(fast, k=len(fast)))) for _ in range(resamples))
+    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
+def ratio(a: float, b: float) -> float:
+    if math.isinf(b):
+        return 0.0
+    return math.inf if math.isinf(a) else a / b
+
+
+def fmt(v: float) -> str:
+    return "not reached" if math.isinf(v) else f"{v:.3g}"
+
+
+def fmt_speedup(x: float) -> str:
+    """A speed-up over a baseline; 0 means the recipe did not reach the target (its time is +inf)."""
+    if x == 0:
+        return "none (the recipe did not reach the target)"
+    return "not reached by the baseline" if math.isinf(x) else f"{x:.3g}x"
+
+
+def methods_text(spec: StudySpec, params: dict[str, Any]) -> str:
+    """`dtype=bf16, execution=eager, world_size=1 threads=0`: a choice that sets fields of its own (a dict,
+    or the study's label of one, "world_size=1 threads=0") shows them, not its own key again."""
+    def shown(key: str, value: Any) -> str:
+        if isinstance(value, dict):
+            return " ".join(f"{k}={v}" for k, v in value.items())
+        return str(value) if "=" in str(value) else f"{key}={value}"
+
+    return ", ".join(shown(k, v) for k, v in params.items())
+
+
+def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str, Any], base, candidates,
+         result: RaceResult, runs: list[dict[str, Any]], tuned_factor: float, methods: list[str]) -> str:
+    by_role: dict[str, list[dict]] = {}
+    for r in runs:
+        by_role.setdefault(r["role"], []).append(r)
+    budget = make_config(fixed).epochs
+    lines = [f"# {spec.title}: the front raced over seeds", "", f"Study `{name}` at scale **{scale}**. "
+             + _target_line(spec, scale, target, fixed) + f" Every run below is given at most {budget} epoch(s), "
+             "each in a fresh process (forked from a server that had imported torch and run nothing); time to the "
+             "target counts training steps only. "
+             f"In the study, {spec.baseline.name} (trial {base.number}) took {fmt(base.values[0])} s.", ""]
+    lines += _reference_section(spec, by_role, result, tuned_factor)
+    lines += _race_section(spec, candidates, result, by_role)
+    lines += _winner_section(spec, candidates, result)
+    lines += _ablation_section(by_role, result, methods)
+    lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
+                 "every run is in the CSV beside this file (its role, seed, time_to_accuracy_s and reached) and in "
+                 "MLflow (tag harness.kind = verify).*")
+    return "\n".join(lines) + "\n"
+
+
+def _reference_section(spec: StudySpec, by_role: dict[str, list[dict]], result: RaceResult,
+                       tuned_factor: float) -> list[str]:
+    """How the reference the candidates race was chosen: an lr search, the calibration, or as it is."""
+    search = [r for role, rs in by_role.items() if role.startswith("lr x") for r in rs]
+    if search:
+        return [f"## The tuned-lr baseline (seed {search[0]['seed']})", "",
+                f"{spec.baseline.name} at lr x factor; the fastest to the target is the tuned baseline: "
+                f"**lr x{tuned_factor:g}**.", "",
+                markdown(pd.DataFrame([{"lr factor": r["lr_factor"], "lr": r["lr"], "time to target s": r[TIME],
+                                        "test accuracy": r["test_accuracy"]} for r in search])), ""]
+    if result.reference.name != "tuned baseline":
+        return [f"The reference is {spec.baseline.name} itself: experiment {spec.experiment} has no lr to tune.", ""]
+    return [f"The tuned baseline is {spec.baseline.name} at lr x{tuned_factor:g}, as the target's calibration "
+            "found it.", ""]
+
+
+def _race_section(spec: StudySpec, candidates, result: RaceResult, by_role: dict[str, list[dict]]) -> list[str]:
+    """Each candidate's in-study figure beside its re-measured median and interval."""
+    in_study = {f"trial {t.number}": t.values[0] for t in candidates}
+    reference, table = result.reference.name, []
+    for label, entrant in [*result.entrants.items(), (reference, result.reference)]:
+        lo, hi = entrant.interval
+        reached = sum(math.isfinite(t) for t in entrant.times)
+        table.append({
+            "candidate": label + (" (winner)" if label == result.leader else ""),
+            "in-study s": in_study.get(label, "(the reference)"), "re-measured median s": entrant.median,
+            "95% interval s": f"{fmt(lo)} to {fmt(hi)}", "seeds": len(entrant.times),
+            "reached": f"{reached}/{len(entrant.times)}",
+            "resolution s": _median_of(by_role.get(WINNER if label == result.leader else label, []),
+                                       "time_to_accuracy_resolution_s"),
+            "in-study inside interval": ("yes" if lo <= in_study[label] <= hi else "no") if label in in_study else ""})
+    v = spec.verify
+    return ["## The race", "", f"The {len(candidates)} fastest trial(s) of the front, each re-measured on seeds "
+            f"{', '.join(map(str, v.seeds))} in rounds with the {reference}: every candidate ran the first "
+            f"{min(v.first_seeds, len(v.seeds))}, then only those whose interval still overlapped the leader's ran "
+            f"more. Race ended: {result.stop}. Interval: the order-statistic 95% interval of the median (the range "
+            "of five draws or fewer).", "", markdown(pd.DataFrame(table)), ""]
+
+
+def _winner_section(spec: StudySpec, candidates, result: RaceResult) -> list[str]:
+    """The winner, named on the re-measured intervals, its speed-up and the goal's verdict."""
+    win, tuned, reference = result.entrants[result.leader].times, result.reference.times, result.reference.name
+    x = ratio(statistics.median(tuned), statistics.median(win))
+    lo, hi = bootstrap_ratio(tuned, win)
+    apart = "its interval overlaps no other candidate's" if result.separated else \
+        "its interval still overlaps another candidate's: the lead is not established at these seeds"
+    v = spec.verify
+    every = all(math.isfinite(t) for t in win)
+    verdict = "MET" if x >= v.goal_speedup and lo > v.goal_lower and every else "NOT MET"
+    chosen = next(t for t in candidates if f"trial {t.number}" == result.leader)
+    return [f"Winner, named on the re-measured intervals: **{result.leader}** ({methods_text(spec, chosen.params)}), "
+            f"median {fmt(statistics.median(win))} s over {len(win)} seeds; {apart}.",
+            f"- over the {reference}: **{fmt_speedup(x)}** (95% bootstrap interval {fmt(lo)}x to {fmt(hi)}x; 0x: a "
+            "resample whose median did not reach the target)",
+            f"- goal (at least {v.goal_speedup:g}x the {reference}, interval's lower bound above {v.goal_lower:g}x, "
+            f"every seed reaching the target): **{verdict}**", ""]
+
+
+def _ablation_section(by_role: dict[str, list[dict]], result: RaceResult, methods: list[str]) -> list[str]:
+    if not methods:
+        return []
+    ablation = [r for role, rs in by_role.items() if role.startswith(("alone:", "without:")) for r in rs]
+    tuned_median = statistics.median(result.reference.times)
+    return ["## Ablation of the winner", "", f"Its methods: {', '.join(methods)}. Speed-up: over the "
+            f"{result.reference.name}'s median.", "",
+            markdown(pd.DataFrame([{"variant": r["role"], "seed": r["seed"], "time to target s": r[TIME],
+                                    "speedup": fmt_speedup(ratio(tuned_median, r[TIME])),
+                                    "test accuracy": r["test_accuracy"],
+                                    "changes": r["changes"] or "speed only"} for r in ablation])), ""]
+
+
+def _target_line(spec: StudySpec, scale: str, target: float, fixed: dict[str, Any]) -> str:
+    clock = (f" Checked every {fixed['check_every_samples']} training samples" + (f" on a probe of {fixed['probe_size']} test images, "
+             "a crossing confirmed on the whole test set" if fixed.get("probe_size") else "") + "; each run's resolution "
+             "is in the CSV (time_to_accuracy_resolution_s).") if fixed.get("check_every_samples") else ""
+    if calibrated_target.calibrated_at(spec, scale):
+        return (f"Target: test accuracy **{target:.4g}**, calibrated ({calibrated_target.path(spec, scale).name}): the tuned "
+                f"{spec.baseline.name}'s median best within {spec.target.epochs[scale]} epoch(s), less "
+                f"{spec.target.margin:g}." + clock)
+    return (f"Target: test accuracy **{target:.4g}**, what {spec.baseline.name} reached at the end of epoch "
+            f"{spec.baseline.target_epoch(scale)}, its budget; the same for every trial and run." + clock)
+
+
+def _median_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The median of a column over the runs that have it (a run that missed the target has no resolution)."""
+    values = [r[key] for r in rows if r.get(key) is not None and not (isinstance(r[key], float) and math.isnan(r[key]))]
+    return statistics.median(values) if values else None
