@@ -32,14 +32,14 @@ from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
 from harness.training.field_groups import (AutocastFields, EvalBatchFields, GlobalBatchFields, OptimizerFields,
-                                           SpeedMethodsFields, SplitsFields, TargetFields, lr_effective)
+                                           SpeedMethodsFields, SplitsFields, TargetFields)
 from harness.training.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.precision import Precision
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import peak_rss_mb, timed
 from harness.training.train import METRICS as TRAINING_METRICS
-from harness.training.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
+from harness.training.train import EpochCallback, evaluate, lr_effective, make_optimizer, prepare, train_epochs, training_metrics
 
 __all__ = ["EXPERIMENT", "RecipeConfig", "run", "train_recipe"]
 

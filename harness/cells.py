@@ -18,7 +18,6 @@ from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, PROCEDURE, REASON_LIMIT
 from harness.specs.cell_spec import Cell
 from harness.training.config import MEASUREMENT_PROCEDURE, RunConfig
-from harness.training.field_groups import lr_effective
 
 EpochHook = Callable[[int, dict[str, float]], None]
 # How often MLflow samples system metrics in a cell that asks for them (MLflow's default, 10 s,
@@ -149,6 +148,7 @@ def _ok(store: Store, run_id: str, cell: Cell, metrics: dict) -> CellResult:
     import torch
 
     from harness.training.timing import peak_rss_mb
+    from harness.training.train import lr_effective
 
     notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
     # A multi-process experiment (or a cell run in another process) reports its own figures;

@@ -168,7 +168,7 @@ def test_the_lr_a_cell_trains_with_is_worked_out_in_one_place():
     lr scaled by the ranks (the rate its schedule ramps to), the others' lr as given, and None for an
     experiment without one. It is a metric the cell runner logs, never a field: cell ids stay."""
     from harness.distributed.ddp_train import LrSchedule
-    from harness.training.field_groups import lr_effective
+    from harness.training.train import lr_effective
 
     recipe = make_config({"experiment": "recipe", "lr": 0.005, "lr_factor": 2.0, "batch_size": 64, "lr_base_batch": 32})
     assert lr_effective(recipe) == 0.005 * 2.0 * 64 / 32

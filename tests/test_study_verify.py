@@ -133,7 +133,7 @@ def test_a_recipe_that_missed_the_target_has_no_speedup_and_a_multi_field_choice
 
 
 def test_in_a_study_that_searches_lr_factor_the_tuned_baseline_is_the_same_run_as_that_factor_alone():
-    from harness.training.field_groups import lr_effective
+    from harness.training.train import lr_effective
 
     # the shipped speed-recipe study searches lr_factor itself: the verification's lr search must set that
     # field (not lr), and each row must keep the factor over the book's lr, not the params' own 1.0

@@ -25,7 +25,6 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from harness.training.config import RunConfig
-from harness.training.field_groups import lr_effective
 from harness.training.data import DeviceBatches, Split, load_splits
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
@@ -34,7 +33,7 @@ from harness.training.flops import flops_per_sample
 from harness.training.models import MODELS, build_model
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import peak_rss_mb, timed
-from harness.training.train import evaluate, make_optimizer, training_metrics
+from harness.training.train import evaluate, lr_effective, make_optimizer, training_metrics
 from harness.training.warmup import restored
 
 CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "

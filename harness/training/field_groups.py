@@ -104,25 +104,6 @@ class LearningRateFields(FieldGroup):
         return value
 
 
-def lr_effective(cfg: FieldGroup, world_size: int | None = None) -> float | None:
-    """The learning rate a cell trains with, worked out here and nowhere else (None: it has no `lr`):
-    `lr`, times `lr_factor` (a tuned lr, SpeedMethodsFields), scaled linearly with the global batch
-    over `lr_base_batch` (SpeedMethodsFields), or times the ranks with `lr_scaling` (LrScalingFields:
-    the rate a linear_warmup ramps to). `world_size`: the ranks it runs on (default: its own). The cell
-    runner logs it as the metric `lr_effective`."""
-    if not hasattr(cfg, "lr"):
-        return None
-    world_size = getattr(cfg, "world_size", 1) if world_size is None else world_size
-    lr = cfg.lr * getattr(cfg, "lr_factor", 1.0)
-    base_batch = getattr(cfg, "lr_base_batch", 0)
-    if base_batch:
-        rank_batch = cfg.batch_size // world_size if getattr(cfg, "batch_is_global", False) else cfg.batch_size
-        lr = lr * (rank_batch * world_size) / base_batch
-    if getattr(cfg, "lr_scaling", "none") != "none":
-        lr = lr * world_size
-    return lr
-
-
 class OptimizerFields(LearningRateFields):
     """What `train.make_optimizer` reads (momentum with sgd only)."""
 

@@ -8,7 +8,7 @@ crash). The recipe experiment applies them in this order:
     compiled(net, mode, backend)              # torch.compile; it compiles during the first steps
     Precision.for_device(device, dtype)       # autocast (+ GradScaler for fp16), harness.training.precision
 
-and trains at field_groups.lr_effective(cfg): lr x lr_factor, scaled linearly with the global batch
+and trains at train.lr_effective(cfg): lr x lr_factor, scaled linearly with the global batch
 (lr_base_batch; Goyal et al. 2017).
 """
 
