@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from experiments import make_config
 from harness.cells import CellResult, preflight, run_cell
 from harness.errors import CellPruned
-from harness.invocation import Invocation
+from harness.invocation import Invocation, Log
 from harness.specs.cell_spec import Cell
 from harness.specs.study_spec import NOT_REACHED, StudySpec
 from harness.store import Claims, Outcome, Store
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 MAX_FAILS_IN_A_ROW = 5
 WAIT_POLL_S = 0.5  # how often a worker with no slot left looks at the trials its siblings run (a read)
-Log = Callable[[str], None]
 
 
 class StopReason(Enum):

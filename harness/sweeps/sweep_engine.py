@@ -26,7 +26,7 @@ from harness.machine.calibration import SPEED_INDEX, drifted
 from harness.cells import CellResult, preflight, run_cell
 from harness.specs.cell_spec import Cell
 from harness.errors import StoreFault
-from harness.invocation import Invocation, Stopped
+from harness.invocation import Invocation, Log, Stopped
 from harness.launchers import Launcher, WorkerRole
 from harness.store import Claims, Outcome, RunRecord, Store
 from harness.store.claims import ClaimState
@@ -35,7 +35,6 @@ from harness.store.tracking import KIND, PARENT, SCALE, SWEEP
 from harness.store.uris import resolve_db_url
 from harness.specs.sweep_spec import SweepSpec, expand
 
-Log = Callable[[str], None]
 PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
 WAIT_POLL_S = 0.5  # how often a worker with nothing left to take looks at the cells others run (a read)
 
