@@ -81,7 +81,7 @@ def _claims_only(tmp_path) -> str:
     from harness.store import Claims
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    Claims(storage)
+    Claims(storage).close()
     assert "studies" not in sqlalchemy.inspect(sqlalchemy.create_engine(storage)).get_table_names()
     return storage
 

@@ -190,15 +190,20 @@ def entry() -> None:
         code = main()
         if code == EXIT_INTERRUPTED:
             _exit_now(code)
-        if code == EXIT_USAGE and threading.active_count() == 1:
+        if code == EXIT_USAGE and not _threads_to_wait_for():
             # A mistake is answered once its sentence is out: tearing down the interpreter after the
             # heavy imports (torch, MLflow, pandas) kept a refused command alive for seconds more on a
-            # busy machine. Only with no other thread left, whose work the teardown would wait for.
+            # busy machine.
             _exit_now(code)
         sys.exit(code)
     except BrokenPipeError:  # `harness list | head`: the reader has gone, which is no error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
+
+
+def _threads_to_wait_for() -> list[threading.Thread]:
+    """Threads the interpreter's teardown would wait for (not daemons): work a fast exit would cut."""
+    return [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
 
 
 def _exit_now(code: int) -> None:

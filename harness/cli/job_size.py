@@ -54,8 +54,8 @@ def announce(size: JobSize, cap: int) -> None:
 
 def sweep_size(spec, scale: str, overrides: dict[str, Any], cap: int | None = None) -> JobSize:
     """A sweep's cells at `scale` and their epochs, as expand() builds them. A grid of more cells
-    than `cap` is only counted: announce() refuses it on the count, and building its configs first
-    took seconds and a gigabyte for 100,000 cells."""
+    than `cap` is only counted: announce() refuses it on the count (building every cell's config
+    first made the refusal wait on the very size it refuses)."""
     from harness.specs.sweep_spec import cell_count, expand
 
     def size(cells: int, epochs: int) -> JobSize:

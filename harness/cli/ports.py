@@ -29,9 +29,10 @@ def check_port(port: int, make_target: str) -> None:
         raise UserError(f"port {port} on {HOST} is already in use (another UI?); pass --port "
                         f"(make {make_target} PORT=...).")
     if port in BROWSER_BLOCKED_PORTS:
+        safe = browser_safe_port(port)
         print(f"harness: warning: browsers refuse port {port} (Chromium: ERR_UNSAFE_PORT), so the page will "
-              f"not open in one; port {browser_safe_port(port)} is free and allowed "
-              f"(make {make_target} PORT={browser_safe_port(port)}).", file=sys.stderr, flush=True)
+              f"not open in one; port {safe} is free and allowed (make {make_target} PORT={safe}).",
+              file=sys.stderr, flush=True)
 
 
 def is_free(port: int) -> bool:

@@ -215,7 +215,7 @@ def round_seed(base, repeat: int):
 
 def cell_count(spec: SweepSpec, scale: str = "full", overrides: dict[str, Any] | None = None) -> int:
     """How many cells expand() would build, counted without building them: a 100,000-cell grid
-    from a typo is refused by --max-cells in a moment, not after seconds and a gigabyte of configs."""
+    from a typo is refused by --max-cells in a moment, not after building and validating every config."""
     grid, _, _ = _grid_at(spec, scale, overrides)
     return spec.repeats_at(scale) * math.prod(len(values) for values in grid.values())
 
