@@ -2,7 +2,8 @@
 #   make install             then   make sweep-sparsity SCALE=smoke   then   make report-sparsity
 # Knobs: SCALE=smoke|quick|cpu|full (default full, the document's scale; cpu: make reproduce-cpu), DATASET=, DATA_DIR=,
 #        TRACKING_URI= (default sqlite:///mlruns/mlflow.db), SET="key=value ..." extra overrides,
-#        DEVICE=cpu|cuda for the sweeps that take a device.
+#        DEVICE=cpu|cuda for the sweeps that take a device, REMEASURE=contended|drifted (both: "contended drifted")
+#        to measure again a sweep's finished cells timed under contention or at another machine speed.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,6 +16,7 @@ DEVICE ?=
 TRACKING_URI ?=
 SET ?=
 ARGS ?=
+REMEASURE ?=
 N_TRIALS ?=
 WORKERS ?=
 STORAGE ?=
@@ -80,8 +82,8 @@ test: ## the whole test suite (slow and multi-process tests included; 16 minutes
 test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow" --durations=15
 
-sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ...
-	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(call overrides,sweeps/$*.toml) $(STORE)
+sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ... (REMEASURE=contended)
+	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(foreach r,$(REMEASURE),--remeasure-$(r)) $(call overrides,sweeps/$*.toml) $(STORE)
 
 study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity-tradeoff (ARGS=--status)
 	$(HARNESS) study $(subst -,_,$*) --scale $(SCALE) $(STUDY_OPTS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)

@@ -51,6 +51,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+class _IdleLoad:
+    """The load probe of an idle machine."""
+    def finish(self) -> dict[str, float]:
+        return {"load_avg_before": 0.0, "load_avg_after": 0.0, "other_busy_cores": 0.0, "contended": 0.0}
+
+
+@pytest.fixture(autouse=True)
+def cells_timed_on_an_idle_machine(monkeypatch):
+    """The cells a test runs in this process see an idle machine: a report marks a contended cell and
+    leaves its times out of speed-ups and checks (harness/report/contention.py), so the load of the
+    machine the suite runs on (often shared) must not decide what a test of the report expects. The
+    tests of contention patch a busy machine in; the probe itself is tested in test_machine_load.py."""
+    from harness.machine import machine_load
+
+    monkeypatch.setattr(machine_load, "LoadWatch", _IdleLoad)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def empty_store_template(tmp_path_factory):
     """One SQLite store migrated for real in this session; every new SQLite store the harness makes

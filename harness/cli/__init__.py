@@ -58,7 +58,11 @@ def _add_sweep(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-cells", type=int, default=10_000,
                    help="refuse a sweep of more cells than this (default 10000)")
     p.add_argument("--remeasure-drifted", action="store_true",
-                   help="run again the finished cells measured at a speed_index more than 10%% from today's")
+                   help="run again the finished cells measured at a speed_index more than 44%% from today's "
+                        "(the calibration's own noise; neither taken under load)")
+    p.add_argument("--remeasure-contended", action="store_true",
+                   help="run again the finished cells timed while other work held the cores (their rows are "
+                        "marked contended and left out of speed-ups and checks)")
     p.add_argument("--until-decided", action="store_true",
                    help="then add rounds, in this process, for the grid points of INCONCLUSIVE timing checks only")
     p.add_argument("--max-repeats", type=int, default=None,

@@ -131,7 +131,7 @@ def cmd_sweep(args) -> int:
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                        db_url=_where(args).db_url, workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
-                       remeasure_drifted=args.remeasure_drifted)
+                       remeasure_drifted=args.remeasure_drifted, remeasure_contended=args.remeasure_contended)
     if result.detached:
         print(f"sweep {spec.name} ({args.scale}): the workers run on; the same command again prints the "
               "summary once they are done (every cell reused)")

@@ -19,7 +19,7 @@ def sweep_summary(result: SweepResult, metrics: list[str] | None = None, notes: 
     for r in result.results:
         values = " ".join(f"{format_value(m, r.metrics.get(m, float('nan'))):>{w}}" for m, w in zip(metrics, widths))
         lines.append(f"{r.cell.label:<24} {r.outcome:<9} {values}  {_note(r, notes or [])}".rstrip())
-    lines += drift_lines(result)
+    lines += drift_lines(result) + contended_lines(result)
     counts = ", ".join(f"{n} {o}" for o, n in result.counts().items())
     parent = f"parent run {result.parent_run_id}" if result.parent_run_id else "no parent run"
     ran = "nothing to run: every cell was finished before" if result.results and \
@@ -31,15 +31,27 @@ def sweep_summary(result: SweepResult, metrics: list[str] | None = None, notes: 
 
 def drift_lines(result: SweepResult) -> list[str]:
     """The reused cells measured on a machine of another speed, named: their times are not today's."""
-    from harness.machine.calibration import DRIFT_TOLERANCE
+    from harness.machine.calibration import DRIFT_TOLERANCE, SPEED_INDEX_WORDS
 
     drifted = result.drifted()
     if not drifted:
         return []
     return [f"{len(drifted)} reused cell(s) were measured at a speed_index more than {DRIFT_TOLERANCE:.0%} from "
-            f"today's {result.speed_index:.3g}: " + ", ".join(r.cell.label for r in drifted)
+            f"today's {result.speed_index:.3g} ({SPEED_INDEX_WORDS}; {DRIFT_TOLERANCE:.0%} is beyond its own noise "
+            "on an idle machine): " + ", ".join(r.cell.label for r in drifted)
             + f"; their ratios with today's cells mix two machines' speeds (`harness sweep {result.name} "
             "--remeasure-drifted` measures them again)"]
+
+
+def contended_lines(result: SweepResult) -> list[str]:
+    """One line: how many finished cells were timed while other work held the cores, and the command
+    that measures them again (the report leaves their times out of speed-ups and checks)."""
+    contended = result.contended()
+    if not contended:
+        return []
+    return [f"{len(contended)} of {len(result.results)} cell(s) were timed while other work held the cores "
+            f"(contended; the report marks them and leaves their times out of speed-ups and checks): "
+            f"`harness sweep {result.name} --scale {result.scale} --remeasure-contended` measures them again"]
 
 
 def _note(result, notes: list[dict]) -> str:

@@ -98,7 +98,7 @@ from enum import StrEnum
 import pandas as pd
 
 from harness.specs.checkkinds import Best, Bound, Check, Compare, Exact, Flat, Ratio, Trend, parse
-from harness.report import intervals
+from harness.report import contention, intervals
 from harness.report.measured_on import MeasuredOn
 
 
@@ -212,6 +212,11 @@ def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: Me
     at_chance = _at_chance(check, table) if scale is not None and kind != "exact" else None
     if at_chance:
         return Verdict(name, Judgement.NA, at_chance, kind)
+    left_out = ""
+    if is_timing(check.metric, table):   # a verdict never rests on a time taken under contention
+        read = pd.concat([rows_where(table, rows) for rows in check.row_sets().values()] or [table])
+        table, left_out = contention.for_check(table, check.metric, read, axes,
+                                               derived=check.metric in ("speedup", "efficiency"))
     if repeats is not None and repeats > 1 and is_timing(check.metric, table):
         verdict = _judge_timing(check, table, axes)
     elif repeats is not None and is_accuracy(check.metric) and kind != "exact":
@@ -219,6 +224,8 @@ def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: Me
     else:
         verdict = JUDGES[kind](check, table, axes)
     verdict.kind = kind
+    if left_out:
+        verdict.detail += f" ({left_out})"
     lacking = measured.lacks(check.needs, machine) if measured is not None else []
     if not lacking:
         return verdict

@@ -36,8 +36,10 @@ def plot(report, path: Path, width_px: int | None = None) -> Path:
         for key, part in lines:
             suffix = "" if not others else " " + " ".join(map(str, key if isinstance(key, tuple) else (key,)))
             if ours in part:
-                ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[ours], "o-",
-                        label=f"ours ({report.scale}){suffix}")
+                trusted, contended = _split_contended(part, ours)
+                ax.plot(_x(trusted, x), trusted[ours], "o-", label=f"ours ({report.scale}){suffix}")
+                if contended[ours].notna().any():   # a left-out speed-up has no point to draw
+                    _draw_contended(ax, contended, x, ours, trusted[ours].max(), suffix)
             if book and book in part and part[book].notna().any():
                 ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[book], "s--",
                         label=f"published{suffix}")
@@ -47,6 +49,34 @@ def plot(report, path: Path, width_px: int | None = None) -> Path:
         ax.legend()
     fig.suptitle(report.spec.title)
     return _save(fig, path, width_px)
+
+
+def _x(part, x: str):
+    return part[x].astype(str) if part[x].dtype == object else part[x]
+
+
+def _draw_contended(ax, contended, x: str, column: str, top: float, suffix: str) -> None:
+    """Contended times as red crosses; one far above the measured line (a starved cell's 229 s beside
+    16 s) is drawn at 1.5x the line's highest point with its value written beside it, so it does not
+    flatten the line it is left out of."""
+    ceiling = 1.5 * top if top == top and top > 0 else None   # top != top: the line has no point
+    drawn = contended[column] if ceiling is None else contended[column].clip(upper=ceiling)
+    ax.plot(_x(contended, x), drawn, "X", color="tab:red", markersize=9, label=f"contended, left out{suffix}")
+    for at, real, shown in zip(_x(contended, x), contended[column], drawn):
+        if real > shown:
+            ax.annotate(f"{real:.3g} (off scale)", (at, shown), textcoords="offset points", xytext=(-8, -4),
+                        ha="right", va="top", color="tab:red", fontsize=8)
+
+
+def _split_contended(part, column: str):
+    """The rows to draw as the line, and the rows timed under contention (harness/report/contention.py),
+    drawn apart as red crosses: a time of theirs measures the contention, not the setting."""
+    from harness.report.checks import is_timing
+
+    if "contended" not in part or not is_timing(column, part):
+        return part, part.iloc[0:0]
+    marked = part["contended"] == 1
+    return part[~marked], part[marked]
 
 
 def _save(fig, path: Path, width_px: int | None) -> Path:

@@ -112,7 +112,8 @@ def table_markdown(report) -> str:
     lines = ["| " + " | ".join(label(c) for c in columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     time = report.spec.report.get("time", "train_time_s")
     iqr = "train_time_iqr_s" if time == "train_time_s" else f"{time.removesuffix('_s')}_iqr_s"
-    lines += ["| " + " | ".join(cell_text(r, c, iqr if c == time else None) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(_marked(r, c, cell_text(r, c, iqr if c == time else None), time) for c in columns)
+              + " |" for r in rows]
     notes = []
     for row in rows:
         where = " ".join(f"{a}={value_text(a, row[a])}" for a in axes)
@@ -124,6 +125,14 @@ def table_markdown(report) -> str:
     if notes:
         lines += ["", "Notes:", *dict.fromkeys(notes)]
     return "\n".join(lines)
+
+
+def _marked(row: dict, column: str, text: str, time: str) -> str:
+    """A row timed under contention (harness/report/contention.py) says so in its timing cells: its
+    time is shown with "(contended)", its speed-up and efficiency, left out, as "contended"."""
+    if row.get("contended") != 1 or not (column == time or checks.is_timing(column)) or column.startswith("book_"):
+        return text
+    return "contended" if text == "—" else f"{text} (contended)"
 
 
 def _paired_baseline(t: pd.DataFrame, axes: list[str], time: str) -> list[str]:
@@ -221,6 +230,7 @@ def to_markdown(report, sample_run: RunRecord, conventions: bool = True) -> str:
         lines.append(f"- Clock: {sample_run.tags.get('harness.clock', 'not stated')}.")
     if report.drift:
         lines.append(f"- **Machine speed differs across cells**: {report.drift}.")
+    lines += _contended_line(report)
     if spec.published.get("note"):
         lines.append(f"- Published figures: {spec.published['note']}.")
     if conventions and "speedup" in t:
@@ -240,6 +250,19 @@ def to_markdown(report, sample_run: RunRecord, conventions: bool = True) -> str:
     if report.problems:
         lines += ["", "Cells without a result:", *problems_markdown(report.problems)]
     return "\n".join(lines) + "\n"
+
+
+def _contended_line(report) -> list[str]:
+    """One bullet when cells were timed under contention: which rows, and how to measure them again."""
+    t = report.table
+    if "contended" not in t:
+        return []
+    rows, left = int((t["contended"] == 1).sum()), int(t["contended_left_out"].sum())
+    parts = [f"{rows} row(s) whose every repeat was (marked contended: their times are shown, left out of "
+             "speed-ups and checks)"] * bool(rows) + [f"{left} repeat(s) of other rows (left out)"] * bool(left)
+    return [f"- **Timed under contention** (other work held the cores; harness/machine/machine_load.py): "
+            f"{' and '.join(parts)}; `harness sweep {report.spec.name} --scale {report.scale} "
+            "--remeasure-contended` measures them again."]
 
 
 def format_value(column: str, value) -> str:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from harness.errors import UserError
 from harness.machine.fingerprint import machine_text
-from harness.report import checks, intervals, measured_on, render
+from harness.report import checks, contention, intervals, measured_on, render
 from harness.report.intervals import iqr
 from harness.report.render import MFU
 from harness.store import Outcome, RunRecord, Store, redact
@@ -102,7 +102,7 @@ def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunR
     report = Report(spec, scale, build_table(spec, runs, scale=scale), notes, _machine(runs[0]), parent_run_id)
     report.fingerprint, report.variant, report.runs = key, variant, runs
     report.drift = drift_note(runs)
-    finished = report.table["repeats"].fillna(0)
+    finished = report.table["repeats"].fillna(0) + report.table.get(contention.LEFT_OUT, 0)
     for _, row in report.table[finished < spec.repeats_at(scale)].astype(object).iterrows():
         label = " ".join(f"{a}={row[a]}" for a in spec.axes())
         if pd.isna(row["repeats"]) and _listed(report.problems, label):
@@ -193,12 +193,15 @@ def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[Ru
 
 def drift_note(runs: list[RunRecord]) -> str | None:
     """A sentence when the table's cells were measured at different speeds (their `speed_index`,
-    harness/machine/calibration.py, apart by more than the noise floor), saying where: between rounds,
-    which a speed-up paired by round divides out (both rows of a round saw the same speed), or within
-    a round, which it does not."""
-    from harness.machine.calibration import DRIFT_TOLERANCE, SPEED_INDEX
+    harness/machine/calibration.py, apart by more than the index's own noise), saying where: between
+    rounds, which a speed-up paired by round divides out (both rows of a round saw the same speed), or
+    within a round, which it does not. A calibration taken under load is compared with none."""
+    from harness.machine import calibration
+    from harness.machine.calibration import DRIFT_TOLERANCE, SPEED_INDEX_WORDS
 
-    found = [(r.params.get("repeat", "0"), r.metrics[SPEED_INDEX]) for r in runs if r.metrics.get(SPEED_INDEX)]
+    taken = [(r.params.get("repeat", "0"), calibration.of(r.metrics)) for r in runs]
+    found = [(key, c.index) for key, c in taken if c is not None and not c.under_load]
+    loaded = sum(c is not None and c.under_load for _, c in taken)
     if len(found) < 2:
         return None
     values = [v for _, v in found]
@@ -209,8 +212,9 @@ def drift_note(runs: list[RunRecord]) -> str | None:
     for key, value in found:
         rounds.setdefault(key, []).append(value)
     shown = ", ".join(f"round {key}: {_range_text(v)}" for key, v in sorted(rounds.items(), key=lambda kv: int(kv[0])))
-    text = (f"the cells were measured at speed_index {low:.3g} to {high:.3g} ({high / low - 1:.0%} apart, more than "
-            f"the {DRIFT_TOLERANCE:.0%} noise floor; {shown})")
+    text = (f"the cells were measured at {SPEED_INDEX_WORDS} {low:.3g} to {high:.3g} ({high / low - 1:.0%} apart, "
+            f"more than the {DRIFT_TOLERANCE:.0%} two calibrations of one idle machine stay within; {shown}"
+            + (f"; {loaded} cell(s) whose calibration ran under load are not compared" if loaded else "") + ")")
     within = {key: max(v) / min(v) - 1 for key, v in rounds.items() if max(v) / min(v) - 1 > DRIFT_TOLERANCE}
     if not within:
         return (text + ": the speed moved between rounds, not within one, and a speed-up is formed over the rounds "
@@ -242,7 +246,9 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     axes = spec.axes()
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
     metrics = _metrics_read(spec, runs)
-    cells = _cells(spec, runs, axes, metrics)
+    cells, left_out = contention.without_contended_repeats(_cells(spec, runs, axes, metrics), axes)
+    # the shown medians keep a contended row's times (marked); speed-ups and intervals never use them
+    timed = contention.times_blanked(cells, [m for m in metrics if m == time or checks.is_timing(m)])
     table = _medians(cells, axes, metrics, time)
     if scale is not None:
         table = _with_unrun_points(spec, scale, table, axes)
@@ -250,15 +256,17 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     workers = spec.report.get("workers")  # the field counting workers, for parallel efficiency
     if baseline and time in metrics:
         rounds = {tuple(k if isinstance(k, tuple) else (k,)): dict(zip(g["repeat"], g[time]))
-                  for k, g in cells.groupby(axes, sort=False)}
+                  for k, g in timed.dropna(subset=[time]).groupby(axes, sort=False)}
         _speedup_with_interval(table, baseline, time, axes, rounds)
         if workers:
             for suffix in ("", "_lo", "_hi"):
                 table["efficiency" + suffix] = _efficiency(table, baseline, "speedup" + suffix, workers)
     table = _in_grid_order(_with_published(table, spec, axes, time), spec, axes)
     table = table[_column_order(table, axes, time)].reset_index(drop=True)
-    table.attrs["rounds"] = intervals.Rounds(cells[[*axes, "repeat", *metrics]].copy(),
-                                             _replicates(table, cells, axes, metrics, time, baseline, workers))
+    contention.mark(table, cells, axes, left_out, _baseline_rows(table, baseline, axes) if baseline else {},
+                    spec.name)
+    table.attrs["rounds"] = intervals.Rounds(timed[[*axes, "repeat", *metrics]].copy(),
+                                             _replicates(table, timed, axes, metrics, time, baseline, workers))
     table.attrs["time"] = time
     if cells["test_samples"].notna().any():
         table.attrs["test_samples"] = float(cells["test_samples"].median())
@@ -288,6 +296,7 @@ def _cells(spec: SweepSpec, runs, axes: list[str], metrics: list[str]) -> pd.Dat
         row[CELL_ID] = run.tags.get(CELL_ID)
         row.update(_mfu_texts(run))
         row["note"] = cell_note(notes, run)
+        row[contention.CONTENDED] = float(run.metrics.get(contention.CONTENDED) == 1)
         rows.append(row)
     cells = pd.DataFrame(rows)
     for m in [*metrics, "test_samples", "target_reached"]:  # a metric no cell logged is all None: NaN for the medians
@@ -443,6 +452,8 @@ def _speedup_with_interval(table: pd.DataFrame, baseline: dict, time: str, axes:
             ratio = intervals.Ratio(float("nan"), float("nan"), float("nan"), 0, False)
         elif base == i:
             ratio = intervals.Ratio(1.0, float("nan"), float("nan"), len(rounds[point]), True)
+        elif tuple(table.at[base, a] for a in axes) not in rounds:   # a baseline timed under contention
+            ratio = intervals.Ratio(float("nan"), float("nan"), float("nan"), 0, False)
         else:
             base_rounds = rounds[tuple(table.at[base, a] for a in axes)]
             ratio = intervals.ratio_of_medians(base_rounds, rounds[point])

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from experiments import make_config
 from harness.machine import calibration
-from harness.machine.calibration import SPEED_INDEX, drifted
+from harness.machine.calibration import SPEED_INDEX, SPEED_LOAD, Calibration
 from harness.cells import CellResult, preflight, run_cell
 from harness.specs.cell_spec import Cell
 from harness.errors import StoreFault
@@ -36,6 +36,8 @@ from harness.store.uris import resolve_db_url
 from harness.specs.sweep_spec import SweepSpec, expand
 
 PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
+PARENT_LOAD_TAG = f"harness.{SPEED_LOAD}"     # and the cores other work held while it was taken
+CONTENDED = "contended"   # a cell's metric: 1 when other work held its cores (harness/machine/machine_load.py)
 WAIT_POLL_S = 0.5  # how often a worker with nothing left to take looks at the cells others run (a read)
 
 
@@ -47,12 +49,21 @@ class SweepResult:
     results: list[CellResult]
     seconds: float
     detached: bool = False   # the workers run on as jobs of a launcher that returned at once
-    speed_index: float | None = None   # this invocation's calibration (harness/machine/calibration.py)
+    speed: Calibration | None = None   # this invocation's calibration (harness/machine/calibration.py)
+
+    @property
+    def speed_index(self) -> float | None:
+        return None if self.speed is None else self.speed.index
 
     def drifted(self) -> list[CellResult]:
-        """Reused cells measured at a speed_index further from today's than the noise floor."""
+        """Reused cells measured at a speed_index further from today's than the index's own noise
+        (neither calibration taken under load)."""
         return [r for r in self.results if r.outcome == Outcome.REUSED
-                and drifted(r.metrics.get(SPEED_INDEX), self.speed_index)]
+                and calibration.differ(calibration.of(r.metrics), self.speed)]
+
+    def contended(self) -> list[CellResult]:
+        """The finished cells (run now or reused) timed while other work held their cores."""
+        return [r for r in self.results if r.outcome in (Outcome.OK, Outcome.REUSED) and r.metrics.get(CONTENDED) == 1]
 
     def count(self, outcome: Outcome | str) -> int:
         return sum(r.outcome == outcome for r in self.results)
@@ -65,10 +76,11 @@ class SweepResult:
 def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: dict[str, Any] | None = None,
               db_url: str | None = None, workers: int = 1, launcher: Launcher | None = None,
               role: WorkerRole | None = None, show_progress: bool = True, log: Log | None = None,
-              remeasure_drifted: bool = False, repeats: int | None = None,
+              remeasure_drifted: bool = False, remeasure_contended: bool = False, repeats: int | None = None,
               select: Callable[[Cell], bool] | None = None) -> SweepResult:
     """One invocation of a sweep (with `role`, one worker of a launcher's). `remeasure_drifted`: reused cells
-    measured at another speed_index run again; `repeats`, `select` (decide.py): that many rounds, of those cells."""
+    measured at another speed_index run again; `remeasure_contended`: so do those timed while other work
+    held the cores; `repeats`, `select` (decide.py): that many rounds, of those cells."""
     run = Invocation("sweep", "cells", store, db_url or resolve_db_url(None, store.uri), workers, launcher, role, log)
     overrides = run.worker_overrides(overrides, lambda given: _fixed_threads(spec, scale, given))
     cells = [c for c in expand(spec, scale, overrides, repeats=repeats) if select is None or select(c)]
@@ -79,8 +91,12 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
                                 lambda _: sweep.settled_tags(role.parent_run_id))
         return sweep.result(role.parent_run_id, results)
     records, speed = store.cell_records(sweep.experiment_id, spec.name), measure_speed()
+    if log is not None and speed.under_load:
+        log(f"  calibration: {speed.text()}")
     if remeasure_drifted:
-        _drop_drifted(store, cells, records, speed, log)
+        _drop_finished(store, cells, records, log, lambda done: _drifted_from(done, speed))
+    if remeasure_contended:
+        _drop_finished(store, cells, records, log, _contended_text)
     if (reused := sweep.all_reused(records, speed)) is not None:
         return reused
     preflight([c.config for c in cells if c.config is not None and not _finished(records.get(c.cell_id, []))])
@@ -96,7 +112,7 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
             return sweep.result(parent, [], detached=True)  # the workers close the parent run when done
         store.check_still_there()  # the last cell went into the store the sweep opened
         store.end_run(parent, Outcome.OK, tags=_count_tags(results))
-    result = sweep.result(parent, results, speed_index=speed)
+    result = sweep.result(parent, results, speed=speed)
     store.describe_run(parent, what + "\n\nCells: " + ", ".join(f"{n} {o}" for o, n in result.counts().items())
                        + f", in {result.seconds:.0f} s.")
     return result
@@ -121,7 +137,7 @@ class _Sweep:
     def result(self, parent: str, results: list[CellResult], **extra) -> SweepResult:
         return SweepResult(self.spec.name, self.scale, parent, results, time.perf_counter() - self.started, **extra)
 
-    def all_reused(self, records: dict[str, list[RunRecord]], speed: float) -> SweepResult | None:
+    def all_reused(self, records: dict[str, list[RunRecord]], speed: Calibration) -> SweepResult | None:
         """An invocation whose every cell is already finished makes no parent run (an empty parent of
         the same name would sit above the real one in the UI); its result names the parent run that
         holds the newest of those cells. None when some cell has work left."""
@@ -132,15 +148,19 @@ class _Sweep:
         results = [CellResult(c, Outcome.REUSED, d.metrics, run_id=d.run_id) for c, d in zip(self.cells, done)]
         for r in results:
             _note_speed(self.store, r, speed)
-        return self.result(newest.tags.get(PARENT, ""), results, speed_index=speed)
+        return self.result(newest.tags.get(PARENT, ""), results, speed=speed)
 
-    def log_parent(self, parent: str, what: str, overrides: dict[str, Any], workers: int, speed: float) -> None:
+    def log_parent(self, parent: str, what: str, overrides: dict[str, Any], workers: int,
+                   speed: Calibration) -> None:
         """The parent run's params, description and speed_index (a tag: a metric there would crowd
         the chart view of the cells' metrics)."""
         self.store.log_params(parent, {"sweep": self.spec.name, "scale": self.scale, "overrides": overrides,
                                        "cells": len(self.cells), "sweep_file": self.spec.path, "workers": workers})
         self.store.describe_run(parent, what)
-        self.store.set_tags(parent, {PARENT_SPEED_TAG: f"{speed:.6g}"})
+        tags = {PARENT_SPEED_TAG: f"{speed.index:.6g}"}
+        if speed.other_cores is not None:
+            tags[PARENT_LOAD_TAG] = f"{speed.other_cores:.3g}"
+        self.store.set_tags(parent, tags)
 
     def stopped(self, what: str, results: list[CellResult]) -> Stopped:
         """What the parent says when the sweep stops early: how many of its cells it got through."""
@@ -156,7 +176,7 @@ class _Sweep:
         return _count_tags(self.outcomes(since_ms=since))
 
     def work(self, claims: Claims, parent: str, *, records: dict[str, list[RunRecord]] | None = None,
-             results: list[CellResult] | None = None, speed: float | None = None,
+             results: list[CellResult] | None = None, speed: Calibration | None = None,
              per_round: bool = False) -> list[CellResult]:
         """Take every cell not finished and not claimed by a live process, in grid order; each result
         is appended to `results` as it comes (the caller's list still holds them if this raises).
@@ -177,6 +197,8 @@ class _Sweep:
                 if per_round and round_now is not None and round_of != round_now \
                         and not _finished(records.get(cell.cell_id, [])):
                     speed = measure_speed()
+                    if self.log is not None and speed.under_load:
+                        self.log(f"  calibration of round {round_of}: {speed.text()}")
                 round_now = round_of
                 self.store.check_still_there()  # no cell is run into, or reported as kept by, a deleted store
                 result = self.take(cell, records.get(cell.cell_id, []), claims, parent, self.show_progress)
@@ -192,7 +214,7 @@ class _Sweep:
         return results
 
     def take_over_from_dead_workers(self, claims: Claims, parent: str, results: list[CellResult],
-                                    speed: float | None = None) -> None:
+                                    speed: Calibration | None = None) -> None:
         """Wait while other workers of this invocation run their cells; a cell whose worker died (a
         killed job, its claim dropped or its process gone) is taken over and run here."""
         waiting = [i for i, r in enumerate(results) if r.outcome == Outcome.ELSEWHERE]
@@ -249,7 +271,7 @@ class _Sweep:
         return result
 
     def launch(self, run: Invocation, claims: Claims, parent: str, records: dict[str, list[RunRecord]],
-               overrides: dict[str, Any], speed: float) -> list[CellResult] | None:
+               overrides: dict[str, Any], speed: Calibration) -> list[CellResult] | None:
         """The cells run by the launcher's workers, read back from the store once they are done;
         None when the launcher detached."""
         finished = {c.cell_id for c in self.cells if _finished(records.get(c.cell_id, []))}
@@ -299,46 +321,62 @@ class _Sweep:
         return results
 
 
-def measure_speed() -> float:
-    """This invocation's calibration (about a second; harness/machine/calibration.py)."""
-    return calibration.measure()
+def measure_speed() -> Calibration:
+    """This invocation's calibration with the load around it (about a second; harness/machine/calibration.py)."""
+    return calibration.calibrate()
 
 
-def _parent_speed(store: Store, experiment_id: str, spec: SweepSpec, parent_id: str) -> float | None:
-    """A worker's speed_index: the one its launcher measured and logged on the parent run."""
+def _parent_speed(store: Store, experiment_id: str, spec: SweepSpec, parent_id: str) -> Calibration | None:
+    """A worker's calibration: the one its launcher measured and logged on the parent run."""
     for run in store.runs(experiment_id, tags={SWEEP: spec.name, KIND: "sweep"}):
         if run.run_id == parent_id and run.tags.get(PARENT_SPEED_TAG):
-            return float(run.tags[PARENT_SPEED_TAG])
+            load = run.tags.get(PARENT_LOAD_TAG)
+            return Calibration(float(run.tags[PARENT_SPEED_TAG]), None if load is None else float(load))
     return None
 
 
-def _note_speed(store: Store, result: CellResult, speed: float | None) -> None:
-    """A cell this invocation ran carries today's speed_index; a reused one measured at another
+def _note_speed(store: Store, result: CellResult, speed: Calibration | None) -> None:
+    """A cell this invocation ran carries today's calibration; a reused one measured at another
     speed says so in its reason (the sweep's summary names it)."""
     if speed is None:
         return
     if result.outcome == Outcome.REUSED:
-        then = result.metrics.get(SPEED_INDEX)
-        if drifted(then, speed):
-            result.reason = (f"reused from a machine at speed_index {then:.3g}, today {speed:.3g} "
-                             f"({calibration.drift(then, speed):.0%} apart)")
+        then = calibration.of(result.metrics)
+        if calibration.differ(then, speed):
+            result.reason = (f"reused from a machine at speed_index {then.index:.3g}, today {speed.index:.3g} "
+                             f"({calibration.drift(then.index, speed.index):.0%} apart)")
     elif result.run_id is not None and result.outcome not in (Outcome.ELSEWHERE, Outcome.BUSY):
-        store.log_metrics(result.run_id, {SPEED_INDEX: speed})
-        result.metrics[SPEED_INDEX] = speed
+        store.log_metrics(result.run_id, speed.metrics())
+        result.metrics.update(speed.metrics())
 
 
-def _drop_drifted(store: Store, cells: list[Cell], records: dict[str, list[RunRecord]], speed: float,
-                  log: Log | None) -> None:
-    """--remeasure-drifted: the finished records measured at another speed_index are deleted, so
-    their cells run again in this invocation."""
+def _drifted_from(done: RunRecord, speed: Calibration) -> str | None:
+    """Why --remeasure-drifted measures a finished cell again (None: it does not)."""
+    then = calibration.of(done.metrics)
+    if not calibration.differ(then, speed):
+        return None
+    return f"measured at speed_index {then.index:.3g}, today {speed.index:.3g}"
+
+
+def _contended_text(done: RunRecord) -> str | None:
+    """Why --remeasure-contended measures a finished cell again (None: it does not)."""
+    if done.metrics.get(CONTENDED) != 1:
+        return None
+    return f"timed while other work held {done.metrics.get('other_busy_cores', float('nan')):.1f} cores"
+
+
+def _drop_finished(store: Store, cells: list[Cell], records: dict[str, list[RunRecord]], log: Log | None,
+                   why: Callable[[RunRecord], str | None]) -> None:
+    """--remeasure-drifted, --remeasure-contended: the finished records `why` names a reason for are
+    deleted, as a failed cell's are, so their cells run again in this invocation with one record each."""
     for cell in cells:
         done = _finished(records.get(cell.cell_id, []))
-        if done is not None and drifted(done.metrics.get(SPEED_INDEX), speed):
+        reason = why(done) if done is not None else None
+        if reason:
             store.delete_run(done.run_id)
             records[cell.cell_id] = [r for r in records[cell.cell_id] if r.run_id != done.run_id]
             if log is not None:
-                log(f"  {cell.label}: measured at speed_index {done.metrics[SPEED_INDEX]:.3g}, today {speed:.3g}; "
-                    "measured again")
+                log(f"  {cell.label}: {reason}; measured again")
 
 
 def _finished(records: list[RunRecord]) -> RunRecord | None:

@@ -1,0 +1,142 @@
+"""Cells timed while other work held the cores (`contended` = 1 from the load probe): marked in the
+table and the plot, left out of speed-ups and checks with that reason (a grid point's uncontended
+repeats used when it has some), counted in the sweep's summary with the command that measures them
+again, and measured again by --remeasure-contended with one record per cell."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from harness.cli.summary import sweep_summary
+from harness.machine import machine_load
+from harness.report import checks, plots, render, tables
+from harness.specs import sweep_spec
+from harness.store import RunRecord
+from harness.store.tracking import CELL_ID, OUTCOME
+from harness.sweeps.sweep_engine import run_sweep
+
+# The issue's first smoke table: sparsity=0.7 starved (229 s, 0.07x) beside cells of about 16 s.
+STARVED = {0.0: [(16.0, 0)], 0.3: [(12.0, 0)], 0.5: [(9.0, 0)], 0.7: [(229.0, 1)]}
+
+
+def _runs(points: dict[float, list[tuple[float, int]]]) -> list[RunRecord]:
+    """Fabricated finished cells: for each sparsity, one cell per round as (time, contended)."""
+    runs = []
+    for sparsity, cells in points.items():
+        for repeat, (time, contended) in enumerate(cells):
+            metrics = {"train_time_s": time, "test_accuracy": 0.5, "test_samples": 2000, "param_count": 100.0}
+            if contended:
+                metrics |= {"contended": 1.0, "other_busy_cores": 1.6, "load_avg_before": 1.2, "load_avg_after": 2.3}
+            else:
+                metrics |= {"contended": 0.0, "other_busy_cores": 0.1}
+            runs.append(RunRecord(f"r{sparsity}-{repeat}", f"s={sparsity} r{repeat}", "FINISHED",
+                                  {"sparsity": str(sparsity), "repeat": str(repeat), "seed": str(repeat)},
+                                  metrics, {OUTCOME: "ok", CELL_ID: f"c{sparsity}-{repeat}"}, 0))
+    return runs
+
+
+@pytest.fixture
+def spec(sweep_file):
+    return sweep_spec.load(str(sweep_file("starved", {"sparsity": [0.0, 0.3, 0.5, 0.7]})))
+
+
+def test_a_starved_row_is_marked_and_left_out_of_the_speed_ups(spec):
+    table = tables.build_table(spec, _runs(STARVED))
+    row = table.set_index("sparsity").loc[0.7]
+    assert row["contended"] == 1 and row["train_time_s"] == 229.0   # shown, marked
+    assert math.isnan(row["speedup"])                               # not the 0.07x of today
+    assert "contended: its times are left out of speed-ups and checks" in row["note"]
+    assert "harness sweep starved --remeasure-contended" in row["note"]
+    assert table.set_index("sparsity").loc[0.5, "speedup"] == pytest.approx(16 / 9)
+    markdown = render.table_markdown(SimpleNamespace(table=table, spec=spec))
+    assert "| 0.7 | 229.0 (contended) | contended |" in markdown, markdown
+
+
+def test_a_point_with_uncontended_repeats_uses_those_and_says_what_was_left_out(sweep_file):
+    three = sweep_spec.load(str(sweep_file("mixed", {"sparsity": [0.0, 0.5]}, repeats=3)))
+    table = tables.build_table(three, _runs({0.0: [(10.0, 0)] * 3, 0.5: [(5.0, 0), (5.0, 0), (50.0, 1)]}))
+    row = table.set_index("sparsity").loc[0.5]
+    assert row["train_time_s"] == 5.0 and row["repeats"] == 2 and row["contended_left_out"] == 1
+    assert row["contended"] == 0 and row["speedup"] == pytest.approx(2.0)
+    assert "1 repeat(s) timed while other work held the cores left out" in row["note"]
+
+
+def test_a_contended_baseline_leaves_every_speed_up_out(spec):
+    table = tables.build_table(spec, _runs({0.0: [(99.0, 1)], 0.5: [(9.0, 0)]})).set_index("sparsity")
+    assert table["speedup"].isna().all()
+    assert "speed-up left out: its baseline (sparsity=0.0) was contended" in table.loc[0.5, "note"]
+    verdict = checks.evaluate([{"kind": "bound", "metric": "speedup", "min": 1.1, "where": {"sparsity": 0.5}}],
+                              table.reset_index(), axes=["sparsity"])[0]
+    assert verdict.verdict == checks.Judgement.NA and "sparsity=0.0 (the baseline)" in verdict.detail, verdict.detail
+
+
+def test_no_verdict_rests_on_a_contended_cell(spec):
+    """A trend on time: with the starved row it fails (229 s at the highest sparsity); left out, the
+    three rows measured alone decide it, and the verdict says what it left out."""
+    table = tables.build_table(spec, _runs(STARVED))
+    trend = {"kind": "trend", "metric": "train_time_s", "x": "sparsity", "direction": "decreasing",
+             "min_correlation": 0.8}
+    verdict = checks.evaluate([trend], table, axes=["sparsity"])[0]
+    assert verdict.verdict == checks.Judgement.PASS, verdict.detail
+    assert "3 points" in verdict.detail and "left out: sparsity=0.7" in verdict.detail
+    bound = checks.evaluate([{"kind": "bound", "metric": "speedup", "max": 1.0, "where": {"sparsity": 0.7}}],
+                            table, axes=["sparsity"])[0]
+    assert bound.verdict == checks.Judgement.NA and "left out: sparsity=0.7" in bound.detail
+    exact = checks.evaluate([{"kind": "exact", "metric": "param_count", "expected": 100, "where": {"sparsity": 0.7}}],
+                            table, axes=["sparsity"])[0]
+    assert exact.verdict == checks.Judgement.PASS   # contention slows a cell; it does not change what it counts
+
+
+def test_the_plot_draws_a_contended_time_apart(spec, monkeypatch, tmp_path):
+    table = tables.build_table(spec, _runs(STARVED))
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path, width: drawn.append(fig) or path)
+    plots.plot(SimpleNamespace(table=table, spec=spec, scale="smoke"), tmp_path / "p.png")
+    time_panel = drawn[0].axes[0]
+    lines = {line.get_label(): list(line.get_ydata()) for line in time_panel.get_lines()}
+    assert lines["contended, left out"] == [1.5 * 16.0]   # drawn at the top of the scale, not at 229 s
+    assert 229.0 not in lines["ours (smoke)"]
+    assert [t.get_text() for t in time_panel.texts] == ["229 (off scale)"]
+
+
+class _BusyMachine:
+    """The load probe around each cell, as a machine where other work holds 1.6 cores."""
+    def finish(self):
+        return {"load_avg_before": 1.2, "load_avg_after": 2.3, "other_busy_cores": 1.6, "contended": 1.0}
+
+
+class _IdleMachine:
+    """The load probe as an idle machine (this test machine may itself be busy)."""
+    def finish(self):
+        return {"load_avg_before": 0.1, "load_avg_after": 0.1, "other_busy_cores": 0.0, "contended": 0.0}
+
+
+def test_remeasure_contended_runs_those_cells_again_with_one_record_each(store, sweep_file, monkeypatch):
+    spec = sweep_spec.load(str(sweep_file("busy", {"sparsity": [0.0, 0.5]})))
+    monkeypatch.setattr(machine_load, "LoadWatch", _BusyMachine)
+    first = run_sweep(spec, store, scale="smoke", show_progress=False)
+    assert [r.metrics["contended"] for r in first.results] == [1.0, 1.0]
+    summary = sweep_summary(first)
+    assert "2 of 2 cell(s) were timed while other work held the cores" in summary
+    assert "`harness sweep busy --scale smoke --remeasure-contended` measures them again" in summary
+    built = tables.build(store, spec, "smoke")
+    assert "**Timed under contention**" in built.markdown and "(contended)" in built.markdown
+    monkeypatch.setattr(machine_load, "LoadWatch", _IdleMachine)
+    assert [r.outcome for r in run_sweep(spec, store, scale="smoke", show_progress=False).results] == ["reused"] * 2
+    lines = []
+    again = run_sweep(spec, store, scale="smoke", show_progress=False, remeasure_contended=True, log=lines.append)
+    assert [r.outcome for r in again.results] == ["ok", "ok"]
+    assert any("timed while other work held 1.6 cores; measured again" in line for line in lines), lines
+    assert "contended" not in sweep_summary(again).split("sweep busy")[0].lower()
+    cells = store.sweep_runs(store.find_experiment("busy"), "busy")
+    assert len(cells) == 2, [c.name for c in cells]   # one record per cell: the contended ones deleted
+
+
+def test_the_sweep_command_takes_remeasure_contended():
+    from harness.cli import _parser
+
+    args = _parser().parse_args(["sweep", "sparsity", "--remeasure-contended"])
+    assert args.remeasure_contended and not args.remeasure_drifted
