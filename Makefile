@@ -58,17 +58,21 @@ CPU_STORE = --tracking-uri $(or $(TRACKING_URI),sqlite:///results/$(MACHINE)/sto
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
-        bench-workers bench-cells bench-noise bench-calibration soak gpu-check dashboard peak reproduce-cpu reproduce-cpu-report
+        bench-workers bench-cells bench-noise bench-calibration bench-cli soak gpu-check dashboard peak reproduce-cpu \
+        reproduce-cpu-report
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 	@echo "  sweeps: $(SWEEPS)"
 	@echo "  studies: $(STUDIES)"
 
-install: ## create .venv with the project, its pinned torch and every dependency
+# setuptools warns at every editable install that folders named like the package in the working directory
+# may be imported instead of it ("Editable installation ... take precedence during imports"). Here those
+# folders (harness/, experiments/) are the very code the install points at, so the warning is silenced.
+install: ## create .venv (about 6.5 GB: torch and its CUDA libraries) with the project, its pinned torch and every dependency
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -e '.[test]'
 	$(HARNESS) list > /dev/null && echo "installed: $(HARNESS)"
 
 install-system: ## Debian packages the browser test needs (chromium, chromedriver); run as root
@@ -145,6 +149,9 @@ bench-cells: ## the harness's own seconds per cell outside run(cfg), by part (go
 
 bench-noise: ## A/A noise floor (train_time_s and the median epoch): CV, minimum detectable effect at n=3/5, false "faster" rate (ARGS="--rounds N --variants harness,keep-freed,calibrated"; calibrated: each run also divided by its process's speed_index)
 	$(BIN)/python benchmarks/noise.py $(ARGS)
+
+bench-cli: ## a dozen typical mistakes, each in fresh processes: median seconds against `harness --help` and `import torch` (ARGS="--runs N")
+	$(BIN)/python benchmarks/cli.py $(ARGS)
 
 bench-calibration: ## the speed index in N fresh processes, 5 calls vs the full budget: CV, range, pairs falsely called drifted (ARGS="--processes N")
 	$(BIN)/python benchmarks/calibration.py $(ARGS)

@@ -1,19 +1,23 @@
 """Registry of the documents' experiments. Each is a module with a plain `run(cfg, on_epoch=None) ->
-metrics`, its config class, and one module-level `EXPERIMENT` descriptor saying what it is: its
-clock, whether it trains on a dataset, the metrics it returns (and which way is better), its config
-class and a smoke config. The CLI, the sweep engine, the study engine and the tests all call that
-same `run`.
+metrics` (experiments/NAME.py) and, beside it, its descriptor (experiments/descriptors/NAME.py): its
+config class and one module-level `EXPERIMENT` saying what it is: its clock, whether it trains on a
+dataset, the metrics it returns (and which way is better), its config class and a smoke config. The
+CLI, the sweep engine, the study engine and the tests all call that same `run`.
+
+The descriptor imports neither torch nor its run module (`RunTarget` imports the run on its first
+call), so names, keys and values are checked, and `harness list` lists, in a fraction of a second,
+before anything heavy is loaded.
 
 An experiment's config class is `harness.training.config.RunConfig` plus the field groups of
-`harness.training.field_groups` its run reads (through the harness helpers it calls) plus fields of its own:
-its fields are what it reads, so a sweep that sets any other field is refused ("does not read").
-Configs are built here (`make_config`), where the experiment's name chooses the class.
+`harness.training.field_groups` its run reads (through the harness helpers it calls) plus fields of
+its own: its fields are what it reads, so a sweep that sets any other field is refused ("does not
+read"). Configs are built here (`make_config`), where the experiment's name chooses the class.
 
 A metric value that is a string (a captured warning, the dtype autocast produced) is a note: it
 is logged as the tag `harness.note.<key>` instead of a metric.
 
-A new experiment is its module (a config class and `EXPERIMENT = Experiment(...)`) plus one line in
-REGISTRY, plus its sweep file.
+A new experiment is its run module, its descriptor (a config class and `EXPERIMENT =
+Experiment(...)`), one line in REGISTRY, and its sweep file.
 """
 
 from __future__ import annotations
@@ -32,19 +36,19 @@ if TYPE_CHECKING:
     from harness.training.config import RunConfig
     from harness.training.train import EpochCallback
 
-# name -> module; ONE line per experiment. Modules are imported only when asked for (get), so
-# listing the names costs no torch import.
+# name -> descriptor module; ONE line per experiment. Descriptors are imported only when asked for
+# (get), and none of them imports torch.
 REGISTRY: dict[str, str] = {
-    "pruning": "experiments.pruning",
-    "amp": "experiments.amp",
-    "hybridize": "experiments.hybridize",
-    "async": "experiments.asynchronous",
-    "data_parallel": "experiments.data_parallel",
-    "dp_scratch": "experiments.dp_scratch",
-    "autoparallel": "experiments.autoparallel",
-    "recipe": "experiments.recipe",
-    "formats": "experiments.formats",
-    "airbench": "experiments.airbench",
+    "pruning": "experiments.descriptors.pruning",
+    "amp": "experiments.descriptors.amp",
+    "hybridize": "experiments.descriptors.hybridize",
+    "async": "experiments.descriptors.asynchronous",
+    "data_parallel": "experiments.descriptors.data_parallel",
+    "dp_scratch": "experiments.descriptors.dp_scratch",
+    "autoparallel": "experiments.descriptors.autoparallel",
+    "recipe": "experiments.descriptors.recipe",
+    "formats": "experiments.descriptors.formats",
+    "airbench": "experiments.descriptors.airbench",
 }
 DEFAULT_EXPERIMENT = "pruning"  # the experiment of a config whose values name none
 
@@ -66,10 +70,24 @@ TRAINING_SENSE: Mapping[str, Sense] = {
 DDP_BACKENDS: Mapping[str, str] = {"cpu": "gloo", "cuda": "nccl"}
 
 @dataclass(frozen=True)
+class RunTarget:
+    """An experiment's `run`, named "module:function" and imported on its first call: the descriptor
+    that holds it is read (its config checked, `harness list` printed) without importing torch."""
+    target: str   # "experiments.pruning:run"
+
+    def __call__(self, cfg: "RunConfig", on_epoch: "EpochCallback | None" = None) -> dict:
+        return self.resolve()(cfg, on_epoch)
+
+    def resolve(self) -> Callable:
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
 class Experiment:
     name: str                      # registry name, e.g. "pruning"
     title: str                     # one line for `harness list`
-    run: Callable[["RunConfig", "EpochCallback | None"], dict]  # the module's run(cfg, on_epoch=None)
+    run: Callable[["RunConfig", "EpochCallback | None"], dict]  # its run(cfg, on_epoch=None), often a RunTarget
     config: type["RunConfig"]      # its config class: the fields run() reads, itself or through harness helpers
     clock: str                     # what its timings contain (logged as the harness.clock tag)
     needs_dataset: bool            # False: makes its own inputs; no dataset preflight, no epoch bar, no --data-dir
@@ -109,7 +127,7 @@ class Experiment:
         """The shape the cell's dataset is loaded at: its model's input, or `input_shape`."""
         if self.input_shape is not None:
             return self.input_shape
-        from harness.training.models import MODELS
+        from harness.training.catalogue import MODELS
 
         return MODELS[cfg.model].input_shape
 
@@ -130,6 +148,16 @@ def get(name: str) -> Experiment:
     if name not in REGISTRY:
         raise UserError(f"unknown experiment '{name}'; choose one of {', '.join(REGISTRY)}.")
     return importlib.import_module(REGISTRY[name]).EXPERIMENT
+
+
+def run_modules() -> list[str]:
+    """The modules the experiments' runs live in, for a process that imports them all ahead of the
+    first cell (a study's fork server, whose every trial would otherwise import its run afresh)."""
+    found = set()
+    for name in REGISTRY:
+        run = get(name).run
+        found.add(run.target.partition(":")[0] if isinstance(run, RunTarget) else run.__module__)
+    return sorted(found)
 
 
 def all_fields() -> dict[str, "FieldInfo"]:

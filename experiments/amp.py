@@ -27,27 +27,17 @@ from __future__ import annotations
 
 import torch
 
-from experiments import TRAINING_SENSE, Experiment
-from harness.training import flops, time_to_accuracy
-from harness.training.config import RunConfig
+from experiments.descriptors.amp import AmpConfig
 from harness.training.data import load_splits
-from harness.training.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields, TargetFields,
-                                  TrainingLoopFields)
 from harness.training.flops import flop_metrics, flops_per_sample
 from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.precision import Precision, backend_flags, native_support
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import timed
-from harness.training.train import METRICS as TRAINING_METRICS
-from harness.training.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
+from harness.training.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
 from harness.training.warmup import restored
 
-__all__ = ["EXPERIMENT", "AmpConfig", "run"]
-
-
-class AmpConfig(RunConfig, SplitsFields, OptimizerFields, TrainingLoopFields, AutocastFields, BackendFlagsFields,
-                TargetFields):
-    """T7: the book's loop under autocast, with the backend flags it sets."""
+__all__ = ["AmpConfig", "run"]
 
 
 def run(cfg: AmpConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:
@@ -90,23 +80,3 @@ def run(cfg: AmpConfig, on_epoch: EpochCallback | None = None) -> dict[str, floa
         **flags,
         "forward_dtype": str(produced).removeprefix("torch."),
     }
-
-
-EXPERIMENT = Experiment(
-    name="amp",
-    title="T7: train with autocast in fp32 | bf16 | fp16 (+ GradScaler), timed, test",
-    run=run,
-    clock=CLOCK,
-    needs_dataset=True,
-    metrics=(*TRAINING_METRICS, "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
-             "flag_benchmark", "flag_allow_tf32", "flag_allow_fp16_reduced_precision_reduction",
-             "flag_allow_bf16_reduced_precision_reduction", *flops.METRICS, *time_to_accuracy.METRICS),
-    notes=("forward_dtype", *flops.NOTES),
-    config=AmpConfig,
-    sense=TRAINING_SENSE,
-    # Image models with a Linear or Conv2d layer whose autocast dtype can be checked.
-    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7"),
-    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 128, "test_limit": 64, "warmup_epochs": 0,
-           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "dtype": "bf16", "threads": 1,
-           "target_accuracy": 0.05, "eval_every_epoch": True, "stop_at_target": True},
-)

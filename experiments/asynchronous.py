@@ -32,23 +32,12 @@ from typing import Callable
 
 import numpy as np
 import torch
-from pydantic import Field
 
-from experiments import Experiment
-from harness.training.config import PositiveInt, RunConfig
-from harness.training.field_groups import TimingRepeatsFields
+from experiments.descriptors.asynchronous import AsyncConfig
 from harness.training.timing import spread, synchronize
 from harness.training.train import EpochCallback, prepare
 
-__all__ = ["EXPERIMENT", "AsyncConfig", "run"]
-
-
-class AsyncConfig(RunConfig, TimingRepeatsFields):
-    matrix_size: PositiveInt = Field(1000, description="D12.2: side of the random square matrix multiplied by itself.")
-    matmul_iterations: PositiveInt = Field(10, description="D12.2: random-then-matmul iterations inside one measurement.")
-    async_pause_s: float = Field(
-        0.0, ge=0, description="D12.2: seconds to sleep between the numpy and the torch measurement (the notes' "
-        "exercise: time.sleep(5) made torch faster, numpy still busy when torch's clock started).")
+__all__ = ["AsyncConfig", "run"]
 
 
 ROUND_OVER_LAUNCH = 10.0   # a round's device time, at least this many times its calls' return time
@@ -126,20 +115,3 @@ def run(cfg: AsyncConfig, on_epoch: EpochCallback | None = None) -> dict[str, fl
         "numpy_over_torch": np_t["median"] / s_t["median"],
         "matrix_size_used": float(n),
     }
-
-
-EXPERIMENT = Experiment(
-    name="async",
-    title="D12.2: random-then-matmul in numpy and torch, clock read with and without sync",
-    run=run,
-    clock=("matmul_iterations x (random normal matrix, then its square; on a GPU the side is grown until the "
-         "device work dwarfs the launch cost, see matrix_size_used): numpy on the host, and torch on "
-         "the device read twice, before and after synchronizing it; one untimed torch round first "
-         "(allocator, kernels, BLAS threads); async_pause_s of sleep between numpy and torch, outside both "
-         "clocks; timing_repeats repeats, median quoted"),
-    needs_dataset=False,  # makes its own random matrices; no epochs
-    metrics=("numpy_time_s", "numpy_time_iqr_s", "torch_nosync_time_s", "torch_nosync_time_iqr_s",
-             "torch_sync_time_s", "torch_sync_time_iqr_s", "nosync_share", "numpy_over_torch", "matrix_size_used"),
-    config=AsyncConfig,
-    smoke={"device": "cpu", "matrix_size": 64, "matmul_iterations": 2, "timing_repeats": 2, "threads": 1},
-)

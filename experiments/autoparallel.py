@@ -25,42 +25,17 @@ recorded skip, since a CPU has no queue that runs ahead of Python for this to sh
 
 from __future__ import annotations
 
-from typing import Literal
 
 import torch
-from pydantic import Field
 
-from experiments import Experiment, autoparallel_exercises as exercises
+from experiments import autoparallel_exercises as exercises
+from experiments.descriptors.autoparallel import AutoparallelConfig
 from experiments.overlap import hidden_share, host_copies, median_time, products, products_copied_meanwhile
-from harness.training.config import RunConfig
 from harness.errors import CellSkipped
-from harness.training.field_groups import EpochsFields
 from harness.machine.hardware import gpu_count, slice_note
 from harness.training.train import EpochCallback
 
 GPUS_NEEDED = {"two_devices": 2, "compute_copy": 1, "small_ops": 1, "cpu_gpu": 1, "dependencies": 1}
-
-
-class AutoparallelConfig(RunConfig, EpochsFields):
-    """D12.3 and its exercises; `epochs` is the number of timed repeats whose median is quoted."""
-
-    autopar_case: Literal["two_devices", "compute_copy", "small_ops", "cpu_gpu", "dependencies"] = Field(
-        "two_devices", description="D12.3: two_devices (two GPUs queued without synchronizing), compute_copy "
-        "(compute overlapped with copies to the host); its exercises: small_ops (2: small products on "
-        "several streams of one GPU), cpu_gpu (3: CPU compute beside GPU compute and copies), dependencies "
-        "(5: two branches joined every stage, on two streams, checked against one stream).")
-    autopar_size: int = Field(4000, ge=1, description="D12.3: side of the square matrices multiplied.")
-    autopar_steps: int = Field(50, ge=1, description="D12.3: matrix products per run.")
-    autopar_host_memory: Literal["pageable", "pinned", "pageable_then_pinned"] = Field(
-        "pageable", description="D12.3: host memory the results are copied into, the same for the copy baseline "
-        "and the overlapped run (pageable, or page-locked pinned); pageable_then_pinned is d2l's mix: baseline "
-        "y.to('cpu'), overlapped y.to('cpu', non_blocking=True), which torch puts in pinned memory.")
-    autopar_copy_stream: Literal["compute", "separate"] = Field(
-        "separate", description="D12.3 compute_copy: compute = d2l, all products then all copies on the one "
-        "stream; separate = each result copied on a second stream as soon as it is ready.")
-    autopar_streams: int = Field(4, ge=1, description="D12.3 exercise 2: streams the small products are spread over.")
-    autopar_cpu_size: int = Field(1000, ge=1, description="D12.3 exercise 3: side of the matrices the CPU "
-                                  "multiplies (autopar_steps of them) beside the GPU's work.")
 
 
 def two_devices(cfg: AutoparallelConfig) -> dict[str, float]:
@@ -110,19 +85,3 @@ def run(cfg: AutoparallelConfig, on_epoch: EpochCallback | None = None) -> dict[
                           "that runs ahead of Python, so there is nothing to overlap" + slice_note())
     torch.manual_seed(cfg.seed)
     return CASES[cfg.autopar_case](cfg)
-
-
-EXPERIMENT = Experiment(
-    name="autoparallel",
-    title="D12.3: two GPUs queued without synchronizing; compute overlapped with copies to the host; exercises 2, 3, 5",
-    run=run,
-    clock=("each figure is wall time from a synchronized start to a synchronize of every device used; "
-           "the first call of each kind is a warm-up outside the clock; median of `epochs` repeats"),
-    needs_dataset=False,  # multiplies its own random matrices
-    metrics=("gpu0_time_s", "gpu1_time_s", "both_time_s", "compute_time_s", "copy_time_s", "compute_then_copy_s",
-             "overlapped_time_s", "train_time_s", "overlap_gain", "overlap_hidden_share", *exercises.METRICS),
-    config=AutoparallelConfig,
-    sense={"train_time_s": "minimize"},
-    # needs a GPU: a recorded skip (CellSkipped) on a machine without one
-    smoke={"device": "cuda", "autopar_case": "compute_copy", "autopar_size": 256, "autopar_steps": 4, "epochs": 2},
-)

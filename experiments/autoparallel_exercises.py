@@ -26,8 +26,6 @@ import torch
 from experiments.overlap import hidden_share, host_copies, median_time, products, products_copied_meanwhile
 from harness.training.config import RunConfig
 
-METRICS = ("one_stream_time_s", "streams_time_s", "stream_gain", "cpu_compute_time_s", "serial_time_s",
-           "parallel_time_s", "dependency_gain", "max_abs_diff", "results_match")
 MATCH_TOLERANCE = 1e-5  # relative to the largest value: float rounding, not a lost dependency
 
 

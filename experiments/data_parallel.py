@@ -21,27 +21,18 @@ docs/MEASUREMENT.md, "Distributed cells".
 
 from __future__ import annotations
 
-from experiments import DDP_BACKENDS, TRAINING_SENSE, Experiment
-from harness.training import flops, time_to_accuracy
-from harness.training.config import RunConfig
+from experiments.descriptors.data_parallel import DataParallelConfig
 from harness.distributed import ddp_train
-from harness.distributed.ddp_train import CLOCK
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
-from harness.training.field_groups import DdpTrainingFields
 from harness.training.flops import flop_metrics, peak_devices
 from harness.training.models import fetch_weights
 from harness.distributed.rank import RankContext
-from harness.training.train import METRICS as TRAINING_METRICS
 from harness.training.train import EpochCallback, prepare
 
-__all__ = ["EXPERIMENT", "DataParallelConfig", "run", "to_metrics"]
+__all__ = ["DataParallelConfig", "run", "to_metrics"]
 
 TARGET = "harness.distributed.ddp_train:train"
-
-
-class DataParallelConfig(RunConfig, DdpTrainingFields):
-    """The book's loop as torchrun ranks (`distributed.ddp_train.train`), or in this process."""
 
 
 def run(cfg: DataParallelConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
@@ -69,23 +60,3 @@ def to_metrics(result: dict, on_epoch: EpochCallback | None = None) -> dict[str,
             on_epoch(i, {"epoch_time_s": seconds, "train_loss": loss,
                          **({"epoch_test_accuracy": accuracies[i]} if i < len(accuracies) else {})})
     return {k: float(v) for k, v in result.items() if isinstance(v, (int, float))}
-
-
-EXPERIMENT = Experiment(
-    name="data_parallel",
-    title="T9.1-T10.2, D12.6: threads, or DDP over world_size torchrun processes / GPUs",
-    run=run,
-    clock=CLOCK,
-    needs_dataset=True,
-    notes=flops.NOTES,
-    metrics=(*TRAINING_METRICS, "ranks",
-             "batch_per_rank", "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
-             "rank{i}_train_time_s", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
-    backends=DDP_BACKENDS,
-    config=DataParallelConfig,
-    sense=TRAINING_SENSE,
-    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7", "lenet_d2l"),  # image models
-    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
-           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "lr_scaling": "linear_warmup",
-           "lr_warmup_epochs": 1, "world_size": 1, "threads": 1, "target_accuracy": 0.05, "eval_every_epoch": True},
-)

@@ -24,14 +24,13 @@ are synchronous (the host waits for each), and that waiting is part of the time.
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments import DDP_BACKENDS, TRAINING_SENSE, Experiment
+from experiments.descriptors.dp_scratch import DpScratchConfig
 from harness.training import flops
 from harness.training.config import RunConfig
 from harness.training.data import Dataset, Split, load_splits
@@ -40,28 +39,16 @@ from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
 from harness.errors import CellSkipped, UserError
-from harness.training.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
-                                  WarmupEpochsFields)
 from harness.training.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.machine.hardware import gpu_count, slice_note
 from harness.training.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
 from harness.training.timing import peak_rss_mb, timed
-from harness.training.train import METRICS as TRAINING_METRICS
 from harness.training.train import EpochCallback, prepare, training_metrics
 from harness.training.warmup import restored
 
 TARGET = "experiments.dp_scratch:ddp_target"
 SCRATCH_TARGET = "experiments.dp_scratch:scratch_target"
 MATCH_ATOL = 1e-5
-
-
-class DpScratchConfig(RunConfig, SplitsFields, LaunchFields, EpochsFields, WarmupEpochsFields, BatchFields,
-                      LearningRateFields):
-    """Plain SGD written out: the lr only (no optimizer, momentum or weight decay)."""
-
-    dp_impl: Literal["ddp", "scratch"] = Field(
-        "ddp", description="D12.5: ddp (DistributedDataParallel over world_size processes) or scratch "
-        "(one process, world_size parameter copies, hand-written allreduce).")
 
 
 def split_batch(x: torch.Tensor, y: torch.Tensor, parts: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -285,25 +272,3 @@ def ddp_target(cfg: RunConfig, ctx: RankContext) -> dict:
         result.update(slowest.metrics(each_rank=True))  # train_time_s: the slowest rank's, and each rank's
         result["epoch_times"] = slowest.epoch_times
     return ctx.broadcast(result)
-
-
-EXPERIMENT = Experiment(
-    name="dp_scratch",
-    title="D12.5: hand-written data parallel (copies, split batch, allreduce) vs DDP vs one device",
-    run=run,
-    clock=("training epochs only, every device synchronized at both ends: splitting each global batch, "
-         "copying the shards to the devices (from pageable memory, so synchronous, as d2l), per-copy "
-         "forward/backward, the gradient allreduce (hand-written or DDP's), the SGD step on every copy; "
-         "the one-device reference run, the comparison and evaluation are outside the clock"),
-    needs_dataset=True,
-    notes=flops.NOTES,
-    metrics=(*TRAINING_METRICS, "first_step_param_diff", "params_match", "max_param_diff", "copies_identical",
-             "copies", "rank{i}_train_time_s", *flops.METRICS),
-    backends=DDP_BACKENDS,
-    config=DpScratchConfig,
-    sense=TRAINING_SENSE,
-    # d2l's LeNet (the model is checked)
-    models=("lenet_d2l",),
-    smoke={"model": "lenet_d2l", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 0,
-           "epochs": 1, "batch_size": 32, "lr": 0.1, "world_size": 2, "dp_impl": "scratch", "threads": 1},
-)

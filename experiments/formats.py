@@ -22,26 +22,17 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from typing import Literal
 
 import torch
-from pydantic import Field
 
-from experiments import Experiment
-from harness.training.config import RunConfig
+from experiments.descriptors.formats import FormatsConfig
 from harness.errors import CellSkipped
 from harness.training.train import EpochCallback
 
-__all__ = ["EXPERIMENT", "FormatsConfig", "run"]
+__all__ = ["FormatsConfig", "run"]
 
 TORCH_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 PROBE_SIDE = 512  # big enough that cuBLAS takes a tensor-core kernel, not a small-matrix fp32 one
-
-
-class FormatsConfig(RunConfig):
-    number_format: Literal["fp64", "fp32", "tf32", "fp16", "bf16"] = Field(
-        "fp32", description="Table 7.1: the numeric format whose sign/exponent/mantissa bits are read "
-        "(torch.finfo; tf32, which has no torch dtype, measured on an Ampere or newer GPU).")
 
 
 def finfo_bits(dtype: torch.dtype) -> dict[str, float]:
@@ -120,16 +111,3 @@ def run(cfg: FormatsConfig, on_epoch: EpochCallback | None = None) -> dict[str, 
     if reason:
         raise CellSkipped(reason)
     return {**tf32_bits(device), "measured_on_device": 1.0}
-
-
-EXPERIMENT = Experiment(
-    name="formats",
-    title="Table 7.1: sign, exponent and mantissa bits of fp64, fp32, tf32, fp16, bf16 (torch.finfo; tf32 on a GPU)",
-    run=run,
-    clock="no clock: bits read from torch.finfo, or (tf32) measured by identity matrix products on the GPU",
-    needs_dataset=False,
-    metrics=("sign_bits", "exponent_bits", "mantissa_bits", "format_bits", "storage_bytes", "measured_on_device",
-             "probe_fp32_mantissa_bits"),
-    config=FormatsConfig,
-    smoke={"number_format": "bf16"},
-)

@@ -37,18 +37,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from pydantic import Field
 from torch import nn
 
-from experiments import Experiment
-from harness.training.config import PositiveInt, RunConfig
+from experiments.descriptors.hybridize import HybridizeConfig
 from harness.errors import CellSkipped
-from harness.training.field_groups import BatchFields, CompilationFields, ModelFields, TimingRepeatsFields
 from harness.training.models import MODELS, build_model
 from harness.training.timing import spread, timed
 from harness.training.train import EpochCallback, prepare
 
-__all__ = ["EXPERIMENT", "HybridizeConfig", "run", "make_variant", "captured_warnings"]
+__all__ = ["HybridizeConfig", "run", "make_variant", "captured_warnings"]
 # torch.compile modes that capture CUDA graphs on a GPU (max-autotune-no-cudagraphs does not).
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
@@ -56,11 +53,6 @@ log = logging.getLogger(__name__)
 
 # Outputs of a compiled or scripted model may differ from eager by float rounding only.
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
-
-
-class HybridizeConfig(RunConfig, ModelFields, BatchFields, CompilationFields, TimingRepeatsFields):
-    forward_calls: PositiveInt = Field(1000, description="D12.1: forward passes inside one timed measurement.")
-    warmup_calls: int = Field(20, ge=0, description="D12.1: untimed forward passes after the first call.")
 
 
 def run(cfg: HybridizeConfig, on_epoch: EpochCallback | None = None) -> dict[str, float | str]:
@@ -176,22 +168,3 @@ def make_variant(model: nn.Module, execution: str, folder: Path, compile_mode: s
         torch._dynamo.reset()  # a cold compile per cell: no graph reused from an earlier cell
         return torch.compile(model, mode=compile_mode, backend=compile_backend)
     raise ValueError(f"unknown execution '{execution}'")
-
-
-EXPERIMENT = Experiment(
-    name="hybridize",
-    title="D12.1: forward-pass time eager vs torch.jit.script vs torch.compile",
-    run=run,
-    clock=("forward_calls forward passes of one fixed input (autograd on, as in d2l; under no_grad for the "
-         "CUDA-graph compile modes on CUDA, see autograd_on), after the first call and warmup_calls untimed "
-         "calls; the device is synchronized before each reading; the first call (compilation for "
-         "torch.compile) is timed separately"),
-    needs_dataset=False,  # times one random input of the model's shape; no epochs
-    metrics=("forward_time_s", "forward_time_iqr_s", "per_call_us", "per_call_iqr_us", "first_call_s",
-             "max_abs_diff_vs_eager", "warnings_captured", "autograd_on"),
-    notes=("captured_warnings",),
-    config=HybridizeConfig,
-    # script: the deprecation warning it raises exercises the captured_warnings note
-    smoke={"model": "mlp_d2l", "batch_size": 1, "execution": "script", "forward_calls": 20, "warmup_calls": 2,
-           "timing_repeats": 2, "threads": 1},
-)

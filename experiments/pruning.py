@@ -20,29 +20,18 @@ of 2,122,186 parameters (`param_count`, beside `param_count_before`).
 from __future__ import annotations
 
 import torch
-from pydantic import Field
 
-from experiments import TRAINING_SENSE, Experiment
-from harness.training import flops, time_to_accuracy
-from harness.training.config import RunConfig
+from experiments.descriptors.pruning import PruningConfig
 from harness.training.data import load_splits
-from harness.training.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
 from harness.training.flops import flop_metrics, flops_per_sample
 from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.pruning import prune_conv_filters
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import timed
-from harness.training.train import METRICS as TRAINING_METRICS
-from harness.training.train import CLOCK, EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
+from harness.training.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
 from harness.training.warmup import restored
 
-__all__ = ["EXPERIMENT", "PruningConfig", "run"]
-
-
-class PruningConfig(RunConfig, SplitsFields, OptimizerFields, TrainingLoopFields, TargetFields, PruningFields):
-    pretrain_epochs: int = Field(
-        1, ge=0, description="T6.1: epochs trained before pruning (the book's procedure: train 1 epoch, prune, "
-        "train `epochs` timed); kept, untimed, and only where sparsity > 0 (the book's unpruned row has none).")
+__all__ = ["PruningConfig", "run"]
 
 
 def run(cfg: PruningConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
@@ -85,23 +74,3 @@ def run(cfg: PruningConfig, on_epoch: EpochCallback | None = None) -> dict[str, 
         "pretrain_epochs_trained": float(len(pretrain)),
         "pretrain_time_s": sum(pretrain),
     }
-
-
-EXPERIMENT = Experiment(
-    name="pruning",
-    title="T6.1: train, prune Conv2d filters by L1 norm, train timed, test",
-    run=run,
-    clock=CLOCK,
-    needs_dataset=True,
-    notes=flops.NOTES,
-    metrics=(*TRAINING_METRICS, "param_count", "param_count_before", "prune_time_s", "pretrain_epochs_trained", "pretrain_time_s",
-             *flops.METRICS, *time_to_accuracy.METRICS),
-    config=PruningConfig,
-    sense=TRAINING_SENSE,
-    # Models with Conv2d filters to remove (d2l's plain-tensor LeNet has none; the MLP takes no images).
-    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7"),
-    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
-           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "sparsity": 0.5,
-           "pruning_backend": "torch-pruning", "eval_every_epoch": True, "target_accuracy": 0.05,
-           "evals_per_epoch": 2, "stop_at_target": True, "threads": 1},
-)

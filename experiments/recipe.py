@@ -23,36 +23,24 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from experiments import DDP_BACKENDS, TRAINING_SENSE, Experiment
-from harness.training import accuracy_probe, flops, speed_methods, time_to_accuracy
+from experiments.descriptors.recipe import RecipeConfig
+from harness.training import accuracy_probe, speed_methods
 from harness.training.config import RunConfig
 from harness.training.data import Split, load_splits
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
-from harness.training.field_groups import (AutocastFields, EvalBatchFields, GlobalBatchFields, OptimizerFields,
-                                           SpeedMethodsFields, SplitsFields, TargetFields)
 from harness.training.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.precision import Precision
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import peak_rss_mb, timed
-from harness.training.train import METRICS as TRAINING_METRICS
 from harness.training.train import EpochCallback, evaluate, lr_effective, make_optimizer, prepare, train_epochs, training_metrics
 
-__all__ = ["EXPERIMENT", "RecipeConfig", "run", "train_recipe"]
+__all__ = ["RecipeConfig", "run", "train_recipe"]
 
 TARGET = "experiments.recipe:rank_target"
-CLOCK = ("training only, from the first step (no warm-up epoch): batching from memory, host-to-device copy, "
-         "forward, loss, backward (with DDP's allreduce when world_size > 1), optimizer step, and "
-         "torch.compile's compilation during the first steps; model building, pruning at initialisation, "
-         "process start, data loading and every evaluation are outside the clock; several ranks: the slowest")
-
-
-class RecipeConfig(RunConfig, SplitsFields, SpeedMethodsFields, OptimizerFields, AutocastFields, GlobalBatchFields,
-                   EvalBatchFields, TargetFields):
-    """The book's loop with stacked speed methods, from the first step (no warm-up epochs)."""
 
 
 def run(cfg: RecipeConfig, on_epoch: EpochCallback | None = None) -> dict[str, float]:
@@ -134,12 +122,12 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
                            "checkpoints": [c.seconds for c in watch.checkpoints] if watch else []})
     slowest = slowest_rank(everyone)
     samples = sum(r["samples"] for r in everyone)
+    result = training_metrics(slowest.epoch_times, [], train_samples=len(data.train), test_samples=len(data.test),
+                              accuracy=accuracy, eval_seconds=evaluation.seconds, samples_trained=samples)
     # train_time_s: the slowest rank's, as a DDP cell's; peak_rss_mb from the ranks' own processes (in one
     # process the cell runner measures the peak itself)
-    result = training_metrics(slowest.epoch_times, [], train_samples=len(data.train), test_samples=len(data.test),
-                              accuracy=accuracy, eval_seconds=evaluation.seconds, samples_trained=samples,
-                              train_time=slowest.train_time_s)
     result.update(slowest.metrics(memory=ctx.distributed))
+    result["samples_per_s"] = samples / result["train_time_s"]
     if watch is not None:
         result.update(watch.metrics(slowest.checkpoints))
     for step, seconds in zip(records, slowest.epoch_times):  # the per-epoch steps show the slowest rank too
@@ -162,22 +150,3 @@ def shard(split: Split, rank: int, world_size: int, seed: int) -> Split:
     order = torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))
     keep = order[rank * per:(rank + 1) * per]
     return Split(split.x[keep], split.y[keep])
-
-
-EXPERIMENT = Experiment(
-    name="recipe",
-    title="Speed recipes: the book's loop with stacked speed methods, time to accuracy and MFU",
-    run=run,
-    clock=CLOCK,
-    needs_dataset=True,
-    notes=flops.NOTES,
-    metrics=(*TRAINING_METRICS, "samples_trained", "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
-             "scaler_skipped_steps", "peak_rss_mb", *flops.METRICS, *time_to_accuracy.METRICS),
-    backends=DDP_BACKENDS,
-    config=RecipeConfig,
-    sense=TRAINING_SENSE,
-    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 512, "test_limit": 128, "epochs": 2,
-           "batch_size": 64, "lr_base_batch": 32, "optimizer": "adam", "lr": 0.005, "channels_last": True,
-           "dtype": "bf16", "sparsity": 0.25, "pruning_backend": "torch-pruning", "execution": "compile",
-           "compile_backend": "eager", "target_accuracy": 0.5, "evals_per_epoch": 2, "threads": 1},
-)

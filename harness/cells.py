@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from harness.errors import CellPruned, CellSkipped, StoreFault, UserError
 from harness.machine import hardware
-from harness.signals import raise_if_stopped, stops_held
+from harness.signals import note_cut_off, raise_if_stopped, stops_held
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, PROCEDURE, REASON_LIMIT
 from harness.specs.cell_spec import Cell
@@ -63,7 +63,8 @@ def run_cell(store: Store, experiment_id: str, cell: Cell, *, tags: dict[str, st
             store.end_run(run_id, Outcome.FAILED, cell.error)
             return CellResult(cell, Outcome.FAILED, reason=cell.error, run_id=run_id)
         return _run(store, run_id, cell, experiment, show_epochs, epoch_hook, system_metrics, execute or run_here)
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, SystemExit) as stop:
+        note_cut_off(stop, cell.label)
         if not store.close_after_fault(run_id, Outcome.INTERRUPTED, "interrupted (Ctrl-C or SIGTERM) while running"):
             raise StoreFault(f"interrupted, and the store refused to close run {run_id}; the next command on "
                              "this store closes it as interrupted") from None

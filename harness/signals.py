@@ -25,6 +25,18 @@ import threading
 
 _stopped_by: str | None = None   # the signal that asked this process to stop, once one has
 _held = 0                        # how many `stops_held()` blocks the main thread is inside
+_CUT_OFF = "cut off: "           # a note on the stop itself, naming the cell it cut short
+
+
+def note_cut_off(stop: BaseException, label: str) -> None:
+    """Record on the stop (a KeyboardInterrupt on its way out) that it cut the cell `label` short,
+    so the line the command line ends with says which one reruns, and says so only then."""
+    stop.add_note(_CUT_OFF + label)
+
+
+def cut_off(stop: BaseException) -> list[str]:
+    """The cells `stop` cut short (note_cut_off), in the order it left them."""
+    return [note.removeprefix(_CUT_OFF) for note in getattr(stop, "__notes__", ()) if note.startswith(_CUT_OFF)]
 
 
 @contextlib.contextmanager

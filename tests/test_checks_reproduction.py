@@ -86,7 +86,7 @@ def test_cells_from_another_machine_are_reported_separately(store, sweep_file, m
     spec = sweep_spec.load(str(sweep_file("two_machines", {"sparsity": [0.0, 0.5]})))
     run_sweep(spec, store, overrides={"sparsity": [0.0]}, show_progress=False)
     other = {**fp_module.fingerprint(), "fingerprint": "otherbox01", "cpu.model": "Other CPU"}
-    monkeypatch.setattr("harness.store.tracking.fingerprint", lambda: other)
+    monkeypatch.setattr("harness.machine.fingerprint.fingerprint", lambda: other)
     run_sweep(spec, store, show_progress=False)  # 0.5 runs on "the other machine"
     reports = report.build_all(store, spec)
     assert len(reports) == 2

@@ -263,3 +263,16 @@ def test_the_store_locations_are_resolved_once_and_carried(monkeypatch, tmp_path
     resolving = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                        if re.search(r"\bresolve_(tracking_uri|db_url)\(", p.read_text()))
     assert resolving == ["store/tracking.py", "store/uris.py", "sweeps/sweep_engine.py"], resolving
+
+
+@pytest.mark.parametrize("command", ["sweep", "study"])
+def test_scale_help_names_every_scale_the_files_have_cpu_included(command, capsys):
+    from harness.cli import main
+    from harness.specs import study_spec, sweep_spec
+
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    shown = " ".join(capsys.readouterr().out.split())   # argparse wraps the help text
+    specs = sweep_spec if command == "sweep" else study_spec
+    scales = {scale for name in specs.available() for scale in specs.load(name).scales}
+    assert "cpu" in scales and [s for s in sorted(scales) if s not in shown] == []

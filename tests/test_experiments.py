@@ -19,8 +19,8 @@ import pytest
 import torch
 
 import experiments
-import experiments.autoparallel_exercises
 from experiments import check_reads, make_config, metric_matches
+from experiments.descriptors.autoparallel import EXERCISE_METRICS
 from harness.training.config import RunConfig
 from harness.errors import CellSkipped, UserError
 
@@ -32,7 +32,7 @@ OTHER_BRANCH_METRICS = {
     "data_parallel": {"peak_rss_mb"},            # the ranks' peak, when they are other processes
     "dp_scratch": {"rank{i}_train_time_s"},      # one per torchrun rank (dp_impl=ddp)
     "autoparallel": {"gpu0_time_s", "gpu1_time_s", "both_time_s",  # two_devices needs 2 GPUs
-                     *experiments.autoparallel_exercises.METRICS},   # the exercises' cases
+                     *EXERCISE_METRICS},   # the exercises' cases
     "recipe": {"peak_rss_mb"},                   # the ranks' peak, when they are other processes
     "formats": {"probe_fp32_mantissa_bits"},     # tf32's probe, on an Ampere or newer GPU
 }
@@ -118,7 +118,7 @@ def _names_read(module: str, skip_classes: set[str]) -> set[str]:
 @pytest.mark.parametrize("name", NAMES)
 def test_each_field_of_an_experiments_class_is_read_by_code_its_run_can_reach(name):
     experiment = experiments.get(name)
-    module = experiments.REGISTRY[name]
+    module = _run_module(name)
     reachable = _reachable(module) - set(DEFINE_THE_FIELDS)
     assert module in reachable
     read = set().union(*(_names_read(m, {experiment.config.__name__}) for m in reachable))
@@ -138,11 +138,18 @@ def test_the_source_check_catches_a_declared_field_nothing_reads(tmp_path, monke
     assert "seed" in read and "never_used_anywhere" not in read
 
 
+def _run_module(name: str) -> str:
+    """The module holding the experiment's run (its descriptor names it)."""
+    return experiments.get(name).run.target.partition(":")[0]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_each_module_exports_one_descriptor_under_its_registry_name(name):
     module = importlib.import_module(experiments.REGISTRY[name])
     experiment = experiments.get(name)
-    assert experiment is module.EXPERIMENT and experiment.name == name and experiment.run is module.run
+    run_module = importlib.import_module(_run_module(name))
+    assert experiment is module.EXPERIMENT and experiment.name == name and experiment.run.resolve() is run_module.run
+    assert not hasattr(run_module, "EXPERIMENT")   # one descriptor, in experiments/descriptors/
     assert not hasattr(module, "TRAINS") and not hasattr(module, "METRICS")  # the descriptor says it now
     assert experiment.title and experiment.clock
     assert issubclass(experiment.config, RunConfig) and experiment.reads == set(experiment.config.model_fields)
@@ -181,11 +188,12 @@ def test_unknown_experiment_or_key_is_one_sentence_naming_what_exists():
         check_reads("amp", ["sparsty"])
 
 
-def test_validating_a_config_imports_its_own_experiment_module_only():
+def test_validating_a_config_imports_its_own_experiment_descriptor_only_and_no_torch():
     code = ("import sys; from experiments import make_config; make_config({'experiment': 'amp'}); "
-            "print(sorted(m for m in sys.modules if m.startswith('experiments.')))")
+            "print(sorted(m for m in sys.modules if m.startswith('experiments.') and m != 'experiments.descriptors'), "
+            "'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "['experiments.amp']"
+    assert out.stdout.strip() == "['experiments.descriptors.amp'] False"
 
 
 def test_starting_a_sweep_or_a_study_with_keys_its_experiment_reads_imports_that_experiment_only():
@@ -196,9 +204,9 @@ def test_starting_a_sweep_or_a_study_with_keys_its_experiment_reads_imports_that
     code = ("import sys; from harness.specs import study_spec, sweep_spec; "
             "sweep_spec.expand(sweep_spec.load('sparsity'), 'smoke', {'epochs': 1}); "
             "study_spec.load('lr_batch').fixed('smoke', {'epochs': 1}); "
-            "print(sorted(m for m in sys.modules if m.startswith('experiments.')))")
+            "print(sorted(m for m in sys.modules if m.startswith('experiments.') and m != 'experiments.descriptors'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    assert out.stdout.strip() == "['experiments.pruning']"
+    assert out.stdout.strip() == "['experiments.descriptors.pruning']"
 
     from harness.specs import sweep_spec
 
@@ -209,3 +217,7 @@ def test_starting_a_sweep_or_a_study_with_keys_its_experiment_reads_imports_that
     with pytest.raises(UserError) as err:
         sweep_spec.expand(spec, "smoke", {"epochs": 1, "sparsty": 0.5})
     assert str(err.value).startswith("unknown config key 'sparsty'; did you mean 'sparsity'")
+
+
+def test_the_run_modules_a_fork_server_preloads_are_every_experiments_run():
+    assert experiments.run_modules() == sorted({_run_module(name) for name in NAMES})

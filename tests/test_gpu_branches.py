@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+import experiments
 import experiments.asynchronous as asynchronous
 import experiments.data_parallel as data_parallel
 import experiments.dp_scratch as dp_scratch
@@ -72,7 +73,7 @@ def test_the_clock_text_says_how_batches_reach_the_device():
     from harness.training import train
 
     assert "pinned" in train.CLOCK and "pinned" in ddp_train.CLOCK
-    assert "pageable" in dp_scratch.EXPERIMENT.clock and "synchronous" in dp_scratch.EXPERIMENT.clock
+    assert "pageable" in experiments.get("dp_scratch").clock and "synchronous" in experiments.get("dp_scratch").clock
 
 
 # --- 2. each sweep worker its own GPUs ----------------------------------------------------------

@@ -172,10 +172,10 @@ def test_reproduce_cpu_without_data_dir_is_one_sentence():
 
 
 def test_reproduce_cpu_stops_at_a_data_dir_without_the_images(tmp_path):
-    """A folder that is not there is the harness's one sentence, and the loop stops at the first
-    sweep instead of repeating it for every table."""
+    """A folder that is not there is the harness's one sentence, said before any sweep starts (not
+    repeated for every table) and before the store is made."""
     out = _make("reproduce-cpu", f"DATA_DIR={tmp_path / 'nowhere'}", f"HARNESS={sys.executable} -m harness",
                 f"TRACKING_URI=sqlite:///{tmp_path / 'store' / 'mlflow.db'}", PYTHONPATH=str(REPO_ROOT))
     assert out.returncode == 2, out.stderr
     assert "needs class folders" in out.stderr and "Traceback" not in out.stderr
-    assert "sweep sparsity" in out.stdout and "sweep amp" not in out.stdout
+    assert "== reproduce: sweep" not in out.stdout and not (tmp_path / "store" / "mlflow.db").exists()

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from conftest import assert_one_sentence_exit_2
 
-import experiments.pruning
+import experiments.descriptors.pruning
 from harness.specs import sweep_spec
 from harness.errors import UserError
 from harness.sweeps.sweep_engine import run_sweep
@@ -30,7 +30,8 @@ def test_every_cell_is_a_child_run_with_params_metrics_tags_and_config(store, sw
                 "device", "threads", "pruning_backend", "weight_decay", "repeat"):
         assert key in run.params
     # Params are the fields pruning reads (the compare view's rows), which are its config class's.
-    assert set(run.params) == set(experiments.pruning.PruningConfig.model_fields)  # experiment, repeat, threads too
+    # experiment, repeat and threads too
+    assert set(run.params) == set(experiments.descriptors.pruning.PruningConfig.model_fields)
     for key in ("train_time_s", "test_accuracy", "param_count", "samples_per_s", "peak_rss_mb", "epoch_time_s"):
         assert key in run.metrics
     assert 0.0 <= run.metrics["test_accuracy"] <= 1.0
@@ -73,18 +74,18 @@ def test_a_bad_value_in_the_grid_stops_the_sweep_before_any_run(store, sweep_fil
 
 def test_a_crashing_cell_is_rerun_next_time_and_replaces_its_record(store, sweep_file, monkeypatch):
     spec = sweep_spec.load(str(sweep_file("crash", {"sparsity": [0.0, 0.5]})))
-    real = experiments.pruning.EXPERIMENT
+    real = experiments.descriptors.pruning.EXPERIMENT
 
     def flaky(cfg, on_epoch=None):
         if cfg.sparsity == 0.5:
             raise RuntimeError("out of memory (simulated)")
         return real.run(cfg, on_epoch)
 
-    monkeypatch.setattr(experiments.pruning, "EXPERIMENT", dataclasses.replace(real, run=flaky))
+    monkeypatch.setattr(experiments.descriptors.pruning, "EXPERIMENT", dataclasses.replace(real, run=flaky))
     first = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in first.results] == ["ok", "failed"]
     assert "RuntimeError: out of memory" in first.results[1].reason
-    monkeypatch.setattr(experiments.pruning, "EXPERIMENT", real)
+    monkeypatch.setattr(experiments.descriptors.pruning, "EXPERIMENT", real)
     second = run_sweep(spec, store, show_progress=False)
     assert [r.outcome for r in second.results] == ["reused", "ok"]
     runs = _cells(store, "crash")

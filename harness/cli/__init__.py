@@ -17,6 +17,7 @@ from typing import Sequence
 
 from harness.cli.exits import EXIT_FAULT, EXIT_INTERRUPTED, EXIT_USAGE
 from harness.errors import StoreFault, UserError, first_line
+from harness.signals import cut_off
 
 
 class _Parser(argparse.ArgumentParser):
@@ -160,18 +161,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, MemoryError) as err:  # a full disk, a vanished folder: the machine, not a bug
         _say(_fault_sentence(err))
         return EXIT_FAULT
-    except KeyboardInterrupt:
-        print(f"harness: {INTERRUPTED.get(getattr(args, 'command', None), INTERRUPTED['sweep'])}", file=sys.stderr)
+    except KeyboardInterrupt as stop:
+        print(f"harness: {interrupted_line(getattr(args, 'command', None), cut_off(stop))}", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 # What Ctrl-C or SIGTERM left, in each command's words.
 INTERRUPTED = {
-    "sweep": "interrupted; finished cells are kept, the interrupted one reruns next time.",
+    "sweep": "interrupted; finished cells are kept, the same command resumes the sweep.",
+    "reproduce": "interrupted; finished cells are kept, the same command resumes the reproduction.",
     "study": "interrupted; finished trials are kept, the same command resumes the study.",
     "run": "interrupted; the run is closed as interrupted (KILLED in MLflow) and measured nothing; "
            "run the same command again.",
 }
+
+
+def interrupted_line(command: str | None, cut: list[str]) -> str:
+    """The line Ctrl-C ends a command with. A sweep names the cell it cut short, which reruns, only
+    when it cut one (not when it stopped between cells, or before the first)."""
+    if command == "sweep" and cut:
+        return f"interrupted; finished cells are kept, the interrupted one ({cut[0]}) reruns next time."
+    return INTERRUPTED.get(command, "interrupted.")
 
 
 def _say(sentence: str) -> None:

@@ -91,9 +91,7 @@ def _launcher(args):
 
 def cmd_run(args) -> int:
     import experiments
-    from harness.cells import run_single
     from experiments import make_config
-    from harness.store import Outcome
 
     overrides = _overrides(args, args.experiment)
     if any(isinstance(v, list) for v in overrides.values()):
@@ -101,6 +99,10 @@ def cmd_run(args) -> int:
     experiments.check_reads(args.experiment, overrides)  # a field the experiment ignores would change nothing
     cfg = make_config({**overrides, "experiment": args.experiment})
     experiments.get(args.experiment).check_model(getattr(cfg, "model", None))
+    _check_data_folders([cfg])
+    from harness.cells import run_single   # every value is checked: now torch and the store
+    from harness.store import Outcome
+
     with sigterm_as_interrupt():  # a `kill` closes the run as interrupted, as Ctrl-C does
         result = run_single(cfg, _store(args))
     if result.outcome != Outcome.OK:
@@ -113,21 +115,23 @@ def cmd_run(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from harness.cli.summary import sweep_summary
     from harness.launchers import WorkerRole
-    from harness.report import overview
-    from harness.store import Outcome
     from harness.specs import sweep_spec
-    from harness.sweeps.sweep_engine import run_sweep
 
     spec = sweep_spec.load(args.sweep)
     if args.system_metrics is not None:
         spec.system_metrics = args.system_metrics
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
+    max_repeats = _max_repeats(args)
     if role is None:
         _size_of_job(spec, args)
-    max_repeats = _max_repeats(args)
     store = _store(args)
+    # Every value is checked: only now the engine and the report, with torch, MLflow and the rest.
+    from harness.cli.summary import sweep_summary
+    from harness.report import overview
+    from harness.store import Outcome
+    from harness.sweeps.sweep_engine import run_sweep
+
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                        db_url=_where(args).db_url, workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
@@ -154,12 +158,25 @@ def cmd_sweep(args) -> int:
 
 
 def _size_of_job(spec, args) -> None:
-    """Refuse more cells than --max-cells, and say how large a large sweep is before it starts."""
+    """Refuse more cells than --max-cells, say how large a large sweep is before it starts, and check
+    the image folders its cells read (torch is not loaded yet: a mistake is answered at once)."""
     from harness.cli import job_size
+    from harness.specs.sweep_spec import expand
 
     job_size.check_cap("--max-cells", args.max_cells)
-    job_size.announce(job_size.sweep_size(spec, args.scale, _overrides(args, spec.experiment), args.max_cells),
-                      args.max_cells)
+    overrides = _overrides(args, spec.experiment)
+    job_size.announce(job_size.sweep_size(spec, args.scale, overrides, args.max_cells), args.max_cells)
+    _check_data_folders([c.config for c in expand(spec, args.scale, overrides) if c.config is not None])
+
+
+def _check_data_folders(configs) -> None:
+    """The class folders an image-folder dataset needs, for every cell that trains on one."""
+    import experiments
+    from harness.training.data_folders import check_class_folders
+
+    for cfg in configs:
+        if experiments.get(cfg.experiment).needs_dataset:
+            check_class_folders(cfg.dataset, cfg.data_dir)
 
 
 def _size_of_study(spec, args, overrides) -> None:
@@ -196,6 +213,7 @@ def _until_decided(spec, store, args, max_repeats):
 
 
 def cmd_study(args) -> int:
+    from experiments import make_config
     from harness.launchers import WorkerRole
     from harness.specs import study_spec
 
@@ -208,17 +226,10 @@ def cmd_study(args) -> int:
     if role is None and not (args.status or args.verify or args.calibrate_target):  # these run no trial of the study
         _size_of_study(spec, args, overrides)
     if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
-        from harness.store.uris import check_sqlite_path
-        from harness.studies import study_status
-
-        db_url = _where(args).db_url
-        check_sqlite_path(db_url, "the shared database")
-        print(study_status.status(spec, db_url, scale=args.scale, overrides=overrides))
-        return 0
-    from harness.studies import study_engine
-
+        return _study_status(spec, args, overrides)
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = _launcher(args)
+    _check_data_folders([make_config(spec.fixed_for_checks(args.scale, overrides))])
     store = _store(args)
     db_url = _where(args).db_url
     if args.calibrate_target:
@@ -229,6 +240,8 @@ def cmd_study(args) -> int:
         calibrated_target.calibrate(spec, store, scale=args.scale, overrides=overrides,
                                     show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
         return 0
+    from harness.studies import study_engine   # every value is checked: now Optuna, MLflow and torch
+
     if args.verify:
         from harness.studies import verify
 
@@ -246,15 +259,29 @@ def cmd_study(args) -> int:
     return outcome.stop.exit_code if role else outcome.exit_code
 
 
+def _study_status(spec, args, overrides: dict) -> int:
+    """--status: the study read from its storage alone."""
+    from harness.store.uris import check_sqlite_path
+    from harness.studies import study_status
+
+    db_url = _where(args).db_url
+    check_sqlite_path(db_url, "the shared database")
+    print(study_status.status(spec, db_url, scale=args.scale, overrides=overrides))
+    return 0
+
+
 def cmd_report(args) -> int:
     from harness.folders import REPORTS_DIR
-    from harness.report import overview, tables
-    from harness.report.reproduction import write_reproduction
     from harness.specs import sweep_spec
 
+    spec = sweep_spec.load(args.sweep) if args.sweep is not None else None
     out_dir = _out_dir(args.out, REPORTS_DIR)
     _existing_store(args)
-    if args.sweep is None:
+    # Every value is checked: only now the report's tables and plots (pandas, matplotlib, MLflow).
+    from harness.report import overview, tables
+    from harness.report.reproduction import write_reproduction
+
+    if spec is None:
         store = _store(args)
         path, summary = write_reproduction(store, out_dir)
         print(f"written: {path}\nsummary: {summary}")
@@ -263,7 +290,6 @@ def cmd_report(args) -> int:
 
             settle_committed_store(store)
         return 0
-    spec = sweep_spec.load(args.sweep)
     store = _store(args)
     reports = tables.build_all(store, spec, args.scale)
     written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir)
@@ -294,18 +320,17 @@ def _existing_store(args) -> None:
 
 def cmd_list(args) -> int:
     import experiments
-    from harness.training.data import DATASETS
-    from harness.training.models import MODELS
+    from harness.training.catalogue import DATASETS, MODELS
     from harness.specs import study_spec
     from harness.specs import sweep_spec
 
     print("experiments:")
     for name in experiments.names():
         print(f"  {name:<16} {experiments.get(name).title}")
-    print("sweeps (harness sweep NAME --scale smoke|quick|full):")
+    print("sweeps (harness sweep NAME --scale smoke|quick|cpu|full):")
     for name in sweep_spec.available():
         print(f"  {name:<16} {sweep_spec.load(name).title}")
-    print("studies (harness study NAME --scale smoke|quick|full [--n-trials N] [--workers K]):")
+    print("studies (harness study NAME --scale smoke|quick|cpu|full [--n-trials N] [--workers K]):")
     for name in study_spec.available():
         print(f"  {name:<16} {study_spec.load(name).title}")
     print("models:")
@@ -333,21 +358,23 @@ def cmd_ui(args) -> int:
 
 def cmd_peak(args) -> int:
     from harness.machine import hardware
-    from harness.training import peak
 
-    devices = [args.device] if args.device else ["cpu", *(f"cuda:{i}" for i in range(hardware.gpu_count()))]
-    for name in devices:
-        try:
-            hardware.parse_device(name)
-        except ValueError:
-            raise UserError(f"--device must be {hardware.DEVICE_FORMS} (got {name}).") from None
-        missing = hardware.missing_gpu(name)
-        if missing:
-            raise UserError(f"--device {name}: {missing}.")
     cores = hardware.usable_core_count()
     thread_counts = sorted({1, cores}) if args.threads is None else [args.threads]
     if any(t < 1 or t > cores for t in thread_counts):
         raise UserError(f"--threads must be between 1 and {cores}, the cores this process may use.")
+    if args.device:
+        try:
+            hardware.parse_device(args.device)
+        except ValueError:
+            raise UserError(f"--device must be {hardware.DEVICE_FORMS} (got {args.device}).") from None
+    # Which GPUs are here is torch's to say: imported from here on.
+    devices = [args.device] if args.device else ["cpu", *(f"cuda:{i}" for i in range(hardware.gpu_count()))]
+    for name in devices:
+        missing = hardware.missing_gpu(name)
+        if missing:
+            raise UserError(f"--device {name}: {missing}.")
+    from harness.training import peak
     for name in devices:
         for dtype in args.dtype or ["fp32", "bf16", "fp16"]:
             for threads in (thread_counts if name == "cpu" else [0]):
@@ -407,9 +434,20 @@ def cmd_reproduce(args) -> int:
         raise UserError("harness reproduce needs --data-dir, the folder holding CIFAR-10 as train/ and test/ "
                         "class folders of images (for example --data-dir ../shared/data/cifar10-jpeg).")
     planned = reproduce.plan(args.scale, args.data_dir)
+    _check_planned_data(planned, args.scale)
     out_dir = _out_dir(args.out, REPORTS_DIR)
     store = _store(args)   # a bad URI is one sentence now, not one per sweep
     return reproduce.reproduce(planned, args.scale, store, out_dir)
+
+
+def _check_planned_data(planned, scale: str) -> None:
+    """The data folder every planned sweep's cells would read, checked before any sweep starts."""
+    from harness.specs.sweep_spec import expand, load
+
+    for item in planned:
+        if item.data_dir is not None:
+            cells = expand(load(item.sweep), scale, {"data_dir": item.data_dir})
+            _check_data_folders([c.config for c in cells if c.config is not None])
 
 
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,

@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
+from harness.training.catalogue import DDP_CLOCK
 from harness.training.config import RunConfig
 from harness.training.data import DeviceBatches, Split, load_splits
 from harness.distributed.rank import RankContext
@@ -36,10 +37,7 @@ from harness.training.timing import peak_rss_mb, timed
 from harness.training.train import evaluate, lr_effective, make_optimizer, training_metrics
 from harness.training.warmup import restored
 
-CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini-batches from memory, "
-         "host-to-device copy (on CUDA from pinned buffers, asynchronous), forward, loss, backward with "
-         "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs (undone "
-         "after) and evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
+CLOCK = DDP_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
 
 
 class LrSchedule:

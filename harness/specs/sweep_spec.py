@@ -4,8 +4,10 @@ ours. This module reads a file and expands it into cells; it runs nothing."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
@@ -116,20 +118,41 @@ def load(name_or_path: str) -> SweepSpec:
 def _check_name_is_its_own(spec: SweepSpec) -> None:
     """Two files claiming one sweep name would write their cells into one MLflow experiment, and
     the report would take one file's cells for the other's rows: refused."""
-    import tomllib
-
     folders = dict.fromkeys(p.resolve() for p in (SWEEPS_DIR, spec.path.parent))
     for folder in folders:
-        for other in sorted(folder.glob("*.toml")):
-            if other.stem.startswith("study_") or other.resolve() == spec.path.resolve():
-                continue
-            try:
-                name = tomllib.loads(other.read_text(encoding="utf-8")).get("name")
-            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                continue   # that file's own mistakes are told when it is loaded
-            if name == spec.name:
+        for other, name in _sweep_names(folder):
+            if name == spec.name and other.resolve() != spec.path.resolve():
                 raise UserError(f"sweep name '{spec.name}' is claimed by both {spec.path} and {other}; "
                                 "give one of them another name (each sweep is one MLflow experiment).")
+
+
+def _sweep_names(folder: Path) -> tuple[tuple[Path, str | None], ...]:
+    """(file, the name it claims) for each sweep file in the folder. Read once per version of the
+    files: `harness list` and `harness reproduce` load every sweep, and each load asks this of the
+    same folder (read afresh each time, that was most of their seconds)."""
+    versions = []
+    for path in sorted(folder.glob("*.toml")):
+        if path.stem.startswith("study_"):
+            continue
+        try:
+            stat = path.stat()
+        except OSError:
+            continue   # that file's own mistakes are told when it is loaded
+        versions.append((path, stat.st_mtime_ns, stat.st_size))
+    return _claimed_names(tuple(versions))
+
+
+@functools.lru_cache(maxsize=8)
+def _claimed_names(versions: tuple[tuple[Path, int, int], ...]) -> tuple[tuple[Path, str | None], ...]:
+    import tomllib
+
+    names = []
+    for path, _, _ in versions:
+        try:
+            names.append((path, tomllib.loads(path.read_text(encoding="utf-8")).get("name")))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue   # that file's own mistakes are told when it is loaded
+    return tuple(names)
 
 
 def _check_rows_exist(spec: SweepSpec) -> None:

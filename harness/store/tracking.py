@@ -20,7 +20,6 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from harness.errors import StoreFault, StoreGone, UserError, first_line
-from harness.machine.fingerprint import fingerprint
 from harness.signals import stops_held
 from harness.store import probe, shared_db
 from harness.store.faults import guarded
@@ -325,6 +324,8 @@ class Store:
     def start_run(self, experiment_id: str, name: str, tags: dict[str, str],
                   parent_id: str | None = None) -> str:
         """A new RUNNING run carrying the machine's fingerprint and this process's identity."""
+        from harness.machine.fingerprint import fingerprint   # reads torch's build: imported once a run is made
+
         me, fp = this_process(), fingerprint()
         tags = {**fp, **tags, HOST: me.host, PID: str(me.pid), PID_START: f"{me.started:.2f}",
                 "mlflow.source.git.commit": fp["git.commit"]}

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from harness import folders
+from harness.training.data_folders import check_class_folders
 from harness.errors import UserError, first_line
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"}
@@ -74,15 +75,7 @@ def _torchvision(cls_name: str, how_to_provide: str) -> Callable[[str, int], Dat
 
 def _imagefolder(data_dir: str, seed: int, grey28: bool = False) -> Dataset:
     root = Path(data_dir)
-    missing = [d for d in ("train", "test") if not (root / d).is_dir()]
-    if missing:
-        name = "imagefolder_grey28" if grey28 else "imagefolder"
-        from harness.suggest import shown_path
-
-        raise UserError(
-            f"dataset '{name}' needs class folders under '{root}/train' and '{root}/test' "
-            f"('{root}/{missing[0]}' is missing); set data_dir to such a folder (data_dir: {shown_path(root)})."
-        )
+    check_class_folders("imagefolder_grey28" if grey28 else "imagefolder", data_dir)
     classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
     if len(classes) < 2:
         raise UserError(f"'{root}/train' has {len(classes) or 'no'} class folder{'' if len(classes) == 1 else 's'}"
@@ -225,6 +218,7 @@ def synthetic(shape: tuple[int, int, int], train_size: int, test_size: int, seed
     return Dataset(draw(train_size), draw(test_size), num_classes)
 
 
+# Each dataset's loader, under its name in harness/training/catalogue.py's DATASETS (read without torch).
 DATASETS: dict[str, Callable[[str, int], Dataset] | None] = {
     "cifar10": _torchvision(
         "CIFAR10",

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from harness.training.catalogue import DATASETS, MODELS, models_with_weights
 from harness.training.config import FieldGroup, PositiveInt
 
 
@@ -25,8 +26,6 @@ class ModelFields(FieldGroup):
     @field_validator("model")
     @classmethod
     def _known_model(cls, value: str) -> str:
-        from harness.training.models import MODELS
-
         return one_of(value, MODELS)
 
 
@@ -40,8 +39,6 @@ class PretrainedFields(ModelFields):
     @model_validator(mode="after")
     def _model_has_weights(self):
         if self.pretrained:
-            from harness.training.models import MODELS, models_with_weights
-
             if self.model in MODELS and MODELS[self.model].weights is None:
                 raise ValueError(f"model {self.model} has no published weights to start from; set pretrained=false "
                                  f"or choose one of {', '.join(models_with_weights())}")
@@ -63,8 +60,6 @@ class DataFields(FieldGroup):
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, value: str) -> str:
-        from harness.training.data import DATASETS
-
         return one_of(value, DATASETS)
 
 

@@ -38,13 +38,9 @@ from torch.utils.flop_counter import FlopCounterMode
 aten = torch.ops.aten
 
 from harness.training import peak
+from harness.training.catalogue import FLOP_METRICS as METRICS, FLOP_NOTES as NOTES  # named there, read without torch
 from harness.training.precision import DTYPES
 
-# What every training run may log; mfu, or mfu_invalid (an MFU above 1: the peak was wrong), or
-# neither with the tag mfu_na (no native arithmetic, no peak). peak_key is a tag.
-METRICS = ("flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "mfu_samples", "mfu_time_s",
-           "peak_devices", "mfu_invalid")
-NOTES = ("peak_key", "peak_measured", "mfu_na", "mfu_invalid_reason")   # text values: logged as tags
 _counted: dict[tuple, float] = {}
 
 

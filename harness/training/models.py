@@ -1,12 +1,12 @@
 """Model registry: every model the experiments can name, with the input it expects.
 
-Add a model by writing a builder and one `ModelSpec` line in MODELS.
+Add a model by writing a builder, one line in BUILDERS, and one `ModelInfo` line under the same name in
+harness/training/catalogue.py's MODELS (what it expects and which weights it has, read without torch).
 """
 
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlparse
@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import CellSkipped, UserError, first_line
+from harness.training.catalogue import MODELS, models_with_weights
 
 
 class BookCNN(nn.Module):
@@ -128,49 +129,28 @@ def _torchvision(name: str) -> Callable[..., nn.Module]:
     return build
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    build: Callable[..., nn.Module]   # (num_classes) -> model; a torchvision one also takes weights=
-    input_shape: tuple[int, ...]  # (channels, height, width) for images, (features,) otherwise
-    description: str
-    # Outputs of the classifier whatever the dataset (None: one per class). The book builds EfficientNet
-    # with torchvision's default 1000-class ImageNet head and lets CIFAR-10's labels 0-9 index into it.
-    head_classes: int | None = None
-    # torchvision weights the model can start from with pretrained=true ("EfficientNet_B7_Weights.DEFAULT").
-    weights: str | None = None
-
-
-MODELS: dict[str, ModelSpec] = {
-    "cnn": ModelSpec(BookCNN, (3, 32, 32), "The book's CNN for CIFAR-10 (2,122,186 parameters)."),
-    "tiny_cnn": ModelSpec(TinyCNN, (1, 16, 16), "A tiny CNN with the same layer names, for tests."),
-    # B0, the CPU stand-in for B7, is built the same way (1000-class head): the same torchvision
-    # constructor as the book's model, smaller, and its ImageNet weights fit it unchanged. On 32x32
-    # images the head is 13% of B0's training FLOPs (7.7 of 58.0 MFLOP a sample; 2.1% of B7's 717),
-    # and 1.28M of its 5.3M parameters (harness/training/flops.py counts them; tests/test_flops_mfu.py checks).
-    "efficientnet_b0": ModelSpec(_torchvision("efficientnet_b0"), (3, 32, 32),
-                                 "torchvision EfficientNet-B0 with its 1000-class head (5.3M parameters).",
-                                 head_classes=1000, weights="EfficientNet_B0_Weights.DEFAULT"),
-    "efficientnet_b7": ModelSpec(_torchvision("efficientnet_b7"), (3, 32, 32),
-                                 "torchvision EfficientNet-B7 with its 1000-class head, as the book builds it "
-                                 "(66.3M parameters; T7 random init, T10.2 ImageNet weights).",
-                                 head_classes=1000, weights="EfficientNet_B7_Weights.DEFAULT"),
-    "resnet18_d2l": ModelSpec(resnet18_d2l, (1, 28, 28), "d2l's ResNet-18 for small grey images (D12.6)."),
-    "lenet_d2l": ModelSpec(lambda num_classes=10: TensorLeNet(get_lenet_params(0, num_classes)), (1, 28, 28),
-                           "d2l 12.5's LeNet written as plain tensors (D12.5)."),
-    "mlp_d2l": ModelSpec(D2lMLP, (512,), "d2l 12.1's MLP on 512 features, 2 outputs (D12.1)."),
+# Each model's builder: the number of outputs -> the module. What it expects and which weights it can
+# start from are its line in harness/training/catalogue.py's MODELS (read without torch), under the same name.
+BUILDERS: dict[str, Callable[[int], nn.Module]] = {
+    "cnn": BookCNN,
+    "tiny_cnn": TinyCNN,
+    "efficientnet_b0": _torchvision("efficientnet_b0"),
+    "efficientnet_b7": _torchvision("efficientnet_b7"),
+    "resnet18_d2l": resnet18_d2l,
+    "lenet_d2l": lambda num_classes=10: TensorLeNet(get_lenet_params(0, num_classes)),
+    "mlp_d2l": D2lMLP,
 }
 
 
 def build_model(name: str, num_classes: int = 10, pretrained: bool = False) -> nn.Module:
     """The model with one output per class, or its fixed head (`head_classes`); with `pretrained`,
     its published weights, which must already be in the torch hub cache (`fetch_weights`)."""
-    spec = MODELS[name]
-    outputs = spec.head_classes or num_classes
+    outputs = MODELS[name].head_classes or num_classes
     if not pretrained:
-        return spec.build(outputs)
+        return BUILDERS[name](outputs)
     # The registry's own builder with the weights: torchvision loads them strictly (every tensor,
     # its shape) and checks the file's hash.
-    return spec.build(outputs, weights=pretrained_weights(name))
+    return BUILDERS[name](outputs, weights=pretrained_weights(name))
 
 
 def pretrained_weights(name: str):
@@ -183,10 +163,6 @@ def pretrained_weights(name: str):
                         f"(models with weights: {', '.join(models_with_weights())}).")
     enum, _, member = spec.weights.partition(".")
     return getattr(getattr(torchvision.models, enum), member)
-
-
-def models_with_weights() -> list[str]:
-    return [name for name, spec in MODELS.items() if spec.weights]
 
 
 def weights_path(name: str) -> Path:

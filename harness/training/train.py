@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import nn
 
+from harness.training.catalogue import TRAINING_CLOCK, TRAINING_METRICS
 from harness.training.config import RunConfig
 from harness.training.data import DeviceBatches, Split, batches, shuffled_indices
 from harness.errors import CellSkipped
@@ -26,9 +27,7 @@ if TYPE_CHECKING:
     from harness.training.precision import Precision
     from harness.training.time_to_accuracy import AccuracyWatch
 
-CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
-         "asynchronous), forward, loss, backward, optimizer step; warm-up (undone after), pruning, evaluation "
-         "(also the per-epoch and time-to-accuracy checkpoints) and logging are outside the clock")
+CLOCK = TRAINING_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
 
 EpochCallback = Callable[[int, dict], None]
 
@@ -144,10 +143,9 @@ def evaluate(model: nn.Module, data: Split, *, batch_size: int, device: torch.de
     return correct / len(data)
 
 
-# The metrics every training experiment logs under the same names, as training_metrics builds them (the
-# DDP target's merge and dp_scratch build theirs with it too): a descriptor lists them as *METRICS.
-METRICS = ("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-           "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples")
+# The metrics every training experiment logs under the same names, as training_metrics builds them
+# (the DDP target's merge and dp_scratch build theirs with it too): catalogue.TRAINING_METRICS.
+METRICS = TRAINING_METRICS
 
 
 def training_metrics(epoch_times: list[float], warmup_times: list[float], *, train_samples: int,

@@ -1,0 +1,39 @@
+"""experiments/pruning.py as the harness reads it without importing torch: `PruningConfig`, the fields its
+run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
+module on its first call."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from experiments import Experiment, RunTarget, TRAINING_SENSE
+from harness.training import time_to_accuracy
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
+from harness.training.config import RunConfig
+from harness.training.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
+
+
+class PruningConfig(RunConfig, SplitsFields, OptimizerFields, TrainingLoopFields, TargetFields, PruningFields):
+    pretrain_epochs: int = Field(
+        1, ge=0, description="T6.1: epochs trained before pruning (the book's procedure: train 1 epoch, prune, "
+        "train `epochs` timed); kept, untimed, and only where sparsity > 0 (the book's unpruned row has none).")
+
+
+EXPERIMENT = Experiment(
+    name="pruning",
+    title="T6.1: train, prune Conv2d filters by L1 norm, train timed, test",
+    run=RunTarget("experiments.pruning:run"),
+    clock=TRAINING_CLOCK,
+    needs_dataset=True,
+    notes=FLOP_NOTES,
+    metrics=(*TRAINING_METRICS, "param_count", "param_count_before", "prune_time_s", "pretrain_epochs_trained", "pretrain_time_s",
+             *FLOP_METRICS, *time_to_accuracy.METRICS),
+    config=PruningConfig,
+    sense=TRAINING_SENSE,
+    # Models with Conv2d filters to remove (d2l's plain-tensor LeNet has none; the MLP takes no images).
+    models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7"),
+    smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 256, "test_limit": 128, "warmup_epochs": 1,
+           "epochs": 1, "batch_size": 32, "optimizer": "sgd", "lr": 0.05, "momentum": 0.9, "sparsity": 0.5,
+           "pruning_backend": "torch-pruning", "eval_every_epoch": True, "target_accuracy": 0.05,
+           "evals_per_epoch": 2, "stop_at_target": True, "threads": 1},
+)
