@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from experiments import DDP_BACKENDS, Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import DDP_CLOCK, FLOP_METRICS, FLOP_NOTES, TRAINING_METRICS
+from harness.training.catalogue import DDP_CLOCK, FLOP_METRICS, FLOP_NOTES, RANK_METRICS, TRAINING_METRICS
 from harness.training.config import RunConfig
 from harness.training.field_groups import DdpTrainingFields
 
@@ -22,9 +22,8 @@ EXPERIMENT = Experiment(
     clock=DDP_CLOCK,
     needs_dataset=True,
     notes=FLOP_NOTES,
-    metrics=(*TRAINING_METRICS, "ranks",
-             "batch_per_rank", "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
-             "rank{i}_train_time_s", "peak_rss_mb", *FLOP_METRICS, *time_to_accuracy.METRICS),
+    metrics=(*TRAINING_METRICS, *RANK_METRICS, "batch_per_rank", "final_lr", "ranks_params_identical",
+             "rank_time_spread_s", "rank{i}_train_time_s", *FLOP_METRICS, *time_to_accuracy.METRICS),
     backends=DDP_BACKENDS,
     config=DataParallelConfig,
     sense=TRAINING_SENSE,

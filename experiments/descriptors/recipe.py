@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from experiments import DDP_BACKENDS, Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_METRICS
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, RANK_METRICS, TRAINING_METRICS
 from harness.training.config import RunConfig
 from harness.training.field_groups import (AutocastFields, EvalBatchFields, GlobalBatchFields, OptimizerFields,
                                            SpeedMethodsFields, SplitsFields, TargetFields)
@@ -30,9 +30,8 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     notes=FLOP_NOTES,
-    metrics=(*TRAINING_METRICS, "samples_trained",
-             "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
-             "scaler_skipped_steps", "peak_rss_mb", *FLOP_METRICS, *time_to_accuracy.METRICS),
+    metrics=(*TRAINING_METRICS, *RANK_METRICS, "samples_trained", "lr_effective", "param_count", "param_count_before",
+             "scaler_skipped_steps", *FLOP_METRICS, *time_to_accuracy.METRICS),
     backends=DDP_BACKENDS,
     config=RecipeConfig,
     sense=TRAINING_SENSE,
