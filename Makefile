@@ -31,22 +31,17 @@ SLURM_GPUS_PER_TASK ?=
 SLURM_CPUS_PER_TASK ?=
 DETACH ?=
 
-# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda pins the device only (`--device`:
-# the harness sets the backend only where the sweep's experiment has one).
+# DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda runs it on GPUs over nccl (`--device`:
+# the harness sets the backend the sweep's experiment declares for the device, where it has one).
 device_set = $(if $(DEVICE),--device $(DEVICE))
 overrides = $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
             $(call device_set,$1) $(foreach s,$(SET),--set $(s))
-# DEVICE=cuda also sets the backend to nccl for the DDP sweeps (NCCL_SWEEPS): gloo on GPUs would
-# allreduce through host memory.
 # Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME`.
 SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml))))
 # Every sweeps/study_NAME.toml has `make study-NAME` (underscores written as hyphens).
 STUDIES := $(subst _,-,$(patsubst study_%,%,$(basename $(notdir $(wildcard sweeps/study_*.toml)))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
-NCCL_SWEEPS := gpus dp-scratch $(RESNET_SWEEPS)
-# $(call nccl_on_cuda,SWEEP): --set backend=nccl when DEVICE is cuda and SWEEP trains with DDP.
-nccl_on_cuda = $(if $(and $(filter cuda%,$(DEVICE)),$(filter $(1),$(NCCL_SWEEPS))),--set backend=nccl)
 SLURM_OPTS := $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION)) \
               $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME)) $(if $(SLURM_GPUS_PER_TASK),--slurm-gpus-per-task $(SLURM_GPUS_PER_TASK)) \
               $(if $(SLURM_CPUS_PER_TASK),--slurm-cpus-per-task $(SLURM_CPUS_PER_TASK)) $(if $(DETACH),--detach)
@@ -92,7 +87,7 @@ test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow" --durations=15
 
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ... (REMEASURE=contended)
-	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(foreach r,$(REMEASURE),--remeasure-$(r)) $(call overrides,sweeps/$*.toml) $(call nccl_on_cuda,$*) $(STORE)
+	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(foreach r,$(REMEASURE),--remeasure-$(r)) $(call overrides,sweeps/$*.toml) $(STORE)
 
 study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity-tradeoff (ARGS=--status)
 	$(HARNESS) study $(subst -,_,$*) --scale $(SCALE) $(STUDY_OPTS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
@@ -120,7 +115,7 @@ reproduce-cpu-report: ## results/cpu-2core/ (MACHINE=) written again from its co
 	$(HARNESS) report --out results/$(MACHINE) $(CPU_STORE)
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
-	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(call overrides,sweeps/resnet.toml) $(call nccl_on_cuda,resnet) $(STORE); done
+	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(call overrides,sweeps/resnet.toml) $(STORE); done
 
 report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two y-axes
 	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) report $$s $(STORE); done

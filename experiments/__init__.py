@@ -65,6 +65,9 @@ TRAINING_SENSE: Mapping[str, Sense] = {
     "time_to_accuracy_s": "minimize", "mfu": "maximize", "achieved_tflops": "maximize",
 }
 
+# The backend of an experiment that trains on DDP ranks: gloo between CPU processes, nccl between GPUs
+# (gloo there would allreduce through host memory, and placement refuses it).
+DDP_BACKENDS: Mapping[str, str] = {"cpu": "gloo", "cuda": "nccl"}
 
 @dataclass(frozen=True)
 class RunTarget:
@@ -94,6 +97,10 @@ class Experiment:
     models: tuple[str, ...] | None = None  # the models run() can train; None: any, or it reads none
     sense: Mapping[str, Sense] = field(default_factory=dict)  # which way is better, for the metrics that have one
     input_shape: tuple[int, int, int] | None = None  # the shape its data is loaded at, when it has no `model`
+    # The torch.distributed backend its ranks use on each kind of device ("cpu", "cuda"): what
+    # `--device` (make's DEVICE) sets with the device. Every experiment whose config has a `backend`
+    # names one for each kind, so a sweep moved to GPUs never runs gloo there.
+    backends: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def reads(self) -> frozenset[str]:
@@ -107,6 +114,10 @@ class Experiment:
             prefix = f"{where}: " if where else ""
             raise UserError(f"{prefix}experiment '{self.name}' cannot train model '{model}'; it trains "
                             f"{', '.join(self.models)}.")
+
+    def backend_for(self, device: str) -> str | None:
+        """The backend for a device ("cuda:1" is a cuda device); None where the experiment has none."""
+        return self.backends.get(device.partition(":")[0]) if "backend" in self.reads else None
 
     def has_metric(self, key: str) -> bool:
         """Whether `key` is one of `metrics` (rank3_train_time_s is rank{i}_train_time_s)."""

@@ -42,8 +42,8 @@ from harness.errors import CellSkipped, UserError
 from harness.training.flops import flop_metrics, flops_per_sample, peak_devices
 from harness.machine.hardware import gpu_count, slice_note
 from harness.training.models import MODELS, TensorLeNet, get_lenet_params as get_params, lenet
-from harness.training.timing import peak_rss_mb, spread, timed
-from harness.training.train import EpochCallback, prepare
+from harness.training.timing import peak_rss_mb, timed
+from harness.training.train import EpochCallback, prepare, training_metrics
 from harness.training.warmup import restored
 
 TARGET = "experiments.dp_scratch:ddp_target"
@@ -74,9 +74,9 @@ def global_batches(split: Split, batch_size: int, seed: int, epoch: int):
 def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
                  on_epoch: EpochCallback | None = None, max_steps: int | None = None,
                  beat: Callable[[], None] | None = None, warmup_epochs: int = 0,
-                 ) -> tuple[list[list[torch.Tensor]], list[float]]:
-    """d2l's `train(num_gpus, batch_size, lr)`: one parameter copy per device; returns the copies
-    and each timed epoch's seconds. With one device it is plain full-batch training. `max_steps`
+                 ) -> tuple[list[list[torch.Tensor]], list[float], float]:
+    """d2l's `train(num_gpus, batch_size, lr)`: one parameter copy per device; returns the copies,
+    each timed epoch's seconds and the warm-up's seconds. With one device it is plain full-batch training. `max_steps`
     stops after that many steps (the per-step equality check); `beat` is called after each step
     (a launched rank's heartbeat). `warmup_epochs` untimed epochs come first and are undone
     (harness.training.warmup), so the copies train exactly `cfg.epochs` epochs from the same start."""
@@ -109,8 +109,7 @@ def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
         return clock.seconds
 
     with restored(*(p for ps in copies for p in ps)):
-        for index in range(warmup_epochs):
-            epoch(index)
+        warmup = [epoch(index) or 0.0 for index in range(warmup_epochs)]
     steps = 0
     times = []
     for index in range(cfg.epochs):
@@ -120,7 +119,7 @@ def train_copies(cfg: RunConfig, data: Dataset, devices: list[torch.device],
         times.append(seconds)
         if on_epoch is not None:
             on_epoch(index, {"epoch_time_s": seconds})
-    return copies, times
+    return copies, times, sum(warmup)
 
 
 def max_diff(params: list[torch.Tensor], reference: list[torch.Tensor]) -> float:
@@ -132,8 +131,8 @@ def compare(first_step: list[torch.Tensor], final: list[torch.Tensor], cfg: RunC
     """d2l's claim is per step: one data-parallel step gives one full-batch step's parameters up to
     float rounding (`params_match`, from `first_step_param_diff`). Over many steps those rounding
     differences are amplified by training, so the end-of-training difference is reported as measured."""
-    one_step, _ = train_copies(cfg, data, [device], max_steps=1)
-    reference, _ = train_copies(cfg, data, [device])
+    one_step, _, _ = train_copies(cfg, data, [device], max_steps=1)
+    reference, _, _ = train_copies(cfg, data, [device])
     first = max_diff(first_step, one_step[0])
     return {"first_step_param_diff": first, "params_match": float(first <= MATCH_ATOL),
             "max_param_diff": max_diff(final, reference[0])}
@@ -200,12 +199,14 @@ def scratch(cfg: RunConfig, on_epoch: EpochCallback | None = None,
     prepare(cfg)
     devices = _devices(cfg)
     data = _data(cfg)
-    copies, times = train_copies(cfg, data, devices, on_epoch, beat=beat, warmup_epochs=cfg.warmup_epochs)
-    first_step, _ = train_copies(cfg, data, devices, max_steps=1)
+    copies, times, warmup = train_copies(cfg, data, devices, on_epoch, beat=beat, warmup_epochs=cfg.warmup_epochs)
+    first_step, _, _ = train_copies(cfg, data, devices, max_steps=1)
     metrics = compare(first_step[0], copies[0], cfg, data, devices[0])
     # every copy must hold the same parameters after each allreduce + step
     metrics["copies_identical"] = float(all(torch.equal(a.cpu(), b.cpu()) for ps in copies for a, b in zip(ps, copies[0])))
-    return {**metrics, **_summary(cfg, times, accuracy(copies[0], data.test, devices[0]), data),
+    with timed(devices[0]) as evaluation:
+        test_accuracy = accuracy(copies[0], data.test, devices[0])
+    return {**metrics, **_summary(cfg, data, times, warmup, test_accuracy, evaluation.seconds),
             **_flop_metrics(cfg, data, sum(times)), "epoch_times": times}
 
 
@@ -226,12 +227,13 @@ def _flop_metrics(cfg: RunConfig, data: Dataset, train_time_s: float, ranks: boo
                         threads=threads_per_rank(cfg) if ranks else None)
 
 
-def _summary(cfg: RunConfig, times: list[float], test_accuracy: float, data: Dataset) -> dict[str, float]:
-    epochs = spread(times)
-    return {"train_time_s": sum(times), "test_accuracy": test_accuracy,
-            "epoch_time_median_s": epochs["median"], "epoch_time_iqr_s": epochs["iqr"],
-            "samples_per_s": len(data.train) * cfg.epochs / sum(times),
-            "train_samples": len(data.train), "test_samples": len(data.test), "copies": cfg.world_size}
+def _summary(cfg: RunConfig, data: Dataset, times: list[float], warmup_s: float, test_accuracy: float,
+             eval_s: float) -> dict[str, float]:
+    """The training metrics every experiment logs (train.METRICS), and how many copies trained."""
+    return {**training_metrics(times, [warmup_s], train_samples=len(data.train), test_samples=len(data.test),
+                               accuracy=test_accuracy, eval_seconds=eval_s,
+                               samples_trained=len(data.train) * cfg.epochs),
+            "copies": cfg.world_size}
 
 
 def ddp_target(cfg: RunConfig, ctx: RankContext) -> dict:
@@ -256,16 +258,17 @@ def ddp_target(cfg: RunConfig, ctx: RankContext) -> dict:
         return clock.seconds
 
     with restored(net.module, optimizer):  # each rank its own; no collective is left open (harness.training.warmup)
-        for index in range(cfg.warmup_epochs):
-            epoch(index)
+        warmup = [epoch(index) for index in range(cfg.warmup_epochs)]
     first_step.clear()  # the warm-up's first step was undone with the rest
     times = [epoch(index) for index in range(cfg.epochs)]
-    slowest = slowest_rank(ctx.gather({"times": times}))
+    slowest = slowest_rank(ctx.gather({"times": times, "warmup": sum(warmup)}))
     result = {}
     if ctx.rank == 0:  # the one-device reference, off the clock, compared here where the parameters are
         params = [p.detach() for p in net.module.params]
+        with timed(ctx.device) as evaluation:
+            test_accuracy = accuracy(params, data.test, ctx.device)
         result = {**compare(first_step, params, cfg, data, ctx.device),
-                  **_summary(cfg, slowest.epoch_times, accuracy(params, data.test, ctx.device), data)}
+                  **_summary(cfg, data, slowest.epoch_times, slowest.warmup_time_s, test_accuracy, evaluation.seconds)}
         result.update(slowest.metrics(each_rank=True))  # train_time_s: the slowest rank's, and each rank's
         result["epoch_times"] = slowest.epoch_times
     return ctx.broadcast(result)

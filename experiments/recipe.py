@@ -36,7 +36,7 @@ from harness.training.models import MODELS, build_model, count_parameters
 from harness.training.precision import Precision
 from harness.training.time_to_accuracy import AccuracyWatch
 from harness.training.timing import peak_rss_mb, timed
-from harness.training.train import EpochCallback, evaluate, make_optimizer, prepare, train_epochs, training_metrics
+from harness.training.train import EpochCallback, evaluate, lr_effective, make_optimizer, prepare, train_epochs, training_metrics
 
 __all__ = ["RecipeConfig", "run", "train_recipe"]
 
@@ -92,7 +92,7 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
     if cfg.execution == "compile":
         net = speed_methods.compiled(net, cfg.compile_mode, cfg.compile_backend)
     batch = cfg.batch_size // ctx.world_size if cfg.batch_is_global else cfg.batch_size
-    lr = speed_methods.scaled_lr(cfg.lr * cfg.lr_factor, batch * ctx.world_size, cfg.lr_base_batch)
+    lr = lr_effective(cfg, ctx.world_size)
     optimizer = make_optimizer(cfg.model_copy(update={"lr": lr}), net)
 
     def accuracy_on(split: Split):  # rank 0 evaluates the plain model (fp32, no compile), every rank gets it

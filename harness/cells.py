@@ -149,12 +149,15 @@ def _ok(store: Store, run_id: str, cell: Cell, metrics: dict) -> CellResult:
     import torch
 
     from harness.training.timing import peak_rss_mb
+    from harness.training.train import lr_effective
 
     notes = {k: metrics.pop(k) for k in [k for k, v in metrics.items() if isinstance(v, str)]}
     # A multi-process experiment (or a cell run in another process) reports its own figures;
     # this process's are not them.
     metrics.setdefault("peak_rss_mb", peak_rss_mb())
     metrics.setdefault("threads_used", torch.get_num_threads())
+    if (lr := lr_effective(cell.config)) is not None:   # a metric, not a param: the cell's id stays
+        metrics.setdefault("lr_effective", lr)
     store.end_run(run_id, Outcome.OK, metrics=metrics,
                   tags={f"{NOTE_PREFIX}{k}": v[:REASON_LIMIT] for k, v in notes.items()})
     return CellResult(cell, Outcome.OK, metrics, run_id=run_id)

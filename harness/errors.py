@@ -4,6 +4,8 @@ a line of text."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
 
 
 class UserError(Exception):
@@ -29,6 +31,33 @@ class CellSkipped(Exception):
 class CellPruned(Exception):
     """A study's pruner stopped this trial early (its per-epoch accuracy was too weak). Recorded as
     pruned, not failed."""
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One of pydantic's validation errors as the sentences about a config, a sweep or study file, a
+    check or a sampler read it (each words its own sentence from these parts)."""
+    loc: tuple            # where: the field, and the keys inside it
+    type: str             # pydantic's error type: missing, extra_forbidden, literal_error, ...
+    message: str          # its message, without pydantic's "Value error, " (a rule's own sentence)
+    value: Any            # the value given
+    expected: str = ""    # a literal's choices ("'lowest' or 'highest'")
+
+    @property
+    def key(self) -> str:
+        """The dotted location ("" for a rule across fields)."""
+        return ".".join(str(p) for p in self.loc)
+
+    @property
+    def said(self) -> str:
+        """The message to go inside a sentence: its first letter lowered."""
+        return self.message[:1].lower() + self.message[1:]
+
+
+def mistakes(err) -> list[Mistake]:
+    """A pydantic ValidationError's errors, in its order."""
+    return [Mistake(tuple(e["loc"]), e["type"], e["msg"].removeprefix("Value error, "), e.get("input"),
+                    str(e.get("ctx", {}).get("expected", ""))) for e in err.errors()]
 
 
 def first_line(err: BaseException, limit: int = 300) -> str:

@@ -38,7 +38,7 @@ from harness.store.uris import store_environment
 if TYPE_CHECKING:
     from harness.specs.specfile import SpecFile
 
-Log = Callable[[str], None]
+Log = Callable[[str], None]   # where an invocation and its engine say what they do (print, by default)
 T = TypeVar("T")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -296,6 +297,51 @@ def test_the_file_models_import_neither_torch_nor_mlflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# --- the documents drawn from the floors ---------------------------------------------------------------
+def _drawn_floors() -> list[set[str]]:
+    """The names in the first column of each floor of docs/ARCHITECTURE.md's drawing, top first."""
+    text = (ROOT / "docs/ARCHITECTURE.md").read_text()
+    drawing = text.split("```\n", 2)[1]
+    floors: list[set[str]] = [set()]
+    for line in drawing.splitlines():
+        if line.strip() == "│":
+            floors.append(set())
+        elif line.startswith(" ") and not line.startswith("  "):
+            floors[-1] |= set(line[1:].split("  ")[0].split())
+    return floors
+
+
+def _drawn_name(entry: str) -> str:
+    """How the drawing names a LAYERS entry: a package as its folder, a module as its file."""
+    name = entry.removesuffix(".*").rpartition(".")[2] if entry != "experiments.*" else "experiments"
+    return f"{name}/" if entry.endswith(".*") else f"{name}.py"
+
+
+def test_the_architecture_drawing_is_the_floors_of_layers():
+    """docs/ARCHITECTURE.md draws LAYERS top first: each floor of the drawing names the folders and
+    modules of one floor of LAYERS (the bottom floor as "bottom", its modules in its text)."""
+    drawn = _drawn_floors()
+    floors = list(reversed(LAYERS))
+    assert len(drawn) == len(floors), f"the drawing has {len(drawn)} floors, LAYERS {len(floors)}"
+    for (label, names), shown in zip(floors[:-1], drawn[:-1]):
+        wanted = {_drawn_name(n) for n in names if n != "harness.__main__"}
+        assert shown == wanted, f"floor '{label}': drawn {sorted(shown)}, LAYERS {sorted(wanted)}"
+    assert drawn[-1] == {"bottom"}
+    bottom = (ROOT / "docs/ARCHITECTURE.md").read_text().split("\n bottom", 1)[1].split("```")[0]
+    missing = [n for n in floors[-1][1] if n != "harness" and n.rpartition(".")[2] not in bottom]
+    assert not missing, f"the drawing's bottom floor does not name {missing}"
+
+
+def test_the_readme_layout_names_every_folder_of_the_harness():
+    """The README's layout block lists harness/'s folders, and no folder that is not there."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("harness/       the library"):].split("\nbenchmarks/", 1)[0]
+    names = [line.split("  ")[1] for line in block.splitlines() if line.startswith("  ")]
+    listed = {n.removesuffix("/") for line in names for n in line.split() if n.endswith("/")}
+    folders = {p.name for p in (ROOT / "harness").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert listed == folders, f"README lists {sorted(listed)}, harness/ has {sorted(folders)}"
 
 
 def test_every_package_folder_is_listed_for_the_install():

@@ -127,10 +127,10 @@ def test_the_published_rows_pass_every_check_they_can_judge(name):
     spec = sweep_spec.load(name)
     verdicts = _verdicts(spec, _published_runs(spec))
     for check, verdict in zip(spec.checks, verdicts):
-        expected = checks.NA if check.on == "ours" else checks.PASS
+        expected = checks.Judgement.NA if check.on == "ours" else checks.Judgement.PASS
         assert verdict.verdict == expected, (
             f"{name}: '{_text(check)}' is {verdict.verdict} on the published rows ({verdict.detail}); "
-            + ("a check marked on = \"ours\" must be one they cannot judge" if expected == checks.NA else
+            + ("a check marked on = \"ours\" must be one they cannot judge" if expected == checks.Judgement.NA else
                "either the check misstates the claim or, if the documents print nothing it can judge, "
                "it says so with on = \"ours\" and a reason"))
 
@@ -158,7 +158,7 @@ def _never_failing(spec: sweep_spec.SweepSpec) -> list[str]:
         # itself when it is 1: the spread copy contradicts it.
         exact_everywhere = check.kind == "exact" and not check.where
         contradicting = COPIES if _claims_no_effect(check) or exact_everywhere else ("reversed", "flattened")
-        if check.on != "ours" and all(copies[how][i].verdict != checks.FAIL for how in contradicting):
+        if check.on != "ours" and all(copies[how][i].verdict != checks.Judgement.FAIL for how in contradicting):
             never.append(f"'{_text(check)}' (" + "; ".join(f"{how}: {copies[how][i].verdict} {copies[how][i].detail}"
                                                           for how in contradicting) + ")")
     return never
@@ -183,7 +183,7 @@ def test_the_checks_this_replaced_would_be_caught():
     # the ratio does fail on a copy, but 0.90x (d2l's eager 10% faster) still passes it; the floor does not
     slower = {"kind": "ratio", "metric": "speedup", "tolerance": 0.25}, {"kind": "bound", "metric": "speedup", "min": 1.1}
     table = pd.DataFrame({"speedup": [0.9], "book_speedup": [1.2]})
-    assert [v.verdict for v in checks.evaluate(list(slower), table)] == [checks.PASS, checks.FAIL]
+    assert [v.verdict for v in checks.evaluate(list(slower), table)] == [checks.Judgement.PASS, checks.Judgement.FAIL]
 
 
 def test_the_copies_contradict_a_trend_and_keep_derived_columns():
@@ -260,7 +260,7 @@ def test_a_check_on_our_figures_passes_when_they_agree_and_fails_when_they_contr
     check, points = spec.checks[index], _grid_points(spec)
     agreeing, contradicting = (checks.evaluate([check], _fabricated(check, points, how), axes=spec.axes())[0]
                                for how in (True, False))
-    assert (agreeing.verdict, contradicting.verdict) == (checks.PASS, checks.FAIL), (
+    assert (agreeing.verdict, contradicting.verdict) == (checks.Judgement.PASS, checks.Judgement.FAIL), (
         f"{name}: '{_text(check)}': agreeing {agreeing.verdict} ({agreeing.detail}); "
         f"contradicting {contradicting.verdict} ({contradicting.detail})")
 
@@ -273,11 +273,11 @@ def test_a_ceiling_on_time_to_accuracy_fails_when_a_finished_cell_never_reached_
     unrun = finished.assign(repeats=[float("nan")], target_reached=[float("nan")])
     reached = finished.assign(time_to_accuracy_s=[1200.0], target_reached=[1.0])
     verdicts = [checks.evaluate([goal], table)[0] for table in (finished, unrun, reached)]
-    assert [v.verdict for v in verdicts] == [checks.FAIL, checks.NA, checks.PASS]
+    assert [v.verdict for v in verdicts] == [checks.Judgement.FAIL, checks.Judgement.NA, checks.Judgement.PASS]
     assert "never reached" in verdicts[0].detail and "no finished cell" in verdicts[1].detail
     # on our own cells, where one timing is INCONCLUSIVE, a target missed is still a FAIL
-    assert checks.evaluate([goal], finished, scale="cpu", repeats=3)[0].verdict == checks.FAIL
-    assert checks.evaluate([goal], reached, scale="cpu", repeats=3)[0].verdict == checks.INCONCLUSIVE
+    assert checks.evaluate([goal], finished, scale="cpu", repeats=3)[0].verdict == checks.Judgement.FAIL
+    assert checks.evaluate([goal], reached, scale="cpu", repeats=3)[0].verdict == checks.Judgement.INCONCLUSIVE
 
 
 def _added(name: str, text_start: str):
@@ -307,5 +307,5 @@ def test_the_added_checks_can_fail(name, start, agree, contradict):
 
     def table(values):
         return pd.DataFrame([{**dict(zip(axes, k)), check.metric: v} for k, v in values.items()])
-    assert checks.evaluate([check], table(agree), axes=spec.axes())[0].verdict == checks.PASS
-    assert checks.evaluate([check], table(contradict), axes=spec.axes())[0].verdict == checks.FAIL
+    assert checks.evaluate([check], table(agree), axes=spec.axes())[0].verdict == checks.Judgement.PASS
+    assert checks.evaluate([check], table(contradict), axes=spec.axes())[0].verdict == checks.Judgement.FAIL

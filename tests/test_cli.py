@@ -210,13 +210,14 @@ def test_an_interrupt_exits_130_even_after_it_passed_through_a_c_level_evaluatio
     ("pruning", [], {"device": "cpu"}),                             # no backend to set: it would be refused
     ("data_parallel", ["backend=ccl"], {"device": "cpu", "backend": "ccl"}),  # a --set wins
 ])
-def test_device_cpu_sets_gloo_only_where_the_experiment_has_a_backend(experiment, sets, expected):
+def test_device_sets_the_backend_only_where_the_experiment_has_one(experiment, sets, expected):
     import argparse
 
     from harness.cli.commands import _overrides
 
     assert _overrides(argparse.Namespace(device="cpu", sets=sets), experiment) == expected
-    assert _overrides(argparse.Namespace(device="cuda", sets=[]), experiment) == {"device": "cuda"}
+    on_gpus = {"device": "cuda", **({"backend": "nccl"} if "backend" in expected else {})}   # gloo there is refused
+    assert _overrides(argparse.Namespace(device="cuda", sets=[]), experiment) == on_gpus
 
 
 def test_make_device_cpu_passes_the_device_to_the_harness():
@@ -225,6 +226,43 @@ def test_make_device_cpu_passes_the_device_to_the_harness():
     dry = subprocess.run(["make", "-n", "sweep-gpus", "DEVICE=cpu", "SCALE=smoke"], cwd=Path(__file__).parent.parent,
                          capture_output=True, text=True, check=True).stdout
     assert "--device cpu" in dry and "backend" not in dry
+
+
+def test_make_device_cuda_leaves_the_backend_to_the_experiment():
+    """No list of DDP sweeps in the Makefile: DEVICE=cuda passes the device, and the harness sets nccl
+    for the experiments that declare it (test_device_sets_the_backend_only_where_the_experiment_has_one)."""
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    for sweep in ("gpus", "cpu-ddp", "sparsity"):
+        dry = subprocess.run(["make", "-n", f"sweep-{sweep}", "DEVICE=cuda", "SCALE=smoke"], cwd=root,
+                             capture_output=True, text=True, check=True).stdout
+        assert "--device cuda" in dry and "backend" not in dry, dry
+    assert "NCCL_SWEEPS" not in (root / "Makefile").read_text()
+
+
+def test_the_store_locations_are_resolved_once_and_carried(monkeypatch, tmp_path):
+    """The command line resolves the tracking URI and the shared database once (StoreLocations) and
+    every use reads that pair: a change of the environment after it no longer moves the store. Outside
+    harness/store/uris.py only the library's own defaults resolve (Store() and run_sweep() called
+    without a location, as tests and scripts do)."""
+    import argparse
+    import re
+    from pathlib import Path
+
+    from harness.cli.commands import _where
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'a.db'}")
+    monkeypatch.delenv("HARNESS_STORAGE", raising=False)
+    args = argparse.Namespace(tracking_uri=None, storage=None)
+    first = _where(args)
+    assert (first.tracking_uri, first.db_url) == (f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'a-optuna.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'b.db'}")
+    assert _where(args) is first
+    root = Path(__file__).parent.parent / "harness"
+    resolving = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                       if re.search(r"\bresolve_(tracking_uri|db_url)\(", p.read_text()))
+    assert resolving == ["store/tracking.py", "store/uris.py", "sweeps/sweep_engine.py"], resolving
 
 
 @pytest.mark.parametrize("command", ["sweep", "study"])

@@ -95,3 +95,86 @@ def test_one_field_is_the_same_field_in_every_class_that_has_it():
                 assert (info.default, info.annotation, info.description) == seen[key], (name, key)
             seen[key] = (info.default, info.annotation, info.description)
     assert set(seen) == set(experiments.all_fields())
+
+
+def _field_groups():
+    import inspect
+
+    from harness.training import field_groups
+    from harness.training.config import FieldGroup
+    return [cls for _, cls in inspect.getmembers(field_groups, inspect.isclass)
+            if issubclass(cls, FieldGroup) and cls is not FieldGroup and cls.__module__ == field_groups.__name__]
+
+
+def _fields_its_rules_read(group) -> set[str]:
+    """The `self.NAME` a group's own validators read."""
+    import ast
+    import inspect
+    import textwrap
+
+    read = set()
+    for name, member in vars(group).items():
+        function = getattr(member, "__func__", member)
+        if callable(function) and name.startswith("_") and not name.startswith("__"):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+            read |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                     and isinstance(n.value, ast.Name) and n.value.id == "self"}
+    return read
+
+
+@pytest.mark.parametrize("group", _field_groups(), ids=lambda g: g.__name__)
+def test_each_field_group_composed_alone_validates(group):
+    """A group whose rule reads another group's field inherits that group, so a config made of the
+    group alone has every field its rules read: validated with its defaults and with each switch
+    turned on, it gives a value or a sentence, never an AttributeError."""
+    from pydantic import ValidationError
+
+    from harness.training.config import RunConfig
+
+    alone = type(f"Only{group.__name__}", (RunConfig, group), {})
+    assert _fields_its_rules_read(group) <= set(alone.model_fields), "a rule reads a field its group lacks"
+    switches = [name for name, f in group.model_fields.items() if f.annotation is bool]
+    for values in [{}, *({name: True} for name in switches), {"target_from_epoch": 1}, {"world_size": 2}]:
+        values = {k: v for k, v in values.items() if k in alone.model_fields}
+        try:
+            alone.model_validate(values)
+        except ValidationError:
+            pass   # a rule's sentence (pretrained on a model without weights): what a user would read
+
+
+def test_an_experiment_declares_its_collective_backend_for_each_device():
+    """--device (make's DEVICE) sets the backend the experiment declares for that device: gloo on a
+    CPU, nccl on GPUs, for every experiment whose config has a backend; none for the others."""
+    import argparse
+
+    from harness.cli.commands import _overrides
+
+    for name in experiments.names():
+        experiment = experiments.get(name)
+        if "backend" in experiment.reads:
+            assert experiment.backend_for("cpu") == "gloo" and experiment.backend_for("cuda:1") == "nccl", name
+            for device, backend in (("cuda", "nccl"), ("cpu", "gloo")):
+                assert _overrides(argparse.Namespace(device=device, sets=[]), name) == {"device": device,
+                                                                                         "backend": backend}
+            given = argparse.Namespace(device="cuda", sets=["backend=gloo"])
+            assert _overrides(given, name)["backend"] == "gloo", "a --set wins"
+        else:
+            assert experiment.backend_for("cuda") is None
+            assert _overrides(argparse.Namespace(device="cuda", sets=[]), name) == {"device": "cuda"}
+
+
+def test_the_lr_a_cell_trains_with_is_worked_out_in_one_place():
+    """field_groups.lr_effective is the one rule: recipe's tuned and batch-scaled lr, data_parallel's
+    lr scaled by the ranks (the rate its schedule ramps to), the others' lr as given, and None for an
+    experiment without one. It is a metric the cell runner logs, never a field: cell ids stay."""
+    from harness.distributed.ddp_train import LrSchedule
+    from harness.training.train import lr_effective
+
+    recipe = make_config({"experiment": "recipe", "lr": 0.005, "lr_factor": 2.0, "batch_size": 64, "lr_base_batch": 32})
+    assert lr_effective(recipe) == 0.005 * 2.0 * 64 / 32
+    assert lr_effective(recipe, world_size=2) == 0.005 * 2.0 * 128 / 32   # each rank's batch, twice over
+    ddp = make_config({"experiment": "data_parallel", "lr": 0.1, "world_size": 4, "lr_scaling": "linear_warmup"})
+    assert lr_effective(ddp) == LrSchedule(ddp, 4, steps_per_epoch=10).target == 0.1 * 4
+    assert lr_effective(make_config({"experiment": "pruning", "lr": 0.003})) == 0.003
+    assert lr_effective(make_config({"experiment": "hybridize"})) is None
+    assert "lr_effective" not in type(recipe).model_fields

@@ -70,7 +70,7 @@ def test_a_contended_baseline_leaves_every_speed_up_out(spec):
     assert "speed-up left out: its baseline (sparsity=0.0) was contended" in table.loc[0.5, "note"]
     verdict = checks.evaluate([{"kind": "bound", "metric": "speedup", "min": 1.1, "where": {"sparsity": 0.5}}],
                               table.reset_index(), axes=["sparsity"])[0]
-    assert verdict.verdict == checks.NA and "sparsity=0.0 (the baseline)" in verdict.detail, verdict.detail
+    assert verdict.verdict == checks.Judgement.NA and "sparsity=0.0 (the baseline)" in verdict.detail, verdict.detail
 
 
 def test_no_verdict_rests_on_a_contended_cell(spec):
@@ -80,14 +80,14 @@ def test_no_verdict_rests_on_a_contended_cell(spec):
     trend = {"kind": "trend", "metric": "train_time_s", "x": "sparsity", "direction": "decreasing",
              "min_correlation": 0.8}
     verdict = checks.evaluate([trend], table, axes=["sparsity"])[0]
-    assert verdict.verdict == checks.PASS, verdict.detail
+    assert verdict.verdict == checks.Judgement.PASS, verdict.detail
     assert "3 points" in verdict.detail and "left out: sparsity=0.7" in verdict.detail
     bound = checks.evaluate([{"kind": "bound", "metric": "speedup", "max": 1.0, "where": {"sparsity": 0.7}}],
                             table, axes=["sparsity"])[0]
-    assert bound.verdict == checks.NA and "left out: sparsity=0.7" in bound.detail
+    assert bound.verdict == checks.Judgement.NA and "left out: sparsity=0.7" in bound.detail
     exact = checks.evaluate([{"kind": "exact", "metric": "param_count", "expected": 100, "where": {"sparsity": 0.7}}],
                             table, axes=["sparsity"])[0]
-    assert exact.verdict == checks.PASS   # contention slows a cell; it does not change what it counts
+    assert exact.verdict == checks.Judgement.PASS   # contention slows a cell; it does not change what it counts
 
 
 def test_the_plot_draws_a_contended_time_apart(spec, monkeypatch, tmp_path):

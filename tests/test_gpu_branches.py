@@ -130,13 +130,20 @@ def test_gloo_between_gpus_is_a_skip_that_says_use_nccl(pretend_gpus):
     placement.check_can_run(_cfg(world_size=1, device="cuda", backend="gloo"))  # one rank: no allreduce
 
 
-@pytest.mark.parametrize("target, nccl", [("sweep-dp-scratch", True), ("sweep-resnet", True),
-                                          ("sweep-gpus", True), ("sweep-amp", False)])
-def test_make_device_cuda_switches_the_ddp_sweeps_to_nccl(target, nccl):
-    dry = subprocess.run(["make", "-n", target, "DEVICE=cuda", "SCALE=smoke"], cwd=REPO_ROOT,
+@pytest.mark.parametrize("sweep, nccl", [("dp-scratch", True), ("resnet", True), ("gpus", True), ("cpu-ddp", True),
+                                         ("amp", False)])
+def test_make_device_cuda_switches_the_ddp_sweeps_to_nccl(sweep, nccl):
+    """make passes the device; the harness sets the backend the sweep's experiment declares for it."""
+    import argparse
+
+    from harness.cli.commands import _overrides
+    from harness.specs import sweep_spec
+
+    dry = subprocess.run(["make", "-n", f"sweep-{sweep}", "DEVICE=cuda", "SCALE=smoke"], cwd=REPO_ROOT,
                          capture_output=True, text=True, check=True).stdout
-    assert "--device cuda" in dry
-    assert ("--set backend=nccl" in dry) == nccl
+    assert "--device cuda" in dry and "backend" not in dry
+    sets = _overrides(argparse.Namespace(device="cuda", sets=[]), sweep_spec.load(sweep).experiment)
+    assert (sets.get("backend") == "nccl") == nccl
 
 
 # --- 4. a clock over several devices synchronizes each --------------------------------------------

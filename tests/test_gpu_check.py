@@ -25,7 +25,7 @@ _spec.loader.exec_module(gpu_check)
 def test_every_gpu_sweep_runs_offline_at_smoke_scale():
     expected = gpu_check._offline_cells()
     assert set(expected) == {s.name for s in gpu_check.SWEEPS}
-    assert len(expected["gpus"][1]) == 6 and len(expected["amp"][1]) == 3
+    assert len(expected["gpus"][1]) == 6 and len(expected["amp"][1]) == 4   # fp32, bf16, fp16, and fp16 without a scaler
 
 
 def test_a_sweep_that_would_download_is_refused_before_anything_runs(monkeypatch, tmp_path, capsys):

@@ -90,9 +90,9 @@ def test_a_smoke_report_of_the_shipped_t61_sweep_judges_the_machinery_and_says_s
     printed = capsys.readouterr().out
     (built,) = report.build_all(Store(uri), sweep_spec.load("sparsity"), "smoke")
     by_kind = {v.kind: v for v in built.verdicts}
-    assert by_kind["exact"].verdict == checks.PASS    # 1,059,306 parameters at 50%
+    assert by_kind["exact"].verdict == checks.Judgement.PASS    # 1,059,306 parameters at 50%
     others = [v for v in built.verdicts if v.kind != "exact"]
-    assert others and all(v.verdict == checks.NA for v in others)
+    assert others and all(v.verdict == checks.Judgement.NA for v in others)
     # each with its reason: smoke's own, or the document's scale a check is judged at only
     assert all(v.detail == checks.SMOKE_REASON or "judged at scale full only" in v.detail for v in others)
     assert sum(v.detail == checks.SMOKE_REASON for v in others) >= 5

@@ -73,7 +73,7 @@ def test_one_seed_says_so_and_invents_no_interval(spec):
     check = {"kind": "compare", "metric": "test_accuracy", "where": {"sparsity": 0.5},
              "against": {"sparsity": 0.0}, "within": 0.1}
     verdict = checks.evaluate([check], table, axes=spec.axes(), scale="cpu", repeats=3)[0]
-    assert verdict.verdict == checks.INCONCLUSIVE and "one seed" in verdict.detail, verdict.detail
+    assert verdict.verdict == checks.Judgement.INCONCLUSIVE and "one seed" in verdict.detail, verdict.detail
 
 
 def _verdict(spec, accuracies, check):
@@ -83,10 +83,10 @@ def _verdict(spec, accuracies, check):
 
 def test_an_accuracy_bound_passes_fails_or_is_inconclusive_on_its_interval(spec):
     floor = {"kind": "bound", "metric": "test_accuracy", "min": 0.6, "where": {"sparsity": 0.0}}
-    assert _verdict(spec, {0.0: [0.70, 0.71, 0.72], 0.5: [0.5] * 3}, floor).verdict == checks.PASS
-    assert _verdict(spec, {0.0: [0.50, 0.51, 0.52], 0.5: [0.5] * 3}, floor).verdict == checks.FAIL
+    assert _verdict(spec, {0.0: [0.70, 0.71, 0.72], 0.5: [0.5] * 3}, floor).verdict == checks.Judgement.PASS
+    assert _verdict(spec, {0.0: [0.50, 0.51, 0.52], 0.5: [0.5] * 3}, floor).verdict == checks.Judgement.FAIL
     spread = _verdict(spec, {0.0: [0.55, 0.62, 0.69], 0.5: [0.5] * 3}, floor)   # median above, interval across
-    assert spread.verdict == checks.INCONCLUSIVE and "n = 3 seeds" in spread.detail, spread.detail
+    assert spread.verdict == checks.Judgement.INCONCLUSIVE and "n = 3 seeds" in spread.detail, spread.detail
 
 
 def test_an_accuracy_within_compare_is_decided_only_when_the_seeds_agree(spec):
@@ -94,23 +94,23 @@ def test_an_accuracy_within_compare_is_decided_only_when_the_seeds_agree(spec):
     steady 10-point loss fails; a loss of 1 point on one seed and 9 on another is undecided."""
     same = {"kind": "compare", "metric": "test_accuracy", "where": {"sparsity": 0.5},
             "against": {"sparsity": 0.0}, "within": 0.02}
-    assert _verdict(spec, {0.0: [0.60, 0.62, 0.64], 0.5: [0.59, 0.61, 0.63]}, same).verdict == checks.PASS
-    assert _verdict(spec, {0.0: [0.60, 0.62, 0.64], 0.5: [0.50, 0.52, 0.54]}, same).verdict == checks.FAIL
+    assert _verdict(spec, {0.0: [0.60, 0.62, 0.64], 0.5: [0.59, 0.61, 0.63]}, same).verdict == checks.Judgement.PASS
+    assert _verdict(spec, {0.0: [0.60, 0.62, 0.64], 0.5: [0.50, 0.52, 0.54]}, same).verdict == checks.Judgement.FAIL
     mixed = _verdict(spec, {0.0: [0.60, 0.62, 0.64], 0.5: [0.59, 0.61, 0.55]}, same)
-    assert mixed.verdict == checks.INCONCLUSIVE, mixed.detail
+    assert mixed.verdict == checks.Judgement.INCONCLUSIVE, mixed.detail
 
 
 def test_an_accuracy_best_and_trend_are_judged_over_resampled_seeds(sweep_file):
     three = sweep_spec.load(str(sweep_file("best", {"sparsity": [0.0, 0.5, 0.8]}, repeats=3)))
     best = {"kind": "best", "metric": "test_accuracy", "goal": "highest", "row": {"sparsity": 0.0}}
     clear = {0.0: [0.70, 0.71, 0.72], 0.5: [0.60, 0.61, 0.62], 0.8: [0.50, 0.51, 0.52]}
-    assert _verdict(three, clear, best).verdict == checks.PASS
+    assert _verdict(three, clear, best).verdict == checks.Judgement.PASS
     overlapping = {0.0: [0.70, 0.60, 0.72], 0.5: [0.61, 0.71, 0.62], 0.8: [0.50, 0.51, 0.52]}
-    assert _verdict(three, overlapping, best).verdict == checks.INCONCLUSIVE
+    assert _verdict(three, overlapping, best).verdict == checks.Judgement.INCONCLUSIVE
     trend = {"kind": "trend", "metric": "test_accuracy", "x": "sparsity", "direction": "decreasing",
              "min_correlation": 0.9}
-    assert _verdict(three, clear, trend).verdict == checks.PASS
-    assert _verdict(three, {0.0: [0.5] * 3, 0.5: [0.6] * 3, 0.8: [0.7] * 3}, trend).verdict == checks.FAIL
+    assert _verdict(three, clear, trend).verdict == checks.Judgement.PASS
+    assert _verdict(three, {0.0: [0.5] * 3, 0.5: [0.6] * 3, 0.8: [0.7] * 3}, trend).verdict == checks.Judgement.FAIL
 
 
 def test_a_speed_up_over_fewer_rounds_than_its_baseline_prints_the_paired_baseline_time(spec):

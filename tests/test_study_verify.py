@@ -133,6 +133,8 @@ def test_a_recipe_that_missed_the_target_has_no_speedup_and_a_multi_field_choice
 
 
 def test_in_a_study_that_searches_lr_factor_the_tuned_baseline_is_the_same_run_as_that_factor_alone():
+    from harness.training.train import lr_effective
+
     # the shipped speed-recipe study searches lr_factor itself: the verification's lr search must set that
     # field (not lr), and each row must keep the factor over the book's lr, not the params' own 1.0
     spec = study_spec.load("study_speed_recipe")
@@ -143,8 +145,12 @@ def test_in_a_study_that_searches_lr_factor_the_tuned_baseline_is_the_same_run_a
     assert tuned["lr_factor"] == 8.0 and tuned["lr"] == fixed["lr"]
     assert make_config(tuned).cell_id() == make_config(alone).cell_id()
     cell = Cell.build(tuned, "tuned")
-    row = verify._row(spec, verify.Variant("lr x8", book, 8.0), 0, cell, {"target_reached": 1.0, verify.TIME: 2.0}, "r")
-    assert row["lr_factor"] == 8.0 and row["lr"] == pytest.approx(fixed["lr"] * 8)
+    logged = {"target_reached": 1.0, verify.TIME: 2.0, "lr_effective": lr_effective(cell.config)}
+    row = verify._row(spec, verify.Variant("lr x8", book, 8.0), 0, cell, logged, "r")
+    # the lr is the one the cell logged it trained with (recipe's rule, batch scaling included), not
+    # the study's lr times the factor worked out again here
+    assert row["lr_factor"] == 8.0 and row["lr"] == logged["lr_effective"]
+    assert lr_effective(cell.config) == lr_effective(make_config({**fixed, "lr_factor": 8.0}))
     best = verify._row(spec, verify.Variant("best", {**book, "lr_factor": 32.0}), 0, cell, {}, "r")
     assert best["lr_factor"] == 32.0 and best[verify.TIME] == math.inf
 

@@ -101,6 +101,7 @@ def test_a_run_that_misses_its_target_is_logged_as_not_reached(store):
     assert run.metrics["target_reached"] == 0.0 and run.metrics["target_accuracy"] == 0.9
     assert "time_to_accuracy_s" not in run.metrics and "epochs_to_accuracy" not in run.metrics
     assert run.metrics["test_accuracy"] < 0.9
+    assert run.metrics["lr_effective"] == 1e-6 and "lr_effective" not in run.params   # a metric, never a param
 
 
 def test_a_run_that_meets_its_target_logs_when_and_stops_there(store):

@@ -113,19 +113,19 @@ FLOOR = {"kind": "bound", "metric": "speedup", "where": {"sparsity": 0.5}, "min"
 
 def test_a_timing_check_passes_only_when_its_whole_interval_passes(spec):
     tight = _timing_verdict(spec, {0.0: [10.0, 10.1, 9.9], 0.5: [5.0, 5.05, 4.95]}, FLOOR)   # 2.0x, tight
-    assert tight.verdict == checks.PASS and "n = 3" in tight.detail and "[" in tight.detail
+    assert tight.verdict == checks.Judgement.PASS and "n = 3" in tight.detail and "[" in tight.detail
     fails = _timing_verdict(spec, {0.0: [10.0, 10.1, 9.9], 0.5: [9.0, 9.1, 8.9]}, FLOOR)     # 1.11x, tight
-    assert fails.verdict == checks.FAIL and fails.side == "low"
+    assert fails.verdict == checks.Judgement.FAIL and fails.side == "low"
     # 2.0x at the median, but one round says 1.1x: the interval straddles the floor
     wide = _timing_verdict(spec, {0.0: [10.0, 10.0, 10.0], 0.5: [5.0, 4.5, 9.0]}, FLOOR)
-    assert wide.verdict == checks.INCONCLUSIVE and "n = 3" in wide.detail
+    assert wide.verdict == checks.Judgement.INCONCLUSIVE and "n = 3" in wide.detail
 
 
 def test_one_run_decides_no_timing_check_but_an_exact_one(spec):
     table = tables.build_table(spec, _runs({0.0: [10.0], 0.5: [5.0]}))
     exact = {"kind": "exact", "metric": "test_accuracy", "where": {"sparsity": 0.5}, "expected": 0.5}
     found = checks.evaluate([FLOOR, exact], table, axes=spec.axes(), scale="quick", repeats=3)
-    assert [v.verdict for v in found] == [checks.INCONCLUSIVE, checks.PASS]
+    assert [v.verdict for v in found] == [checks.Judgement.INCONCLUSIVE, checks.Judgement.PASS]
     assert "n = 1" in found[0].detail
 
 
@@ -135,16 +135,16 @@ def test_compare_and_trend_on_times_have_three_outcomes(spec):
     falls = {"kind": "trend", "metric": "train_time_s", "x": "sparsity", "min_correlation": 0.8}
     decided = {0.0: [10.0, 12.0, 14.0], 0.5: [5.0, 6.0, 7.0]}       # paired: exactly 0.5 each round
     mixed = {0.0: [10.0, 10.0, 10.0], 0.5: [9.5, 10.5, 9.9]}         # about the same
-    assert _timing_verdict(spec, decided, faster).verdict == checks.PASS
-    assert _timing_verdict(spec, mixed, faster).verdict == checks.INCONCLUSIVE
-    assert _timing_verdict(spec, {0.0: [5.0, 6.0, 7.0], 0.5: [10.0, 12.0, 14.0]}, faster).verdict == checks.FAIL
+    assert _timing_verdict(spec, decided, faster).verdict == checks.Judgement.PASS
+    assert _timing_verdict(spec, mixed, faster).verdict == checks.Judgement.INCONCLUSIVE
+    assert _timing_verdict(spec, {0.0: [5.0, 6.0, 7.0], 0.5: [10.0, 12.0, 14.0]}, faster).verdict == checks.Judgement.FAIL
     falling = {**decided, 0.8: [3.0, 3.6, 4.2]}
-    assert _timing_verdict(spec, falling, falls).verdict == checks.PASS
+    assert _timing_verdict(spec, falling, falls).verdict == checks.Judgement.PASS
     # the medians fall, but one round in three runs the other way at 0.5 and 0.8
     wobbly = {0.0: [10.0, 10.0, 10.0], 0.5: [9.0, 9.0, 11.0], 0.8: [8.0, 8.0, 12.0]}
-    assert _timing_verdict(spec, wobbly, falls).verdict == checks.INCONCLUSIVE
+    assert _timing_verdict(spec, wobbly, falls).verdict == checks.Judgement.INCONCLUSIVE
     rising = {0.0: [3.0, 3.6, 4.2], 0.5: [5.0, 6.0, 7.0], 0.8: [10.0, 12.0, 14.0]}
-    assert _timing_verdict(spec, rising, falls).verdict == checks.FAIL
+    assert _timing_verdict(spec, rising, falls).verdict == checks.Judgement.FAIL
 
 
 def test_accuracy_at_chance_is_not_judged_and_smoke_judges_only_exact_checks(spec):
@@ -153,10 +153,10 @@ def test_accuracy_at_chance_is_not_judged_and_smoke_judges_only_exact_checks(spe
     same = {"kind": "compare", "metric": "test_accuracy", "where": {"sparsity": 0.5},
             "against": {"sparsity": 0.0}, "within": 0.02}
     verdict = checks.evaluate([same], table, axes=spec.axes(), scale="quick", repeats=3)[0]
-    assert verdict.verdict == checks.NA and "within chance" in verdict.detail and "12.0%" in verdict.detail
+    assert verdict.verdict == checks.Judgement.NA and "within chance" in verdict.detail and "12.0%" in verdict.detail
     exact = {"kind": "exact", "metric": "test_accuracy", "where": {"sparsity": 0.5}, "expected": 0.11}
     smoke = checks.evaluate([FLOOR, exact], table, axes=spec.axes(), scale="smoke", repeats=1)
-    assert [v.verdict for v in smoke] == [checks.NA, checks.PASS] and smoke[0].detail == checks.SMOKE_REASON
+    assert [v.verdict for v in smoke] == [checks.Judgement.NA, checks.Judgement.PASS] and smoke[0].detail == checks.SMOKE_REASON
 
 
 def test_a_best_accuracy_check_between_two_untrained_rows_is_not_judged(sweep_file):
@@ -172,9 +172,9 @@ def test_a_best_accuracy_check_between_two_untrained_rows_is_not_judged(sweep_fi
     learned = {"kind": "best", "metric": "test_accuracy", "goal": "highest", "row": {"sparsity": 0.0}}
     untrained, stated_untrained, judged = checks.evaluate([lowest, highest, learned], table, axes=three.axes(),
                                                           scale="cpu", repeats=3)
-    assert untrained.verdict == checks.NA and "9.5%, 9.6%" in untrained.detail and "noise" in untrained.detail
-    assert stated_untrained.verdict == checks.NA and "9.5%" in stated_untrained.detail, stated_untrained.detail
-    assert judged.verdict == checks.PASS and "0.3" in judged.detail, judged.detail
+    assert untrained.verdict == checks.Judgement.NA and "9.5%, 9.6%" in untrained.detail and "noise" in untrained.detail
+    assert stated_untrained.verdict == checks.Judgement.NA and "9.5%" in stated_untrained.detail, stated_untrained.detail
+    assert judged.verdict == checks.Judgement.PASS and "0.3" in judged.detail, judged.detail
 
 
 def test_an_accuracy_trend_ranks_its_untrained_rows_as_one_level(sweep_file):
@@ -190,17 +190,17 @@ def test_an_accuracy_trend_ranks_its_untrained_rows_as_one_level(sweep_file):
         return checks.evaluate([check], tables.build_table(five, runs), axes=five.axes(), scale="cpu", repeats=3)[0]
 
     one_learned = verdict({0.0: 0.0955, 0.2: 0.0955, 0.4: 0.0955, 0.6: 0.1995}, "increasing")
-    assert one_learned.verdict == checks.NA and "3 of 4 rows" in one_learned.detail, one_learned.detail
+    assert one_learned.verdict == checks.Judgement.NA and "3 of 4 rows" in one_learned.detail, one_learned.detail
     diverged = {0.0: 0.50, 0.2: 0.40, 0.4: 0.30, 0.6: 0.094, 0.8: 0.095}
     falling = verdict(diverged, "decreasing", need=0.95)   # rho -0.97 with the tie, -0.90 without
-    assert falling.verdict == checks.PASS and "5 points" in falling.detail, falling.detail
-    assert verdict(diverged, "increasing").verdict == checks.FAIL
+    assert falling.verdict == checks.Judgement.PASS and "5 points" in falling.detail, falling.detail
+    assert verdict(diverged, "increasing").verdict == checks.Judgement.FAIL
 
 
 def test_the_summary_counts_kinds_of_evidence_apart():
-    verdicts = [checks.Verdict("a", checks.PASS, "", "exact"), checks.Verdict("b", checks.PASS, "", "bound"),
-                checks.Verdict("c", checks.FAIL, "", "bound", stand_in=True),
-                checks.Verdict("d", checks.INCONCLUSIVE, "", "bound"), checks.Verdict("e", checks.NA, "", "trend")]
+    verdicts = [checks.Verdict("a", checks.Judgement.PASS, "", "exact"), checks.Verdict("b", checks.Judgement.PASS, "", "bound"),
+                checks.Verdict("c", checks.Judgement.FAIL, "", "bound", stand_in=True),
+                checks.Verdict("d", checks.Judgement.INCONCLUSIVE, "", "bound"), checks.Verdict("e", checks.Judgement.NA, "", "trend")]
     assert checks.count_line(verdicts) == ("exact facts 1 PASS; measured claims 1 PASS; stand-ins 1 FAIL; "
                                            "1 inconclusive; 1 N/A")
 
@@ -271,7 +271,7 @@ text = "any speed-up at all"
     spec = sweep_spec.load(str(path))
     run_sweep(spec, store, scale="quick", show_progress=False, repeats=1)
     report = tables.build(store, spec, "quick")
-    assert report.verdicts[0].verdict == checks.INCONCLUSIVE   # n = 1
+    assert report.verdicts[0].verdict == checks.Judgement.INCONCLUSIVE   # n = 1
     assert decide.undecided_points(report) == [{"sparsity": 0.5}, {"sparsity": 0.0}]
     lines = []
     rounds = decide.run_until_decided(spec, store, scale="quick", max_repeats=3, show_progress=False,

@@ -26,11 +26,11 @@ def test_a_check_on_a_model_its_claim_does_not_assume_is_na():
     tiny = TABLE.assign(param_count=[8000])
     verdict = checks.evaluate([PARAMS], tiny, axes=["sparsity"], scale="smoke", repeats=1,
                               settings={"model": {"tiny_cnn"}})[0]
-    assert verdict.verdict == checks.NA and "assumes model=cnn" in verdict.detail and "tiny_cnn" in verdict.detail
+    assert verdict.verdict == checks.Judgement.NA and "assumes model=cnn" in verdict.detail and "tiny_cnn" in verdict.detail
     book = checks.evaluate([PARAMS], TABLE, axes=["sparsity"], scale="smoke", repeats=1, settings={"model": {"cnn"}})
-    assert book[0].verdict == checks.PASS
+    assert book[0].verdict == checks.Judgement.PASS
     wrong = checks.evaluate([PARAMS], tiny, axes=["sparsity"], scale="smoke", repeats=1, settings={"model": {"cnn"}})
-    assert wrong[0].verdict == checks.FAIL
+    assert wrong[0].verdict == checks.Judgement.FAIL
 
 
 def test_a_stand_in_data_set_or_dtype_is_judged_and_labelled():
@@ -38,11 +38,11 @@ def test_a_stand_in_data_set_or_dtype_is_judged_and_labelled():
              "stand_ins": {"dataset": "imagefolder", "dtype": "bf16"}, "text": "some claim"}
     table = pd.DataFrame({"train_flops": [2.0]})
     standing = checks.evaluate([check], table, settings={"dataset": {"imagefolder"}, "dtype": {"bf16"}})[0]
-    assert standing.verdict == checks.PASS and standing.stand_in and standing.label == "PASS (stand-in)"
+    assert standing.verdict == checks.Judgement.PASS and standing.stand_in and standing.label == "PASS (stand-in)"
     assert "dataset imagefolder for cifar10" in standing.detail and "dtype bf16 for fp16" in standing.detail
     assert "stand-ins 1 PASS" in checks.count_line([standing])
     other = checks.evaluate([check], table, settings={"dataset": {"digits"}, "dtype": {"bf16"}})[0]
-    assert other.verdict == checks.NA and "digits" in other.detail
+    assert other.verdict == checks.Judgement.NA and "digits" in other.detail
     assert not checks.evaluate([check], table, settings={"dataset": {"cifar10"}, "dtype": {"fp16"}})[0].stand_in
 
 
@@ -67,9 +67,9 @@ def test_a_two_device_ratio_cannot_pass_above_2x():
     check = {"kind": "ratio", "metric": "speedup", "tolerance": 0.3, "max": 2.0}
     table = pd.DataFrame({"speedup": [2.2], "book_speedup": [1.8]})
     capped = checks.evaluate([check], table)[0]
-    assert capped.verdict == checks.FAIL and capped.side == "high"
-    assert checks.evaluate([{**check, "max": None}], table)[0].verdict == checks.PASS
-    assert checks.evaluate([check], table.assign(speedup=[1.9]))[0].verdict == checks.PASS
+    assert capped.verdict == checks.Judgement.FAIL and capped.side == "high"
+    assert checks.evaluate([{**check, "max": None}], table)[0].verdict == checks.Judgement.PASS
+    assert checks.evaluate([check], table.assign(speedup=[1.9]))[0].verdict == checks.Judgement.PASS
     for name in ("gpus", "resnet"):
         two = [c for c in sweep_spec.load(name).checks if c.kind == "ratio" and (c.where or {}).get("world_size") == 2]
         assert two and all(c.max is not None and c.max <= 2 for c in two), name

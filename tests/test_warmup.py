@@ -249,12 +249,12 @@ SCRATCH = {"experiment": "dp_scratch", "model": "lenet_d2l", "dataset": "digits"
 def test_the_scratch_copies_warm_up_without_training(monkeypatch):
     cfg = make_config({**SCRATCH, "dp_impl": "scratch"})
     data, devices = dp_scratch._data(cfg), [torch.device("cpu")] * 2
-    cold, _ = dp_scratch.train_copies(cfg, data, devices)
-    warm, times = dp_scratch.train_copies(cfg, data, devices, warmup_epochs=1)
+    cold, _, _ = dp_scratch.train_copies(cfg, data, devices)
+    warm, times, _ = dp_scratch.train_copies(cfg, data, devices, warmup_epochs=1)
     assert len(times) == cfg.epochs
     assert all(torch.equal(w, c) for ws, cs in zip(warm, cold) for w, c in zip(ws, cs))
     monkeypatch.setattr(dp_scratch, "restored", _left_in_place)
-    trained, _ = dp_scratch.train_copies(cfg, data, devices, warmup_epochs=1)
+    trained, _, _ = dp_scratch.train_copies(cfg, data, devices, warmup_epochs=1)
     assert not torch.equal(trained[0][0], cold[0][0])
 
 

@@ -14,8 +14,7 @@ from harness.training import time_to_accuracy
 from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES
 from harness.training.config import RunConfig
 from harness.training.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields,
-                                           CompilationFields, DataFields, EpochsFields, EvalBatchFields,
-                                           TargetFields)
+                                           CompilationFields, DataFields, EvalBatchFields, TargetFields)
 
 
 INPUT_SHAPE = (3, 32, 32)   # the network's pools need 32x32 (digits are resized, grey made RGB)
@@ -25,7 +24,7 @@ CLOCK = ("training only, from the whitening initialisation on: augmenting each b
          "building, the FLOP count and every evaluation (test-time augmentation included) are outside")
 
 
-class AirbenchConfig(RunConfig, DataFields, EpochsFields, BatchFields, EvalBatchFields, AutocastFields, ChannelsLastFields,
+class AirbenchConfig(RunConfig, DataFields, BatchFields, EvalBatchFields, AutocastFields, ChannelsLastFields,
                      CompilationFields, BackendFlagsFields, TargetFields):
     """airbench94: its own network (no `model`), its own optimizer and schedule (no `optimizer` or `lr`)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
 from harness.training.config import RunConfig
 from harness.training.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields,
                                            TargetFields, TrainingLoopFields)
@@ -23,9 +23,7 @@ EXPERIMENT = Experiment(
     run=RunTarget("experiments.amp:run"),
     clock=TRAINING_CLOCK,
     needs_dataset=True,
-    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
-             "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
+    metrics=(*TRAINING_METRICS, "param_count", "dtype_native", "grad_scaler_used", "grad_scale_final", "scaler_skipped_steps",
              "flag_benchmark", "flag_allow_tf32", "flag_allow_fp16_reduced_precision_reduction",
              "flag_allow_bf16_reduced_precision_reduction", *FLOP_METRICS, *time_to_accuracy.METRICS),
     notes=("forward_dtype", *FLOP_NOTES),

@@ -4,14 +4,14 @@ module on its first call."""
 
 from __future__ import annotations
 
-from experiments import Experiment, RunTarget, TRAINING_SENSE
+from experiments import DDP_BACKENDS, Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import DDP_CLOCK, FLOP_METRICS, FLOP_NOTES
+from harness.training.catalogue import DDP_CLOCK, FLOP_METRICS, FLOP_NOTES, RANK_METRICS, TRAINING_METRICS
 from harness.training.config import RunConfig
-from harness.training.field_groups import DdpTrainingFields, LaunchFields
+from harness.training.field_groups import DdpTrainingFields
 
 
-class DataParallelConfig(RunConfig, DdpTrainingFields, LaunchFields):
+class DataParallelConfig(RunConfig, DdpTrainingFields):
     """The book's loop as torchrun ranks (`distributed.ddp_train.train`), or in this process."""
 
 
@@ -22,10 +22,9 @@ EXPERIMENT = Experiment(
     clock=DDP_CLOCK,
     needs_dataset=True,
     notes=FLOP_NOTES,
-    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "ranks",
-             "batch_per_rank", "global_batch", "final_lr", "threads_used", "ranks_params_identical", "rank_time_spread_s",
-             "rank{i}_train_time_s", "peak_rss_mb", *FLOP_METRICS, *time_to_accuracy.METRICS),
+    metrics=(*TRAINING_METRICS, *RANK_METRICS, "batch_per_rank", "final_lr", "ranks_params_identical",
+             "rank_time_spread_s", "rank{i}_train_time_s", *FLOP_METRICS, *time_to_accuracy.METRICS),
+    backends=DDP_BACKENDS,
     config=DataParallelConfig,
     sense=TRAINING_SENSE,
     models=("cnn", "tiny_cnn", "resnet18_d2l", "efficientnet_b0", "efficientnet_b7", "lenet_d2l"),  # image models

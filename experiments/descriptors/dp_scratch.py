@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from experiments import Experiment, RunTarget, TRAINING_SENSE
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES
+from experiments import DDP_BACKENDS, Experiment, RunTarget, TRAINING_SENSE
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_METRICS
 from harness.training.config import RunConfig
 from harness.training.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
                                            WarmupEpochsFields)
@@ -34,9 +34,9 @@ EXPERIMENT = Experiment(
          "the one-device reference run, the comparison and evaluation are outside the clock"),
     needs_dataset=True,
     notes=FLOP_NOTES,
-    metrics=("first_step_param_diff", "params_match", "max_param_diff", "copies_identical", "train_time_s",
-             "test_accuracy", "epoch_time_median_s", "epoch_time_iqr_s", "samples_per_s", "train_samples",
-             "test_samples", "copies", "rank{i}_train_time_s", *FLOP_METRICS),
+    metrics=(*TRAINING_METRICS, "first_step_param_diff", "params_match", "max_param_diff", "copies_identical",
+             "copies", "rank{i}_train_time_s", *FLOP_METRICS),
+    backends=DDP_BACKENDS,
     config=DpScratchConfig,
     sense=TRAINING_SENSE,
     # d2l's LeNet (the model is checked)

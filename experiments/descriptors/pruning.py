@@ -8,7 +8,7 @@ from pydantic import Field
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
 from harness.training.config import RunConfig
 from harness.training.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
 
@@ -26,9 +26,7 @@ EXPERIMENT = Experiment(
     clock=TRAINING_CLOCK,
     needs_dataset=True,
     notes=FLOP_NOTES,
-    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples",
-             "param_count", "param_count_before", "prune_time_s", "pretrain_epochs_trained", "pretrain_time_s",
+    metrics=(*TRAINING_METRICS, "param_count", "param_count_before", "prune_time_s", "pretrain_epochs_trained", "pretrain_time_s",
              *FLOP_METRICS, *time_to_accuracy.METRICS),
     config=PruningConfig,
     sense=TRAINING_SENSE,

@@ -4,13 +4,12 @@ module on its first call."""
 
 from __future__ import annotations
 
-from experiments import Experiment, RunTarget, TRAINING_SENSE
+from experiments import DDP_BACKENDS, Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES
+from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, RANK_METRICS, TRAINING_METRICS
 from harness.training.config import RunConfig
-from harness.training.field_groups import (AutocastFields, BatchFields, EpochsFields, EvalBatchFields,
-                                           GlobalBatchFields, LaunchFields, OptimizerFields, SpeedMethodsFields,
-                                           SplitsFields, TargetFields)
+from harness.training.field_groups import (AutocastFields, EvalBatchFields, GlobalBatchFields, OptimizerFields,
+                                           SpeedMethodsFields, SplitsFields, TargetFields)
 
 
 CLOCK = ("training only, from the first step (no warm-up epoch): batching from memory, host-to-device copy, "
@@ -19,8 +18,8 @@ CLOCK = ("training only, from the first step (no warm-up epoch): batching from m
          "process start, data loading and every evaluation are outside the clock; several ranks: the slowest")
 
 
-class RecipeConfig(RunConfig, SplitsFields, SpeedMethodsFields, OptimizerFields, AutocastFields, LaunchFields,
-                   GlobalBatchFields, EpochsFields, BatchFields, EvalBatchFields, TargetFields):
+class RecipeConfig(RunConfig, SplitsFields, SpeedMethodsFields, OptimizerFields, AutocastFields, GlobalBatchFields,
+                   EvalBatchFields, TargetFields):
     """The book's loop with stacked speed methods, from the first step (no warm-up epochs)."""
 
 
@@ -31,10 +30,9 @@ EXPERIMENT = Experiment(
     clock=CLOCK,
     needs_dataset=True,
     notes=FLOP_NOTES,
-    metrics=("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
-             "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples", "samples_trained",
-             "lr_effective", "global_batch", "ranks", "threads_used", "param_count", "param_count_before",
-             "scaler_skipped_steps", "peak_rss_mb", *FLOP_METRICS, *time_to_accuracy.METRICS),
+    metrics=(*TRAINING_METRICS, *RANK_METRICS, "samples_trained", "lr_effective", "param_count", "param_count_before",
+             "scaler_skipped_steps", *FLOP_METRICS, *time_to_accuracy.METRICS),
+    backends=DDP_BACKENDS,
     config=RecipeConfig,
     sense=TRAINING_SENSE,
     smoke={"model": "tiny_cnn", "dataset": "digits", "train_limit": 512, "test_limit": 128, "epochs": 2,

@@ -36,8 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     sets = argparse.ArgumentParser(add_help=False)
     sets.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                       help="override a config field (repeatable); in a sweep, KEY=[a,b] makes it an axis")
-    sets.add_argument("--device", help="cpu, cuda or cuda:N for every cell; cpu also runs torchrun ranks over gloo "
-                      "where the experiment has a backend (a GPU sweep as CPU processes); a --set wins")
+    sets.add_argument("--device", help="cpu, cuda or cuda:N for every cell, with the backend its experiment declares "
+                      "for that device where it has one (gloo on cpu: a GPU sweep as CPU processes; nccl on cuda); "
+                      "a --set wins")
 
     parser = _Parser(prog="harness", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

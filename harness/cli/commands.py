@@ -14,27 +14,39 @@ from harness.signals import sigterm_as_interrupt
 
 
 def _overrides(args, experiment: str) -> dict:
-    """The --set values, after what --device stands for: device=D, and on a CPU also backend=gloo where
-    the experiment's config has a backend (a GPU sweep's nccl does not run there). A --set wins."""
+    """The --set values, after what --device stands for: device=D, and the backend the experiment
+    declares for that kind of device where its config has one (gloo on a CPU, nccl on GPUs:
+    Experiment.backends). A --set wins."""
     import experiments
     from harness.training.config import parse_assignment
 
     values = {}
     if getattr(args, "device", None):
         values["device"] = args.device
-        if args.device == "cpu" and "backend" in experiments.get(experiment).reads:
-            values["backend"] = "gloo"
+        backend = experiments.get(experiment).backend_for(args.device)
+        if backend is not None:
+            values["backend"] = backend
     values.update(parse_assignment(s) for s in args.sets)
     return values
 
 
+def _where(args):
+    """The tracking store and the shared database of this command (StoreLocations), resolved once
+    from --tracking-uri, --storage, the environment and the defaults; every use below reads them."""
+    if getattr(args, "where", None) is None:
+        from harness.store.uris import StoreLocations
+
+        args.where = StoreLocations.resolve(args.tracking_uri, getattr(args, "storage", None))
+    return args.where
+
+
 def _store(args):
-    from harness.store import Store, resolve_db_url, resolve_tracking_uri
+    from harness.store import Store
     from harness.store.uris import check_sqlite_path
 
     if hasattr(args, "storage"):  # the shared database's path too, before the store is made
-        check_sqlite_path(resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri)), "the shared database")
-    return Store(args.tracking_uri)
+        check_sqlite_path(_where(args).db_url, "the shared database")
+    return Store(_where(args).tracking_uri)
 
 
 def _out_dir(given: str | None, default: Path | None) -> Path:
@@ -62,8 +74,6 @@ SLURM_OPTIONS = {"slurm_partition": "partition", "slurm_time": "time", "slurm_gp
 def _launcher(args):
     """The launcher the options ask for (None: this process, or local workers), checked before the
     engine creates or submits anything."""
-    from harness.store import resolve_db_url, resolve_tracking_uri
-
     given = [f"--{k.replace('_', '-')}" for k in [*SLURM_OPTIONS, "detach"] if getattr(args, k) not in (None, False)]
     if args.launcher != "slurm":
         if given and args.worker is None:
@@ -75,8 +85,7 @@ def _launcher(args):
 
     launcher = SlurmLauncher(detach=args.detach, **{field: getattr(args, k) for k, field in SLURM_OPTIONS.items()
                                                      if getattr(args, k) is not None})
-    tracking_uri = resolve_tracking_uri(args.tracking_uri)
-    launcher.check(resolve_db_url(args.storage, tracking_uri), tracking_uri)
+    launcher.check(_where(args).db_url, _where(args).tracking_uri)
     return launcher
 
 
@@ -120,11 +129,11 @@ def cmd_sweep(args) -> int:
     # Every value is checked: only now the engine and the report, with torch, MLflow and the rest.
     from harness.cli.summary import sweep_summary
     from harness.report import overview
-    from harness.store import Outcome, resolve_db_url
+    from harness.store import Outcome
     from harness.sweeps.sweep_engine import run_sweep
 
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
-                       db_url=resolve_db_url(args.storage, store.uri), workers=workers, launcher=launcher, role=role,
+                       db_url=_where(args).db_url, workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
                        remeasure_drifted=args.remeasure_drifted, remeasure_contended=args.remeasure_contended)
     if result.detached:
@@ -192,12 +201,11 @@ def _max_repeats(args) -> int | None:
 def _until_decided(spec, store, args, max_repeats):
     """The rounds --until-decided adds; returns the last round's result (None when none ran)."""
     from harness.cli.summary import sweep_summary
-    from harness.store import resolve_db_url
     from harness.cli.decide import DEFAULT_MAX_REPEATS, run_until_decided
 
     rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                                max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
-                               db_url=resolve_db_url(args.storage, store.uri), show_progress=not args.no_progress,
+                               db_url=_where(args).db_url, show_progress=not args.no_progress,
                                log=lambda line: print(line, flush=True))
     for extra in rounds:
         print(sweep_summary(extra, spec.report.get("metrics"), spec.report.get("notes", [])))
@@ -207,7 +215,6 @@ def _until_decided(spec, store, args, max_repeats):
 def cmd_study(args) -> int:
     from experiments import make_config
     from harness.launchers import WorkerRole
-    from harness.store import resolve_db_url
     from harness.specs import study_spec
 
     spec = study_spec.load(args.study)
@@ -219,19 +226,12 @@ def cmd_study(args) -> int:
     if role is None and not (args.status or args.verify or args.calibrate_target):  # these run no trial of the study
         _size_of_study(spec, args, overrides)
     if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
-        from harness.store import resolve_tracking_uri
-        from harness.store.uris import check_sqlite_path
-        from harness.studies import study_status
-
-        db_url = resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri))
-        check_sqlite_path(db_url, "the shared database")
-        print(study_status.status(spec, db_url, scale=args.scale, overrides=overrides))
-        return 0
+        return _study_status(spec, args, overrides)
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = _launcher(args)
     _check_data_folders([make_config(spec.fixed_for_checks(args.scale, overrides))])
     store = _store(args)
-    db_url = resolve_db_url(args.storage, store.uri)
+    db_url = _where(args).db_url
     if args.calibrate_target:
         from harness.studies import calibrated_target
 
@@ -257,6 +257,17 @@ def cmd_study(args) -> int:
                                log=lambda line: print(line, flush=True))
     print(f"{'worker ' + str(os.getpid()) if role else 'study ' + outcome.study_name}: {outcome.line()}", flush=True)
     return outcome.stop.exit_code if role else outcome.exit_code
+
+
+def _study_status(spec, args, overrides: dict) -> int:
+    """--status: the study read from its storage alone."""
+    from harness.store.uris import check_sqlite_path
+    from harness.studies import study_status
+
+    db_url = _where(args).db_url
+    check_sqlite_path(db_url, "the shared database")
+    print(study_status.status(spec, db_url, scale=args.scale, overrides=overrides))
+    return 0
 
 
 def cmd_report(args) -> int:
@@ -290,10 +301,9 @@ def cmd_report(args) -> int:
 def _existing_store(args) -> None:
     """A report reads a store and never creates one: a SQLite path with no file is a mistyped
     --tracking-uri (or no sweep yet), said before anything is made."""
-    from harness.store import resolve_tracking_uri
     from harness.store.uris import check_sqlite_path, sqlite_path
 
-    uri = resolve_tracking_uri(args.tracking_uri)
+    uri = _where(args).tracking_uri
     check_sqlite_path(uri, "the tracking store")
     path = sqlite_path(uri)
     if path is None or path.is_file():
@@ -383,12 +393,12 @@ def cmd_peak(args) -> int:
 
 def cmd_dashboard(args) -> int:
     from harness.cli import ports
-    from harness.store import redact, resolve_db_url, resolve_tracking_uri
+    from harness.store import redact
     from harness.store.uris import is_sqlite
 
     ports.check_port(args.port, "dashboard")
     # Only the URI: the dashboard reads the study database, not the MLflow store.
-    storage = resolve_db_url(args.storage, resolve_tracking_uri(args.tracking_uri))
+    storage = _where(args).db_url
     if is_sqlite(storage) and not Path(storage.removeprefix("sqlite:///")).exists():
         raise UserError(f"no study database at {redact(storage)} yet; run a study first "
                         "(make study-speed-recipe SCALE=smoke) or pass --storage.")

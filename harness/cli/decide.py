@@ -33,7 +33,7 @@ def undecided_points(report: tables.Report) -> list[dict[str, Any]]:
     axes = [a for a in spec.axes() if a in table]
     found: list[dict[str, Any]] = []
     for check, verdict in zip(spec.checks, report.verdicts):
-        if verdict.verdict != checks.INCONCLUSIVE:
+        if verdict.verdict != checks.Judgement.INCONCLUSIVE:
             continue
         parts = [rows for rows in check.row_sets().values() if rows] or [None]
         if check.metric in ("speedup", "efficiency") and spec.report.get("baseline"):
@@ -96,7 +96,7 @@ def _state_verdicts(report: tables.Report, log: Callable[[str], None]) -> None:
     for check, verdict in zip(report.spec.checks, report.verdicts):
         n = checks.evidence_n(check, report.table)
         extra = f", after {n - base} added round(s): decided by looking after each" if n > base and \
-            verdict.verdict in (checks.PASS, checks.FAIL) else ""
+            verdict.verdict in (checks.Judgement.PASS, checks.Judgement.FAIL) else ""
         log(f"  {verdict.label} at n = {n}{extra}: {verdict.check}")
 
 

@@ -33,8 +33,8 @@ from harness.errors import UserError
 from harness.training.flops import flops_per_sample
 from harness.training.models import MODELS, build_model
 from harness.training.time_to_accuracy import AccuracyWatch
-from harness.training.timing import peak_rss_mb, spread, timed
-from harness.training.train import evaluate, make_optimizer
+from harness.training.timing import peak_rss_mb, timed
+from harness.training.train import evaluate, lr_effective, make_optimizer, training_metrics
 from harness.training.warmup import restored
 
 CLOCK = DDP_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
@@ -46,7 +46,7 @@ class LrSchedule:
 
     def __init__(self, cfg: RunConfig, world_size: int, steps_per_epoch: int):
         self.base = cfg.lr
-        self.target = cfg.lr * (world_size if cfg.lr_scaling != "none" else 1)
+        self.target = lr_effective(cfg, world_size)
         ramp = cfg.lr_warmup_epochs * steps_per_epoch if cfg.lr_scaling == "linear_warmup" else 0
         self.ramp_steps = max(int(ramp), 0)
         self.step = 0
@@ -188,18 +188,11 @@ def merge(cfg: RunConfig, ctx: RankContext, everyone: list[dict], accuracy: floa
           train_samples: int, test_samples: int, batch: int, final_lr: float) -> dict:
     """One result for the cell: the slowest rank's time, every rank's time, rank 0's accuracy."""
     slowest = slowest_rank(everyone)
-    slowest_per_epoch, train_time = slowest.epoch_times, slowest.train_time_s
-    epochs = spread(slowest_per_epoch)
+    slowest_per_epoch = slowest.epoch_times
     result = {
-        "test_accuracy": accuracy,
-        "samples_per_s": train_samples * len(slowest_per_epoch) / train_time,
-        "epoch_time_median_s": epochs["median"],
-        "epoch_time_iqr_s": epochs["iqr"],
-        "epoch_time_mean_s": sum(slowest_per_epoch) / len(slowest_per_epoch),   # d2l's Timer.avg()
-        "warmup_time_s": slowest.warmup_time_s,
-        "eval_time_s": eval_seconds,
-        "train_samples": train_samples,
-        "test_samples": test_samples,
+        **training_metrics(slowest_per_epoch, [slowest.warmup_time_s], train_samples=train_samples,
+                           test_samples=test_samples, accuracy=accuracy, eval_seconds=eval_seconds,
+                           train_time=slowest.train_time_s),
         "ranks": ctx.world_size,
         "batch_per_rank": batch,
         "global_batch": batch * ctx.world_size,

@@ -112,7 +112,6 @@ class Judgement(StrEnum):
     NA = "N/A"                      # the table lacks what the check needs (the detail says which)
 
 
-PASS, FAIL, DIFFERS, INCONCLUSIVE, NA = Judgement
 VERDICTS = tuple(Judgement)   # the order a summary counts them in
 DOCUMENT_MACHINE = "the document's machine"
 SMOKE_REASON = "smoke checks the machinery, not the claims"
@@ -132,7 +131,7 @@ class Verdict:
 
     @property
     def label(self) -> str:
-        return f"{self.verdict} (stand-in)" if self.stand_in and self.verdict != DIFFERS else self.verdict
+        return f"{self.verdict} (stand-in)" if self.stand_in and self.verdict != Judgement.DIFFERS else self.verdict
 
 
 def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[str] | None = None,
@@ -151,7 +150,7 @@ def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[
         try:
             check = parse(entry)
         except ValueError as err:   # a table no kind reads (sweep files are read before this): never a PASS
-            verdicts.append(Verdict(str(entry), NA, str(err)))
+            verdicts.append(Verdict(str(entry), Judgement.NA, str(err)))
             continue
         verdict = _judge(check, table, axes or [], measured, machine, scale, repeats, settings or {})
         verdict.claim = check.claim
@@ -194,9 +193,9 @@ def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: Measure
            settings: dict[str, set[str]] | None = None) -> Verdict:
     other, standing = _assumed(check, settings or {})
     if other:
-        return Verdict(check.name, NA, other, check.kind)
+        return Verdict(check.name, Judgement.NA, other, check.kind)
     verdict = _judge_here(check, table, axes, measured, machine, scale, repeats)
-    if standing and verdict.verdict != NA:
+    if standing and verdict.verdict != Judgement.NA:
         verdict.stand_in = True
         verdict.detail += f" (a stand-in: {standing})"
     return verdict
@@ -206,13 +205,13 @@ def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: Me
                 machine: str, scale: str | None, repeats: int | None = None) -> Verdict:
     kind, name = check.kind, check.name
     if scale is not None and check.scales and scale not in check.scales:
-        return Verdict(name, NA, f"judged at scale {', '.join(check.scales)} only (the document's data and epochs); "
+        return Verdict(name, Judgement.NA, f"judged at scale {', '.join(check.scales)} only (the document's data and epochs); "
                        f"this table is scale {scale}", kind)
     if scale == "smoke" and kind != "exact" and "smoke" not in check.scales:
-        return Verdict(name, NA, SMOKE_REASON, kind)
+        return Verdict(name, Judgement.NA, SMOKE_REASON, kind)
     at_chance = _at_chance(check, table) if scale is not None and kind != "exact" else None
     if at_chance:
-        return Verdict(name, NA, at_chance, kind)
+        return Verdict(name, Judgement.NA, at_chance, kind)
     left_out = ""
     if is_timing(check.metric, table):   # a verdict never rests on a time taken under contention
         read = pd.concat([rows_where(table, rows) for rows in check.row_sets().values()] or [table])
@@ -231,11 +230,11 @@ def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: Me
     if not lacking:
         return verdict
     verdict.stand_in = True
-    if verdict.verdict == FAIL:
+    if verdict.verdict == Judgement.FAIL:
         predicted = "high" if _is_time(check.metric) else "low"
         if verdict.side == predicted:
             how = "longer" if predicted == "high" else "smaller"
-            return Verdict(verdict.check, DIFFERS, f"{verdict.detail}; {'; '.join(lacking)}: that predicts a "
+            return Verdict(verdict.check, Judgement.DIFFERS, f"{verdict.detail}; {'; '.join(lacking)}: that predicts a "
                            f"{how} {check.metric}, and ours is {how} than the claim", kind, True, verdict.side)
         verdict.detail += (f" (a stand-in: {'; '.join(lacking)}; that predicts the other side, so it stays a FAIL)"
                            if verdict.side else f" (a stand-in: {'; '.join(lacking)})")
@@ -330,10 +329,10 @@ def count_line(verdicts: list[Verdict]) -> str:
     construction on some machines: never a reproduced claim), inconclusive, N/A."""
     groups = {"exact facts": Counter(), "measured claims": Counter(), "stand-ins": Counter(),
               "project goals": Counter(), "consistency": Counter()}
-    inconclusive = sum(v.verdict == INCONCLUSIVE for v in verdicts)
-    na = sum(v.verdict == NA for v in verdicts)
+    inconclusive = sum(v.verdict == Judgement.INCONCLUSIVE for v in verdicts)
+    na = sum(v.verdict == Judgement.NA for v in verdicts)
     for v in verdicts:
-        if v.verdict in (INCONCLUSIVE, NA):
+        if v.verdict in (Judgement.INCONCLUSIVE, Judgement.NA):
             continue
         group = ("project goals" if v.claim == "goal" else "consistency" if v.claim == "consistency" else
                  "stand-ins" if v.stand_in else "exact facts" if v.kind == "exact" else "measured claims")
@@ -373,9 +372,9 @@ def _exact(check: Exact, table: pd.DataFrame, axes: list[str]) -> Verdict:
     name = check.text or f"{metric} at {_where_text(where)} is exactly {expected:,}"
     values = rows_where(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
     if values.empty:
-        return Verdict(name, NA, f"no finished cell at {_where_text(where)}")
+        return Verdict(name, Judgement.NA, f"no finished cell at {_where_text(where)}")
     bad = [v for v in values if v != expected]
-    return Verdict(name, FAIL if bad else PASS, f"measured {', '.join(f'{v:,.0f}' for v in values)}")
+    return Verdict(name, Judgement.FAIL if bad else Judgement.PASS, f"measured {', '.join(f'{v:,.0f}' for v in values)}")
 
 
 def _trend(check: Trend, table: pd.DataFrame, axes: list[str]) -> Verdict:
@@ -384,18 +383,18 @@ def _trend(check: Trend, table: pd.DataFrame, axes: list[str]) -> Verdict:
     rows = rows_where(table, check.where)
     name = check.text or f"{metric} is {direction} in {x} (rank correlation >= {need:g})"
     if metric not in rows or x not in rows:
-        return Verdict(name, NA, f"the table has no {metric if metric not in rows else x} column")
+        return Verdict(name, Judgement.NA, f"the table has no {metric if metric not in rows else x} column")
     points = rows[[x, metric]].dropna()
     ceiling = _chance_ceiling(check, table)
     if ceiling is not None:   # untrained rows are one level: their order among themselves is noise
         points[metric] = points[metric].where(points[metric] > ceiling, CHANCE)
     if len(points) < 3:
-        return Verdict(name, NA, f"{len(points)} finished points; a trend needs 3")
+        return Verdict(name, Judgement.NA, f"{len(points)} finished points; a trend needs 3")
     if points[metric].nunique() == 1:   # no trend at all (a rank correlation is undefined)
-        return Verdict(name, FAIL, f"{metric} is the same in all {len(points)} points")
+        return Verdict(name, Judgement.FAIL, f"{metric} is the same in all {len(points)} points")
     rho = points[x].rank().corr(points[metric].rank())
     signed = -rho if direction == "decreasing" else rho
-    return Verdict(name, PASS if signed >= need else FAIL, f"Spearman rho = {rho:+.2f} over {len(points)} points")
+    return Verdict(name, Judgement.PASS if signed >= need else Judgement.FAIL, f"Spearman rho = {rho:+.2f} over {len(points)} points")
 
 
 def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
@@ -404,10 +403,10 @@ def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
     name = check.text or (f"{metric} within {tolerance:.0%} of the published one at {_where_text(where)}")
     rows = rows_where(table, where)
     if metric not in rows or published not in rows:
-        return Verdict(name, NA, f"the table has no {metric if metric not in rows else published} column")
+        return Verdict(name, Judgement.NA, f"the table has no {metric if metric not in rows else published} column")
     pairs = rows[[metric, published]].dropna()
     if pairs.empty:
-        return Verdict(name, NA, "no row has both our figure and the published one")
+        return Verdict(name, Judgement.NA, "no row has both our figure and the published one")
     ratios = pairs[metric] / pairs[published]
     low, high = _ratio_range(check, pairs[published])
     inside = (ratios >= low) & (ratios <= high)
@@ -415,7 +414,7 @@ def _ratio(check: Ratio, table: pd.DataFrame, axes: list[str]) -> Verdict:
     if check.max is not None:
         detail += f" (ours at most {check.max:g})"
     side = "" if inside.all() else "low" if (ratios < low).any() else "high"
-    return Verdict(name, PASS if inside.all() else FAIL, detail, side=side)
+    return Verdict(name, Judgement.PASS if inside.all() else Judgement.FAIL, detail, side=side)
 
 
 def _ratio_range(check: Ratio, published: pd.Series) -> tuple[pd.Series, pd.Series]:
@@ -457,14 +456,14 @@ def _bound(check: Bound, table: pd.DataFrame, axes: list[str]) -> Verdict:
     if values.empty:
         finished = _finished_rows(rows)
         if _never_reached(check, table):
-            return Verdict(name, FAIL, f"the target was never reached in the {len(finished)} finished "
+            return Verdict(name, Judgement.FAIL, f"the target was never reached in the {len(finished)} finished "
                            f"cell(s) at {_where_text(where)}", side="high")
         if not finished.empty:
-            return Verdict(name, NA, f"the finished cells at {_where_text(where)} have no {metric}")
-        return Verdict(name, NA, f"no finished cell at {_where_text(where)}")
+            return Verdict(name, Judgement.NA, f"the finished cells at {_where_text(where)} have no {metric}")
+        return Verdict(name, Judgement.NA, f"no finished cell at {_where_text(where)}")
     inside = values.between(low, high)
     side = "low" if (values < low).any() else "high"
-    return Verdict(name, PASS if inside.all() else FAIL, "measured " + ", ".join(f"{v:.3g}" for v in values),
+    return Verdict(name, Judgement.PASS if inside.all() else Judgement.FAIL, "measured " + ", ".join(f"{v:.3g}" for v in values),
                    side="" if inside.all() else side)
 
 
@@ -476,7 +475,7 @@ def _compare(check: Compare, table: pd.DataFrame, axes: list[str]) -> Verdict:
     within = float("inf") if check.within is None else check.within
     name = check.text or f"{metric} at {_where_text(where)} against {_where_text(against)}"
     if metric not in table:
-        return Verdict(name, NA, f"the table has no {metric} column")
+        return Verdict(name, Judgement.NA, f"the table has no {metric} column")
     on = [a for a in axes if a in table and where.get(a) == against.get(a)]
     ours = rows_where(table, where)[on + [metric]].dropna(subset=[metric])
     theirs = rows_where(table, against)[on + [metric]].dropna(subset=[metric])
@@ -484,7 +483,7 @@ def _compare(check: Compare, table: pd.DataFrame, axes: list[str]) -> Verdict:
         ours.merge(theirs, how="cross", suffixes=("", "_against"))
     if pairs.empty:
         side = _where_text(where) if ours.empty else _where_text(against)
-        return Verdict(name, NA, f"no finished cell at {side}" + ("" if ours.empty or theirs.empty else
+        return Verdict(name, Judgement.NA, f"no finished cell at {side}" + ("" if ours.empty or theirs.empty else
                                                                   f" pairs with one at the same {', '.join(on)}"))
     a, b = pairs[metric], pairs[f"{metric}_against"]
     ratio, diff = a / b, (a - b).abs()
@@ -495,23 +494,23 @@ def _compare(check: Compare, table: pd.DataFrame, axes: list[str]) -> Verdict:
         figure = f"{a[i]:.3g} vs {b[i]:.3g} (ratio {ratio[i]:.2f}, difference {diff[i]:.3g})"
         shown.append(f"{label}: {figure}" if label else figure)
     side = "" if holds.all() else "low" if (ratio < low).any() or ((diff > within) & (a < b)).any() else "high"
-    return Verdict(name, PASS if holds.all() else FAIL, "; ".join(shown), side=side)
+    return Verdict(name, Judgement.PASS if holds.all() else Judgement.FAIL, "; ".join(shown), side=side)
 
 
 def _best(check: Best, table: pd.DataFrame, axes: list[str]) -> Verdict:
     metric, row, goal = check.metric, check.row, check.goal
     name = check.text or f"{_where_text(row)} has the {goal} {metric}"
     if metric not in table:
-        return Verdict(name, NA, f"the table has no {metric} column")
+        return Verdict(name, Judgement.NA, f"the table has no {metric} column")
     pair = _stated_and_rival(check, table)
     if pair is None:
         stated = rows_where(rows_where(table, check.where).dropna(subset=[metric]), row)
-        return Verdict(name, NA, f"no finished cell at {_where_text(row)}" if stated.empty else
+        return Verdict(name, Judgement.NA, f"no finished cell at {_where_text(row)}" if stated.empty else
                        "one finished row; a best needs two")
     stated, rival = pair
     wins = stated[metric] < rival[metric] if goal == "lowest" else stated[metric] > rival[metric]
     label = " ".join(f"{k}={rival[k]}" for k in row if k in rival.index)
-    return Verdict(name, PASS if wins else FAIL,
+    return Verdict(name, Judgement.PASS if wins else Judgement.FAIL,
                    f"{_where_text(row)}: {stated[metric]:.3g}; the {goal} of the others {rival[metric]:.3g} ({label})")
 
 
@@ -520,10 +519,10 @@ def _flat(check: Flat, table: pd.DataFrame, axes: list[str]) -> Verdict:
     name = check.text or f"{metric} flat within {tolerance:.0%} at {_where_text(where)}"
     values = rows_where(table, where)[metric].dropna() if metric in table else pd.Series(dtype=float)
     if len(values) < 2:
-        return Verdict(name, NA, f"{len(values)} finished row(s) at {_where_text(where)}; flat needs 2")
+        return Verdict(name, Judgement.NA, f"{len(values)} finished row(s) at {_where_text(where)}; flat needs 2")
     smallest, largest = values.min(), values.max()
     spread = (largest - smallest) / abs(smallest) if smallest else float("inf") if largest else 0.0
-    return Verdict(name, PASS if spread <= tolerance else FAIL,
+    return Verdict(name, Judgement.PASS if spread <= tolerance else Judgement.FAIL,
                    f"spread {spread:.0%} over {len(values)} rows ({smallest:.3g} to {largest:.3g})")
 
 
@@ -580,10 +579,10 @@ def _judge_accuracy(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdi
 def _judge_on_interval(check: Check, table: pd.DataFrame, axes: list[str], n: int, unit: str,
                        one: str) -> Verdict:
     point = JUDGES[check.kind](check, table, axes)
-    if point.verdict == NA or _never_reached(check, table):
+    if point.verdict == Judgement.NA or _never_reached(check, table):
         return point
     if n < 2:
-        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; {one}")
+        return Verdict(point.check, Judgement.INCONCLUSIVE, f"{point.detail}; {one}")
     lo_col, hi_col = intervals.bounds(check.metric)
     if isinstance(check, (Bound, Ratio)) and lo_col in table:
         return _interval_verdict(check, table, point, n, lo_col, hi_col, unit)
@@ -594,7 +593,7 @@ def _judge_on_interval(check: Check, table: pd.DataFrame, axes: list[str], n: in
 
 def _within(lo: float, hi: float, low: float, high: float) -> Judgement:
     """An interval [lo, hi] against the allowed range [low, high]: wholly inside, wholly outside, or neither."""
-    return PASS if lo >= low and hi <= high else FAIL if hi < low or lo > high else INCONCLUSIVE
+    return Judgement.PASS if lo >= low and hi <= high else Judgement.FAIL if hi < low or lo > high else Judgement.INCONCLUSIVE
 
 
 def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict, n: int, lo_col: str,
@@ -618,7 +617,7 @@ def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict,
     for i in rows.index:
         lo, hi = rows.at[i, lo_col] / scale[i], rows.at[i, hi_col] / scale[i]
         if pd.isna(lo) or pd.isna(hi):
-            states.append(INCONCLUSIVE)
+            states.append(Judgement.INCONCLUSIVE)
             shown.append(f"{rows.at[i, metric] / scale[i]:.3g} (no interval)")
             continue
         states.append(_within(lo, hi, lows[i], highs[i]))
@@ -626,10 +625,10 @@ def _interval_verdict(check: Bound | Ratio, table: pd.DataFrame, point: Verdict,
     detail = f"{what} " + ", ".join(shown) + f" (95% interval, n = {n}{unit})"
     if isinstance(check, Ratio) and check.max is not None:
         detail += f"; ours at most {check.max:g}: ours/published at most " + ", ".join(f"{h:.2f}" for h in highs)
-    if FAIL in states:
+    if Judgement.FAIL in states:
         side = "low" if any(rows.at[i, hi_col] / scale[i] < lows[i] for i in rows.index) else "high"
-        return Verdict(point.check, FAIL, detail, side=side)
-    return Verdict(point.check, PASS if states and all(x == PASS for x in states) else INCONCLUSIVE, detail)
+        return Verdict(point.check, Judgement.FAIL, detail, side=side)
+    return Verdict(point.check, Judgement.PASS if states and all(x == Judgement.PASS for x in states) else Judgement.INCONCLUSIVE, detail)
 
 
 def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], point: Verdict, n: int,
@@ -647,16 +646,16 @@ def _compare_interval(check: Compare, table: pd.DataFrame, axes: list[str], poin
         for j in theirs.index:
             there = {a: theirs.at[j, a] for a in axes if a in table}
             ratio = intervals.ratio_of_medians(_rounds_of(table, metric, here), _rounds_of(table, metric, there))
-            states.append(_within(ratio.lo, ratio.hi, low, high) if ratio.decided else INCONCLUSIVE)
+            states.append(_within(ratio.lo, ratio.hi, low, high) if ratio.decided else Judgement.INCONCLUSIVE)
             label = " ".join(f"{k}={v}" for k, v in shared.items())
             shown.append((f"{label}: " if label else "") + "ratio "
                          + intervals.format_ratio(ratio.value, ratio.lo, ratio.hi, suffix=""))
     if not states:
         return point
     detail = "; ".join(shown) + f" (95% interval, n = {n}{unit})"
-    if FAIL in states:
-        return Verdict(point.check, FAIL, detail, side=point.side or "high")
-    return Verdict(point.check, PASS if all(x == PASS for x in states) else INCONCLUSIVE, detail)
+    if Judgement.FAIL in states:
+        return Verdict(point.check, Judgement.FAIL, detail, side=point.side or "high")
+    return Verdict(point.check, Judgement.PASS if all(x == Judgement.PASS for x in states) else Judgement.INCONCLUSIVE, detail)
 
 
 def _resampled_verdict(check: Check, table: pd.DataFrame, axes: list[str], point: Verdict, n: int,
@@ -666,19 +665,19 @@ def _resampled_verdict(check: Check, table: pd.DataFrame, axes: list[str], point
     fails, in at least 97.5% of them."""
     replicates = table.attrs["rounds"].replicates.get(check.metric) if "rounds" in table.attrs else None
     if replicates is None:
-        return Verdict(point.check, INCONCLUSIVE, f"{point.detail}; no resampled rounds to judge it on (n = {n}{unit})")
+        return Verdict(point.check, Judgement.INCONCLUSIVE, f"{point.detail}; no resampled rounds to judge it on (n = {n}{unit})")
     passes = 0
     for draw in replicates:
         copy = table.copy()
         copy[check.metric] = draw
-        passes += JUDGES[check.kind](check, copy, axes).verdict == PASS
+        passes += JUDGES[check.kind](check, copy, axes).verdict == Judgement.PASS
     share = passes / len(replicates)
     detail = f"{point.detail}; passes in {share:.0%} of {len(replicates)} resampled rounds (n = {n}{unit})"
-    if point.verdict == PASS and share >= RESAMPLE_PASS:
-        return Verdict(point.check, PASS, detail)
-    if point.verdict == FAIL and share <= 1 - RESAMPLE_PASS:
-        return Verdict(point.check, FAIL, detail, side=point.side)
-    return Verdict(point.check, INCONCLUSIVE, detail)
+    if point.verdict == Judgement.PASS and share >= RESAMPLE_PASS:
+        return Verdict(point.check, Judgement.PASS, detail)
+    if point.verdict == Judgement.FAIL and share <= 1 - RESAMPLE_PASS:
+        return Verdict(point.check, Judgement.FAIL, detail, side=point.side)
+    return Verdict(point.check, Judgement.INCONCLUSIVE, detail)
 
 
 # How each kind of harness/specs/checkkinds.py is judged on one table (its point verdict).

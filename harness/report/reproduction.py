@@ -123,7 +123,7 @@ def _shown_verdict(verdicts: list):
     """The verdict a table's glance line shows: a decided published claim first, then an undecided
     one, then a goal or consistency check, then a fact; an N/A only when nothing else was judged."""
     def rank(v) -> tuple:
-        return (v.verdict == checks.NA, v.claim != "published", v.kind == "exact", v.verdict == checks.INCONCLUSIVE)
+        return (v.verdict == checks.Judgement.NA, v.claim != "published", v.kind == "exact", v.verdict == checks.Judgement.INCONCLUSIVE)
     return min(verdicts, key=rank) if verdicts else None
 
 

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError, model_validator
 
+from harness.errors import Mistake, mistakes
+
 Number = StrictInt | StrictFloat   # as written: an `expected = 1059306` stays an int in the report's text
 Rows = dict[str, Any]             # axis -> a value, or a list of values
 
@@ -160,38 +162,37 @@ def parse(entry: Check | dict[str, Any]) -> Check:
 def _sentence(model: type[Check], kind: str, entry: dict[str, Any], err: ValidationError) -> str:
     """The first mistake of an entry, as the sweep file's author would fix it: what is missing, then
     what is unknown, then what is mistyped (in the order of the model's fields)."""
-    errors = err.errors()
-    missing = sorted({str(e["loc"][0]) for e in errors if e["type"] == "missing" and len(e["loc"]) == 1})
+    errors = mistakes(err)
+    missing = sorted({str(e.loc[0]) for e in errors if e.type == "missing" and len(e.loc) == 1})
     if missing:
         return f"a '{kind}' check needs {', '.join(repr(k) for k in missing)}"
     for e in errors:
-        if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
-            return f"unknown key {e['loc'][0]!r} in a '{kind}' check; it takes {', '.join(sorted(model.model_fields))}"
-        if e["type"] == "extra_forbidden" and e["loc"][0] == "needs":
-            return f"unknown need {e['loc'][-1]!r}; a check may need {', '.join(NEEDS)}"
-    keyed = [e for e in errors if e["loc"]]
+        if e.type == "extra_forbidden" and len(e.loc) == 1:
+            return f"unknown key {e.loc[0]!r} in a '{kind}' check; it takes {', '.join(sorted(model.model_fields))}"
+        if e.type == "extra_forbidden" and e.loc[0] == "needs":
+            return f"unknown need {e.loc[-1]!r}; a check may need {', '.join(NEEDS)}"
+    keyed = [e for e in errors if e.loc]
     if not keyed:   # a rule across keys (one_of, on = "ours" without a reason)
-        return errors[0]["msg"].removeprefix("Value error, ")
+        return errors[0].message
     order = list(model.model_fields)
-    first = min(keyed, key=lambda e: order.index(e["loc"][0]) if e["loc"][0] in order else len(order))
-    key = str(first["loc"][0])
+    first = min(keyed, key=lambda e: order.index(e.loc[0]) if e.loc[0] in order else len(order))
+    key = str(first.loc[0])
     value = entry.get(key)
     if key in _TABLES and not isinstance(value, dict):
         return f"'{key}' must be a table, like {key} = {{ name = value }}"
     if key == "needs":
-        return f"'needs' {'.'.join(map(str, first['loc'][1:]))} must be {_shape(first)}, not {first.get('input')!r}"
+        return f"'needs' {'.'.join(map(str, first.loc[1:]))} must be {_shape(first)}, not {first.value!r}"
     if key == "scales":
         return "'scales' must be a list of scale names, like scales = [\"full\"]"
     return f"'{key}' must be {_shape(first)}, not {value!r}"
 
 
-def _shape(error: dict) -> str:
+def _shape(error: Mistake) -> str:
     """What a mistyped value should have been, from pydantic's error."""
-    kind = error["type"]
-    if kind == "literal_error":
-        return error["ctx"]["expected"]          # "'lowest' or 'highest'"
-    if kind.startswith(("int", "float")):
+    if error.type == "literal_error":
+        return error.expected                    # "'lowest' or 'highest'"
+    if error.type.startswith(("int", "float")):
         return "a number"
-    if kind.startswith("string"):
+    if error.type.startswith("string"):
         return "a string in quotes"
-    return error["msg"][:1].lower() + error["msg"][1:]
+    return error.said

@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from harness.errors import mistakes
+
 EPOCH_METRIC = "epoch_test_accuracy"
 
 
@@ -191,14 +193,13 @@ def _table(what: str, registry: dict[str, type[_Kind]]):
         try:
             return model.model_validate({**value, "name": name})
         except ValidationError as err:
-            first = err.errors()[0]
-            key = ".".join(str(p) for p in first["loc"])
-            if first["type"] == "extra_forbidden":
+            first = mistakes(err)[0]
+            key = first.key
+            if first.type == "extra_forbidden":
                 raise ValueError(f"unknown key {key!r} in [{what}] {name}; it takes "
                                  f"{', '.join(model.model_fields)}") from None
-            message = first["msg"].removeprefix("Value error, ")
-            raise ValueError(f"[{what}] {name}" + (f" {key}" if key else "") + f": {message[:1].lower()}{message[1:]}"
-                             + (f", not {first['input']!r}" if key else "")) from None
+            raise ValueError(f"[{what}] {name}" + (f" {key}" if key else "") + f": {first.said}"
+                             + (f", not {first.value!r}" if key else "")) from None
     return read
 
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Iterable, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.training.config import is_finite
-from harness.errors import UserError
+from harness.errors import UserError, mistakes
 from harness.store.paths import is_safe_name
 from harness.suggest import did_you_mean, shown_path
 
@@ -112,15 +112,14 @@ def _numbers(node: Any, key: str = ""):
 def describe(err: ValidationError, path: Path, kind: str, keys: Iterable[str] = ()) -> str:
     """The first mistake pydantic found, as one sentence; `keys`: the file's top-level keys, for the
     "did you mean" of a mistyped one."""
-    item = err.errors()[0]
-    key = ".".join(str(p) for p in item["loc"]) or "the file"
-    if item["type"] == "extra_forbidden":
-        hint = did_you_mean(key, [k for k in keys if k != "path"]) if len(item["loc"]) == 1 else ""
+    first = mistakes(err)[0]
+    key = first.key or "the file"
+    if first.type == "extra_forbidden":
+        hint = did_you_mean(key, [k for k in keys if k != "path"]) if len(first.loc) == 1 else ""
         return f"{kind} file {path}: unknown key '{key}'" + (f"; {hint.strip()}" if hint else ".")
-    if item["type"] == "missing":
+    if first.type == "missing":
         return f"{kind} file {path} lacks the required key '{key}'."
-    message = item["msg"].removeprefix("Value error, ")
-    return f"{kind} file {path}: key '{key}': {message[:1].lower()}{message[1:]} (got {item.get('input')!r})."
+    return f"{kind} file {path}: key '{key}': {first.said} (got {first.value!r})."
 
 
 def find(name_or_path: str, *, folder: Path, prefix: str, kind: str, available: list[str]) -> Path:

@@ -36,7 +36,7 @@ HARNESS_SENSE = {"peak_rss_mb": "minimize"}
 # Objectives an experiment leaves out when a run did not get there, with the metric that says so
 # (0): such a trial is complete and told the worst value (+inf when minimized), not failed.
 NOT_REACHED = {"time_to_accuracy_s": "target_reached", "epochs_to_accuracy": "target_reached"}
-HARNESS_METRICS = ("peak_rss_mb", "threads_used")  # added to every cell by the cell runner
+HARNESS_METRICS = ("peak_rss_mb", "threads_used", "lr_effective")  # added to cells by the cell runner (lr_effective: where a config has lr)
 # Objectives read off a clock (seconds, or rates over seconds): a study of one runs each trial in a
 # fresh process by default (studies/isolation.py), so no trial's time depends on the trials before it.
 CLOCKED = ("mfu", "achieved_tflops")

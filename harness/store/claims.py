@@ -32,7 +32,6 @@ class ClaimState(StrEnum):
     FAILED = "failed"     # failed: the next invocation tries it again, this one does not
 
 
-RUNNING, DONE, FAILED = ClaimState   # the names the engines compare claims with
 SHARED_DB = "the shared database (claims)"
 HEARTBEAT_S = 10.0
 STALE_S = 120.0
@@ -119,9 +118,9 @@ class Claims:
     def takeable(self, claim: Claim, *, retake_done: bool) -> bool:
         """May this worker take the key? Never a live holder's; never a key that failed in this same
         invocation (each invocation tries a failing cell once); a finished one only if asked."""
-        if claim.state == RUNNING:
+        if claim.state == ClaimState.RUNNING:
             return not self.holder_alive(claim)
-        if claim.state == FAILED:
+        if claim.state == ClaimState.FAILED:
             return claim.token != self.token
         return retake_done
 
@@ -130,7 +129,7 @@ class Claims:
     def claim(self, namespace: str, key: str, *, retake_done: bool = False, note: str = "") -> Grant | None:
         """A Grant when this worker now holds the key (and must run it), else None. The grant says
         who held the key before (None for a key never claimed), so a taker-over can clean up."""
-        values = dict(state=str(RUNNING), owner=self.owner, token=self.token, host=self.host, pid=self.pid,
+        values = dict(state=str(ClaimState.RUNNING), owner=self.owner, token=self.token, host=self.host, pid=self.pid,
                       pid_start=self.pid_start, heartbeat=time.time(), note=note[:255])
         try:
             with self.engine.begin() as conn:

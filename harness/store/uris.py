@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -29,6 +30,22 @@ def resolve_db_url(cli_value: str | None, tracking_uri: str) -> str:
     if tracking_uri.startswith("sqlite:///"):
         return f"sqlite:///{shared_db_beside(Path(tracking_uri.removeprefix('sqlite:///')))}"
     return f"sqlite:///{MLRUNS_DIR / SHARED_DB_NAME}"
+
+
+@dataclass(frozen=True)
+class StoreLocations:
+    """Where one command keeps its records: the MLflow tracking URI and the shared database's URL
+    (claims, studies). The command line resolves them once, here, and hands the pair on as it is:
+    to the Store, the engines, and (through store_environment) every worker it starts, which reads
+    them back as given."""
+    tracking_uri: str
+    db_url: str
+
+    @classmethod
+    def resolve(cls, tracking_uri: str | None = None, storage: str | None = None) -> "StoreLocations":
+        """--tracking-uri and --storage (None: not given), then the environment, then the defaults."""
+        uri = resolve_tracking_uri(tracking_uri)
+        return cls(uri, resolve_db_url(storage, uri))
 
 
 def shared_db_beside(store: Path) -> Path:

@@ -46,11 +46,11 @@ def running_trials(study, db_url: str) -> list[Running]:
 def _slot_heartbeats(study_name: str, db_url: str) -> dict[str, bool]:
     """Slot -> whether its claim's holder is alive, as the claims table says."""
     from harness.store import Claims
-    from harness.store.claims import RUNNING
+    from harness.store.claims import ClaimState
 
     claims = Claims(db_url)
     try:
-        return {key: c.state == RUNNING and claims.holder_alive(c) for key, c in claims.all(f"study:{study_name}").items()}
+        return {key: c.state == ClaimState.RUNNING and claims.holder_alive(c) for key, c in claims.all(f"study:{study_name}").items()}
     finally:
         claims.close()
 

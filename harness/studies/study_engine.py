@@ -16,7 +16,7 @@ from typing import Any
 import experiments
 from experiments import make_config
 from harness.errors import UserError
-from harness.invocation import Invocation, Stopped
+from harness.invocation import Invocation, Log, Stopped
 from harness.launchers import Launcher, WorkerRole
 from harness.specs.study_spec import StudySpec
 from harness.store import Outcome, Store
@@ -24,7 +24,7 @@ from harness.store.uris import is_sqlite
 from harness.studies import calibrated_target, seeded
 from harness.studies.study_parent import check_same_store, finished_tags, open_parent
 from harness.studies.study_storage import open_study, storage_faults
-from harness.studies.trial_loop import Log, StopReason, StudyOutcome, TrialLoop
+from harness.studies.trial_loop import StopReason, StudyOutcome, TrialLoop
 
 
 def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any],

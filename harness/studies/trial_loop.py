@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from experiments import make_config
 from harness.cells import CellResult, preflight, run_cell
 from harness.errors import CellPruned
-from harness.invocation import Invocation
+from harness.invocation import Invocation, Log
 from harness.specs.cell_spec import Cell
 from harness.specs.study_spec import NOT_REACHED, StudySpec
 from harness.store import Claims, Outcome, Store
-from harness.store.claims import DONE, RUNNING, Claim
+from harness.store.claims import Claim, ClaimState
 from harness.store.tracking import KIND, SCALE
 from harness.studies import baseline, isolation, requeue, seeded
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 MAX_FAILS_IN_A_ROW = 5
 WAIT_POLL_S = 0.5  # how often a worker with no slot left looks at the trials its siblings run (a read)
-Log = Callable[[str], None]
 
 
 class StopReason(Enum):
@@ -144,7 +143,7 @@ class TrialLoop:
             if deadline and time.monotonic() > deadline:
                 return StopReason.TIMEOUT
             held = claims.all(self.namespace)
-            if sum(c.state == DONE for c in held.values()) >= self.target:
+            if sum(c.state == ClaimState.DONE for c in held.values()) >= self.target:
                 return StopReason.TARGET_REACHED
             slot, grant = self._claim_slot(claims, slots, held)
             if slot is None:
@@ -164,12 +163,12 @@ class TrialLoop:
 
     def finished_slots(self, claims: Claims) -> int:
         """The study's finished trials, counted by their slots."""
-        return sum(c.state == DONE for c in claims.all(self.namespace).values())
+        return sum(c.state == ClaimState.DONE for c in claims.all(self.namespace).values())
 
     @staticmethod
     def _siblings_running(claims: Claims, held: dict[str, Claim]) -> bool:
         """Whether another live worker of this invocation is running a trial."""
-        return any(c.state == RUNNING and c.token == claims.token and c.owner != claims.owner
+        return any(c.state == ClaimState.RUNNING and c.token == claims.token and c.owner != claims.owner
                    and claims.holder_alive(c) for c in held.values())
 
     def _claim_slot(self, claims: Claims, slots: list[str], held: dict[str, Claim]):
@@ -187,7 +186,7 @@ class TrialLoop:
         for line in requeue.requeue_trials_of(self.study, self.store, self.experiment_id, dead):
             self.log(line)
         if requeue.told_before_release(self.study, slot):
-            claims.release(self.namespace, slot, DONE, note="finished by a worker that died before releasing it")
+            claims.release(self.namespace, slot, ClaimState.DONE, note="finished by a worker that died before releasing it")
             return True
         return False
 
@@ -271,14 +270,14 @@ class TrialLoop:
                                                if m in result.metrics})
             self.study.tell(trial, values)
             baseline.record(self.study, trial, result.metrics)
-            claims.release(self.namespace, slot, DONE, note=f"trial {trial.number}")
+            claims.release(self.namespace, slot, ClaimState.DONE, note=f"trial {trial.number}")
             shown = ", ".join(f"{m}={v:.4g}" if abs(v) != float("inf") else f"{m}: not reached"
                               for m, v in zip(spec.metrics, values))
             self.log(f"  trial {trial.number} complete: {shown}")
             return TrialStatus.COMPLETE, None
         if result.outcome == Outcome.PRUNED:
             self.study.tell(trial, state=TrialState.PRUNED)
-            claims.release(self.namespace, slot, DONE, note=f"trial {trial.number}")
+            claims.release(self.namespace, slot, ClaimState.DONE, note=f"trial {trial.number}")
             self.log(f"  trial {trial.number} pruned: {result.reason}")
             return TrialStatus.PRUNED, result.reason
         self.study.tell(trial, state=TrialState.FAIL)

@@ -192,12 +192,11 @@ def _run(store: Store, experiment_id: str, spec: StudySpec, name: str, scale: st
 def _row(spec: StudySpec, variant: Variant, seed: int, cell: Cell, metrics: dict[str, float], run_id: str) -> dict[str, Any]:
     """One run as a row of the CSV. `lr_factor` is the factor over the study's lr: the variant's own
     times the one its params set (a study may search `lr_factor` itself; the params come first so
-    that they cannot overwrite the product)."""
+    that they cannot overwrite the product); `lr` the rate the cell logged it trained with."""
     reached = metrics.get("target_reached") == 1.0
     return {"role": variant.role, "seed": seed, **{k: spec.space[k].optuna_value(p) for k, p in variant.params.items()},
             "lr_factor": variant.lr_factor * _own_factor(spec, variant.params),
-            # an experiment with its own optimiser (airbench) has no `lr` field: no lr to show
-            "lr": cell.config.lr * getattr(cell.config, "lr_factor", 1.0) if hasattr(cell.config, "lr") else None,
+            "lr": metrics.get("lr_effective"),   # what the cell trained with, as it logged it
             TIME: metrics.get(TIME, math.inf) if reached else math.inf, "reached": reached,
             "test_accuracy": metrics.get("test_accuracy"), "epochs_to_accuracy": metrics.get("epochs_to_accuracy"),
             "time_to_accuracy_resolution_s": metrics.get("time_to_accuracy_resolution_s") if reached else None,

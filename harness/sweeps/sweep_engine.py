@@ -26,16 +26,15 @@ from harness.machine.calibration import SPEED_INDEX, SPEED_LOAD, Calibration
 from harness.cells import CellResult, preflight, run_cell
 from harness.specs.cell_spec import Cell
 from harness.errors import StoreFault
-from harness.invocation import Invocation, Stopped
+from harness.invocation import Invocation, Log, Stopped
 from harness.launchers import Launcher, WorkerRole
 from harness.store import Claims, Outcome, RunRecord, Store
-from harness.store.claims import DONE, FAILED, RUNNING
+from harness.store.claims import ClaimState
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.tracking import KIND, PARENT, SCALE, SWEEP
 from harness.store.uris import resolve_db_url
 from harness.specs.sweep_spec import SweepSpec, expand
 
-Log = Callable[[str], None]
 PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
 PARENT_LOAD_TAG = f"harness.{SPEED_LOAD}"     # and the cores other work held while it was taken
 CONTENDED = "contended"   # a cell's metric: 1 when other work held its cores (harness/machine/machine_load.py)
@@ -222,10 +221,10 @@ class _Sweep:
         while waiting:
             for i in list(waiting):
                 holder = claims.get(self.namespace, self.cells[i].cell_id)
-                if holder is not None and holder.state == RUNNING and claims.holder_alive(holder):
+                if holder is not None and holder.state == ClaimState.RUNNING and claims.holder_alive(holder):
                     continue  # still being run by a live worker
                 waiting.remove(i)
-                if holder is not None and holder.state != RUNNING:
+                if holder is not None and holder.state != ClaimState.RUNNING:
                     continue  # settled (done or failed) by its worker
                 results[i] = self.take(self.cells[i], [], claims, parent, False)
                 _note_speed(self.store, results[i], speed)
@@ -256,7 +255,7 @@ class _Sweep:
             records = self.store.cell_records(self.experiment_id, self.spec.name, cell.cell_id).get(cell.cell_id, [])
             done = _finished(records)
             if done:
-                claims.release(self.namespace, cell.cell_id, DONE, note=cell.label)
+                claims.release(self.namespace, cell.cell_id, ClaimState.DONE, note=cell.label)
                 return CellResult(cell, Outcome.REUSED, done.metrics, run_id=done.run_id)
             for old in records:  # one record per cell: the failed/skipped/interrupted attempt gives way
                 if old.status == "RUNNING":  # we hold the claim, so its process is dead (on any host)
@@ -268,7 +267,7 @@ class _Sweep:
             with contextlib.suppress(StoreFault):  # else its holder's death frees it for the next invocation
                 claims.drop(self.namespace, cell.cell_id)  # free for the next invocation at once
             raise
-        claims.release(self.namespace, cell.cell_id, DONE if result.outcome == Outcome.OK else FAILED, note=cell.label)
+        claims.release(self.namespace, cell.cell_id, ClaimState.DONE if result.outcome == Outcome.OK else ClaimState.FAILED, note=cell.label)
         return result
 
     def launch(self, run: Invocation, claims: Claims, parent: str, records: dict[str, list[RunRecord]],
@@ -299,8 +298,8 @@ class _Sweep:
     def progress(self, claims: Claims, finished: set[str]) -> tuple[int, int]:
         """Cells settled of all: finished before, or done or failed in this invocation since."""
         held = claims.all(self.namespace)
-        settled = sum(c.cell_id in finished or (c.cell_id in held and (held[c.cell_id].state == DONE or (
-            held[c.cell_id].state == FAILED and held[c.cell_id].token == claims.token))) for c in self.cells)
+        settled = sum(c.cell_id in finished or (c.cell_id in held and (held[c.cell_id].state == ClaimState.DONE or (
+            held[c.cell_id].state == ClaimState.FAILED and held[c.cell_id].token == claims.token))) for c in self.cells)
         return settled, len(self.cells)
 
     def outcomes(self, since_ms: int) -> list[CellResult]:

@@ -66,3 +66,13 @@ DDP_CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini
 FLOP_METRICS = ("flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "mfu_samples", "mfu_time_s",
                 "peak_devices", "mfu_invalid")
 FLOP_NOTES = ("peak_key", "peak_measured", "mfu_na", "mfu_invalid_reason")   # text values: logged as tags
+
+
+# The metrics every training experiment logs under the same names (train.training_metrics builds
+# them); a training experiment's descriptor lists them as *TRAINING_METRICS, never retyped.
+TRAINING_METRICS = ("train_time_s", "test_accuracy", "samples_per_s", "epoch_time_median_s", "epoch_time_iqr_s",
+           "epoch_time_mean_s", "warmup_time_s", "eval_time_s", "train_samples", "test_samples")
+
+# What an experiment that trains on torchrun ranks reports of them (its processes' own figures:
+# the cell runner measures them itself only in one process).
+RANK_METRICS = ("ranks", "global_batch", "threads_used", "peak_rss_mb")

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Collection, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.errors import UserError
+from harness.errors import UserError, mistakes
 from harness.machine.hardware import parse_device
 from harness.suggest import did_you_mean
 
@@ -115,17 +115,16 @@ def describe_validation_error(err: ValidationError, experiment: str, cls: type[R
     """One sentence per mistake, naming the field, what it got and what it accepts. `known`: the
     fields of every experiment, so a key of another experiment's class is told apart from a typo."""
     sentences = []
-    for item in err.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "config"
-        if item["type"] == "extra_forbidden":
+    for mistake in mistakes(err):
+        field = mistake.key or "config"
+        if mistake.type == "extra_forbidden":
             sentences.append(not_read_sentence(experiment, field, cls) if field in known
                              else unknown_key_sentence(field, known))
             continue
-        message = item["msg"].removeprefix("Value error, ")
-        if not item["loc"]:  # a rule across fields (model_validator): its message names the fields
-            sentences.append(f"config: {message}.")
+        if not mistake.loc:  # a rule across fields (model_validator): its message names the fields
+            sentences.append(f"config: {mistake.message}.")
             continue
-        sentences.append(f"config field '{field}' {_lower_first(message)} (got {item.get('input')!r}).")
+        sentences.append(f"config field '{field}' {_lower_first(mistake.message)} (got {mistake.value!r}).")
     return " ".join(sentences)
 
 

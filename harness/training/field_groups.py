@@ -5,8 +5,9 @@ A group holds the fields one harness helper reads: `SplitsFields` what `data.loa
 `OptimizerFields` what `train.make_optimizer` reads, `LaunchFields` what running a cell as torchrun
 ranks reads, and so on. Field names, defaults and descriptions are the MLflow params' and the sweep
 files' keys, so they never change. A rule across fields sits in the group of the field it limits; a
-group whose rule reads a field of another group says which (`TargetFields` needs `EpochsFields`),
-and every experiment class that has the one has the other.
+group whose rule reads a field of another group inherits that group (`TargetFields` is an
+`EpochsFields`), so a config composed of any one group has every field its rules read
+(tests/test_config.py composes each group alone).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ class ModelFields(FieldGroup):
         return one_of(value, MODELS)
 
 
-class PretrainedFields(FieldGroup):
-    """Used with ModelFields: the rule reads the model."""
+class PretrainedFields(ModelFields):
+    """The rule reads the model."""
 
     pretrained: bool = Field(
         False, description="Start from the model's published ImageNet weights (T10.2: EfficientNet_B7_Weights."
@@ -106,9 +107,8 @@ class OptimizerFields(LearningRateFields):
     momentum: float = Field(0.0, ge=0, lt=1, description="SGD momentum (ignored by Adam).")
 
 
-class TargetFields(FieldGroup):
-    """Time to accuracy (`time_to_accuracy.AccuracyWatch`). Used with EpochsFields: a target epoch
-    past the last is refused."""
+class TargetFields(EpochsFields):
+    """Time to accuracy (`time_to_accuracy.AccuracyWatch`): a target epoch past the last is refused."""
 
     eval_every_epoch: bool = Field(
         False, description="Also measure test accuracy after every timed epoch (off the clock), as the "
@@ -243,8 +243,8 @@ class LaunchFields(FieldGroup):
         return self
 
 
-class GlobalBatchFields(FieldGroup):
-    """Used with BatchFields and LaunchFields: a global batch must split evenly among the ranks."""
+class GlobalBatchFields(BatchFields, LaunchFields):
+    """A global batch must split evenly among the ranks."""
 
     batch_is_global: bool = Field(False, description="batch_size is the global batch, split evenly among the "
                                   "ranks (d2l); false: batch_size is each rank's batch (the book).")

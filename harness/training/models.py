@@ -120,11 +120,12 @@ class TensorLeNet(nn.Module):
         return lenet(x, list(self.params))
 
 
-def _torchvision(name: str) -> Callable[[int], nn.Module]:
-    def build(num_classes: int = 10) -> nn.Module:
+def _torchvision(name: str) -> Callable[..., nn.Module]:
+    """torchvision's model of that name: random weights, or `weights` (a torchvision weights entry)."""
+    def build(num_classes: int = 10, weights=None) -> nn.Module:
         import torchvision
 
-        return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
+        return getattr(torchvision.models, name)(weights=weights, num_classes=num_classes)
     return build
 
 
@@ -147,10 +148,9 @@ def build_model(name: str, num_classes: int = 10, pretrained: bool = False) -> n
     outputs = MODELS[name].head_classes or num_classes
     if not pretrained:
         return BUILDERS[name](outputs)
-    import torchvision
-
-    # torchvision loads them strictly (every tensor, its shape) and checks the file's hash.
-    return getattr(torchvision.models, name)(weights=pretrained_weights(name))
+    # The registry's own builder with the weights: torchvision loads them strictly (every tensor,
+    # its shape) and checks the file's hash.
+    return BUILDERS[name](outputs, weights=pretrained_weights(name))
 
 
 def pretrained_weights(name: str):

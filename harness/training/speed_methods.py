@@ -7,7 +7,9 @@ crash). The recipe experiment applies them in this order:
     DistributedDataParallel(model)            # world_size ranks x threads each (harness.distributed)
     compiled(net, mode, backend)              # torch.compile; it compiles during the first steps
     Precision.for_device(device, dtype)       # autocast (+ GradScaler for fp16), harness.training.precision
-    scaled_lr(lr, global_batch, base_batch)   # linear scaling rule for a bigger batch (Goyal et al. 2017)
+
+and trains at train.lr_effective(cfg): lr x lr_factor, scaled linearly with the global batch
+(lr_base_batch; Goyal et al. 2017).
 """
 
 from __future__ import annotations
@@ -60,9 +62,3 @@ def compiled(net: nn.Module, mode: str, backend: str) -> nn.Module:
     pays its own compilation (inside its clock, as part of its time to accuracy)."""
     torch._dynamo.reset()
     return torch.compile(net, mode=mode, backend=backend)
-
-
-def scaled_lr(lr: float, global_batch: int, base_batch: int) -> float:
-    """lr was chosen for `base_batch` samples a step; `global_batch` gets it scaled linearly (0: as given)."""
-    return lr * global_batch / base_batch if base_batch else lr
-

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from torch import nn
 
-from harness.training.catalogue import TRAINING_CLOCK
+from harness.training.catalogue import TRAINING_CLOCK, TRAINING_METRICS
 from harness.training.config import RunConfig
 from harness.training.data import DeviceBatches, Split, batches, shuffled_indices
 from harness.errors import CellSkipped
@@ -41,6 +41,25 @@ def prepare(cfg: RunConfig) -> torch.device:
     if missing:
         raise CellSkipped(f"device '{cfg.device}' was asked for but {missing}" + slice_note())
     return device
+
+
+def lr_effective(cfg: RunConfig, world_size: int | None = None) -> float | None:
+    """The learning rate a cell trains with, worked out here and nowhere else (None: it has no `lr`):
+    `lr`, times `lr_factor` (a tuned lr, field_groups.SpeedMethodsFields), scaled linearly with the global batch
+    over `lr_base_batch` (SpeedMethodsFields), or times the ranks with `lr_scaling` (LrScalingFields:
+    the rate a linear_warmup ramps to). `world_size`: the ranks it runs on (default: its own). The cell
+    runner logs it as the metric `lr_effective`."""
+    if not hasattr(cfg, "lr"):
+        return None
+    world_size = getattr(cfg, "world_size", 1) if world_size is None else world_size
+    lr = cfg.lr * getattr(cfg, "lr_factor", 1.0)
+    base_batch = getattr(cfg, "lr_base_batch", 0)
+    if base_batch:
+        rank_batch = cfg.batch_size // world_size if getattr(cfg, "batch_is_global", False) else cfg.batch_size
+        lr = lr * (rank_batch * world_size) / base_batch
+    if getattr(cfg, "lr_scaling", "none") != "none":
+        lr = lr * world_size
+    return lr
 
 
 def make_optimizer(cfg: RunConfig, model: nn.Module) -> torch.optim.Optimizer:
@@ -124,13 +143,20 @@ def evaluate(model: nn.Module, data: Split, *, batch_size: int, device: torch.de
     return correct / len(data)
 
 
+# The metrics every training experiment logs under the same names, as training_metrics builds them
+# (the DDP target's merge and dp_scratch build theirs with it too): catalogue.TRAINING_METRICS.
+METRICS = TRAINING_METRICS
+
+
 def training_metrics(epoch_times: list[float], warmup_times: list[float], *, train_samples: int,
                      test_samples: int, accuracy: float, eval_seconds: float,
-                     samples_trained: int | None = None) -> dict[str, float]:
-    """The metrics every training experiment logs under the same names: the sum of the timed
-    epochs, their median and IQR, throughput, accuracy, and the untimed parts. `samples_trained`
-    (default: every epoch whole) is less when training stopped at a target inside an epoch."""
-    train_time = sum(epoch_times)
+                     samples_trained: int | None = None, train_time: float | None = None) -> dict[str, float]:
+    """The metrics every training experiment logs under the same names (METRICS): the sum of the
+    timed epochs, their median and IQR, throughput, accuracy, and the untimed parts.
+    `samples_trained` (default: every epoch whole) is less when training stopped at a target inside
+    an epoch. `train_time` (default: the epochs summed) is the slowest rank's on ranks, whose epochs
+    here are the slowest rank's of each epoch."""
+    train_time = sum(epoch_times) if train_time is None else train_time
     epochs = spread(epoch_times)
     if samples_trained is None:
         samples_trained = train_samples * len(epoch_times)
@@ -140,7 +166,7 @@ def training_metrics(epoch_times: list[float], warmup_times: list[float], *, tra
         "samples_per_s": samples_trained / train_time,
         "epoch_time_median_s": epochs["median"],
         "epoch_time_iqr_s": epochs["iqr"],
-        "epoch_time_mean_s": train_time / len(epoch_times),   # d2l's seconds per epoch (Timer.avg())
+        "epoch_time_mean_s": sum(epoch_times) / len(epoch_times),   # d2l's seconds per epoch (Timer.avg())
         "warmup_time_s": sum(warmup_times),
         "eval_time_s": eval_seconds,
         "train_samples": train_samples,
