@@ -14,6 +14,7 @@ import time
 import pytest
 
 from harness.cli import main
+from harness.machine.calibration import SPEED_INDEX, SPEED_LOAD
 from harness.store.tracking import CELL_ID, OUTCOME, REASON, Store
 
 from fault_helpers import LR_SPACE, all_runs, cells_and_parents, harness, tiny_sweep, visible_lines
@@ -163,7 +164,7 @@ def test_more_threads_than_the_process_may_use_is_a_skip_with_the_reason(tmp_pat
     by_threads = {r.data.params["threads"]: r for r in cells}
     assert by_threads["1"].data.tags[OUTCOME] == "ok"
     skipped = by_threads[str(cores + 1)]
-    assert skipped.data.tags[OUTCOME] == "skipped" and set(skipped.data.metrics) <= {"speed_index"}   # the calibration only
+    assert skipped.data.tags[OUTCOME] == "skipped" and set(skipped.data.metrics) <= {SPEED_INDEX, SPEED_LOAD}   # the calibration and the load around it only
     assert f"threads={cores + 1} is more than the {cores} core(s)" in skipped.data.tags[REASON]
 
 
