@@ -84,12 +84,10 @@ def test_an_unwritable_artifacts_folder_is_one_sentence_before_any_cell(tmp_path
     assert all_runs(uri) == []  # no parent run, no cell
 
 
-@pytest.mark.slow
-def test_artifacts_refused_mid_sweep_record_the_cell_failed_and_close_the_parent(tmp_path, uri):
-    sparsities = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
-    path = tiny_sweep(tmp_path, "midway", sparsities, epochs=3)
-    Store(uri).experiment_id("midway")
-    folder = tmp_path / "artifacts" / "midway"
+@contextlib.contextmanager
+def _sweep_past_its_first_cell(path: Path, uri: str):
+    """A sweep of `path` in its own process, handed over once its first cell has finished; killed on
+    the way out if it is still running."""
     proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", uri,
                              "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -97,11 +95,20 @@ def test_artifacts_refused_mid_sweep_record_the_cell_failed_and_close_the_parent
         while not any(r.info.status == "FINISHED" for r in cells_and_parents(uri)[0]):
             assert proc.poll() is None and time.time() < deadline, "no cell finished"
             time.sleep(0.1)
-        with immutable(folder):  # from now on no new run can store its config.json
-            out, err = proc.communicate(timeout=300)
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.slow
+def test_artifacts_refused_mid_sweep_record_the_cell_failed_and_close_the_parent(tmp_path, uri):
+    sparsities = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    path = tiny_sweep(tmp_path, "midway", sparsities, epochs=3)
+    Store(uri).experiment_id("midway")
+    folder = tmp_path / "artifacts" / "midway"
+    with _sweep_past_its_first_cell(path, uri) as proc, immutable(folder):
+        out, err = proc.communicate(timeout=300)   # from now on no new run can store its config.json
     assert proc.returncode == 1, err[-2000:]
     assert_one_sentence(err, "refused to store an artifact", "finished cells are kept")
     cells, parents = cells_and_parents(uri)
@@ -165,19 +172,10 @@ def test_a_store_deleted_mid_sweep_stops_it_with_one_sentence_and_reports_nothin
     sparsities = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     path = tiny_sweep(tmp_path, "vanish", sparsities, epochs=3)
     db = tmp_path / "mlflow.db"
-    proc = subprocess.Popen([sys.executable, "-m", "harness", "sweep", str(path), "--tracking-uri", uri,
-                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.time() + 180
-        while not any(r.info.status == "FINISHED" for r in cells_and_parents(uri)[0]):
-            assert proc.poll() is None and time.time() < deadline, "no cell finished"
-            time.sleep(0.1)
+    with _sweep_past_its_first_cell(path, uri) as proc:
         for name in ("mlflow.db", "mlflow.db-wal", "mlflow.db-shm"):  # what `rm mlflow.db*` does
             (tmp_path / name).unlink(missing_ok=True)
         out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 1, err[-2000:]
     assert_one_sentence(err, str(db), "was deleted", "not kept")
     assert "cells:" not in out, out  # no summary counting cells that went nowhere as ok
