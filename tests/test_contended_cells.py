@@ -140,3 +140,47 @@ def test_the_sweep_command_takes_remeasure_contended():
 
     args = _parser().parse_args(["sweep", "sparsity", "--remeasure-contended"])
     assert args.remeasure_contended and not args.remeasure_drifted
+
+
+def test_a_study_trial_timed_under_contention_is_marked_in_the_study_report(tmp_path):
+    """A study's trials log the same load probe; the report names the ones timed while other work
+    held the cores, and shows the column only then."""
+    import textwrap
+
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from harness.specs import study_spec
+    from harness.studies import study_report
+    from harness.studies.trial_tags import METRICS_ATTR
+
+    path = tmp_path / "study_loaded.toml"
+    path.write_text(textwrap.dedent("""\
+        name = "study_loaded"
+        experiment = "recipe"
+        metrics = ["time_to_accuracy_s"]
+        directions = ["minimize"]
+        n_trials = 3
+        [space]
+        batch_size = { choices = [32, 64] }
+        [base]
+        model = "tiny_cnn"
+        dataset = "digits"
+        target_accuracy = 0.3
+        """))
+    spec = study_spec.load(str(path))
+    study = optuna.create_study(direction="minimize")
+    space = {"batch_size": CategoricalDistribution([32, 64])}
+    for seconds, contended in [(9.0, 0.0), (4.0, 1.0), (6.0, 0.0)]:
+        study.add_trial(create_trial(params={"batch_size": 32}, distributions=space, value=seconds,
+                                     user_attrs={METRICS_ATTR: {"contended": contended, "other_busy_cores": contended}}))
+    report = study_report.build(spec, study)
+    assert list(report.all_trials["contended"]) == [0.0, 1.0, 0.0]
+    assert "contended: trial 1 ran while other work held" in report.text and "its time is likely slow" in report.text
+    assert "contended" in report.text.split("contended: trial")[0]   # the front's column: its best trial was
+    calm = optuna.create_study(direction="minimize")
+    calm.add_trial(create_trial(params={"batch_size": 32}, distributions=space, value=5.0,
+                                user_attrs={METRICS_ATTR: {"contended": 0.0}}))
+    quiet = study_report.build(spec, calm).text
+    assert "contended" not in quiet, quiet

@@ -50,6 +50,27 @@ def test_the_rounds_of_one_sweep_are_one_table_and_another_base_seed_is_another(
     assert list(tables.settings_groups(spec, _runs({0.0: [0.5, 0.5, 0.5]}))) == [""]
 
 
+def test_a_sweep_measured_again_under_a_new_procedure_is_reported_from_the_new_cells_alone(spec):
+    """The committed store holds a sweep's procedure-3 cells (one seed in every round) and, once it
+    is resumed, the same grid's procedure-4 cells: mixed in one row, 4 rounds of seed 0 would sit
+    beside seeds 0-2 as if they were 7 seeds. The table is the new cells', the old ones counted."""
+    from harness.store.tracking import SCALE
+
+    old = _runs({0.0: [0.62] * 4, 0.5: [0.55] * 4}, seeded=False)
+    new = _runs({0.0: [0.60, 0.62, 0.64], 0.5: [0.55, 0.56, 0.57]})
+    elsewhere = _runs({0.0: [0.3] * 3}, seeded=False)   # another machine's old cells: its own table
+    for run in old + new + elsewhere:
+        run.tags.update({SCALE: "cpu", tables.FINGERPRINT: "m2" if run in elsewhere else "m1"})
+    parent = RunRecord("p", "parent", "FINISHED", {}, {}, {SCALE: "cpu"}, 0)
+    store = SimpleNamespace(find_experiment=lambda name: "1",
+                            sweep_runs=lambda e, name, parents=False: [parent] if parents else new + old + elsewhere)
+    here, there = tables.build_all(store, spec, "cpu")
+    assert sorted(here.table["seeds"]) == [3, 3] and list(here.table["repeats"]) == [3, 3]
+    assert "8 cells measured on this machine under an earlier measurement procedure are left out" \
+        in " ".join(here.problems)
+    assert list(there.table["repeats"]) == [3] and not any("earlier" in p for p in there.problems)
+
+
 def test_an_accuracy_has_its_interval_over_seeds(spec):
     """Seeds 0.60, 0.62, 0.64: the median 0.62, and the bootstrap-SE interval with t(2) = 4.30
     around it; seeds that agree exactly have an interval of no width."""

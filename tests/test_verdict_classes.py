@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from harness.errors import UserError
 from harness.specs.checkkinds import Needs
 from harness.report import checks
 from harness.report.measured_on import measured_on
@@ -44,6 +45,22 @@ def test_a_stand_in_data_set_or_dtype_is_judged_and_labelled():
     other = checks.evaluate([check], table, settings={"dataset": {"digits"}, "dtype": {"bf16"}})[0]
     assert other.verdict == checks.Judgement.NA and "digits" in other.detail
     assert not checks.evaluate([check], table, settings={"dataset": {"cifar10"}, "dtype": {"fp16"}})[0].stand_in
+
+
+@pytest.mark.parametrize("assumes, stand_ins, said", [
+    ('{ modle = "cnn" }', "", "modle"),                                        # misspelt: never logged
+    ('{ model = "cnn" }', '{ dataset = "imagefolder" }', "stand_ins names dataset"),   # stands in for nothing
+])
+def test_a_check_assuming_a_setting_no_cell_logs_is_refused_when_the_file_is_read(sweep_file, assumes, stand_ins, said):
+    check = ('\n[[checks]]\nkind = "exact"\nmetric = "param_count"\nexpected = 1\n'
+             f"assumes = {assumes}\n" + (f"stand_ins = {stand_ins}\n" if stand_ins else ""))
+    path = sweep_file("assumed", {"sparsity": [0.0]}, published=check)
+    with pytest.raises(UserError, match=said) as caught:
+        sweep_spec.load(str(path))
+    assert "assumed.toml, check 'exact check of param_count'" in str(caught.value), caught.value
+    good = sweep_file("assumed", {"sparsity": [0.0]}, published=check.replace(assumes, '{ model = "cnn" }')
+                      .replace(f"stand_ins = {stand_ins}\n", ""))
+    assert sweep_spec.load(str(good)).checks[0].assumes == {"model": "cnn"}
 
 
 def test_goals_and_consistency_checks_are_counted_apart_from_claims():

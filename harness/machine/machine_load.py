@@ -17,6 +17,7 @@ from dataclasses import dataclass
 # Other work holding half a core or more, on average over the cell, makes its times suspect: on the
 # 2-core machines this harness is measured on that was enough to slow epochs 2-4x.
 CONTENDED_CORES = 0.5
+CONTENDED, OTHER_CORES = "contended", "other_busy_cores"   # the metrics a run logs of it
 
 
 @dataclass(frozen=True)
@@ -56,4 +57,4 @@ class LoadWatch:
         others = (end.machine_busy_s - self._start.machine_busy_s) - (end.own_cpu_s - self._start.own_cpu_s)
         other_cores = max(0.0, others / wall)
         return {"load_avg_before": self._start.load1, "load_avg_after": end.load1,
-                "other_busy_cores": other_cores, "contended": float(other_cores >= CONTENDED_CORES)}
+                OTHER_CORES: other_cores, CONTENDED: float(other_cores >= CONTENDED_CORES)}

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-CONTENDED = "contended"             # a cell's metric, and a table row's column: 1 when every repeat was
+# CONTENDED: a cell's metric, and a table row's column: 1 when every repeat of the row was contended
+from harness.machine.machine_load import CONTENDED
 LEFT_OUT = "contended_left_out"     # a row's contended repeats left out (it had uncontended ones)
 BASELINES = "contended_baselines"   # table.attrs: the baseline points whose speed-ups were left out
 

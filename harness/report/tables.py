@@ -63,7 +63,8 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
     parents = [p for p in parents if p.tags.get(SCALE) == scale]
     if not parents:
         raise UserError(f"sweep '{spec.name}' has no run at scale '{scale}'.")
-    cells = [r for r in store.sweep_runs(experiment_id, spec.name) if r.tags.get(SCALE) == scale]
+    cells, superseded = current_procedure([r for r in store.sweep_runs(experiment_id, spec.name)
+                                           if r.tags.get(SCALE) == scale])
     ok = [r for r in cells if r.outcome == Outcome.OK]
     problems = [f"{r.name}: {r.outcome or r.status.lower()}: {r.reason or ''}"
                 for r in cells if r.outcome != Outcome.OK]
@@ -81,10 +82,39 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
     reports = []
     for key, machine_runs in by_machine.items():
         variants = settings_groups(spec, machine_runs)
+        older = [f"{superseded[key]} cells measured on this machine under an earlier measurement procedure "
+                 f"are left out: this table is procedure {procedure_of(machine_runs[0])}'s alone "
+                 f"(harness/training/config.py)."] if superseded.get(key) else []
         for variant, runs in variants.items():
-            reports.append(_report(spec, scale, key, variant, runs, by_machine, variants, cells, problems,
+            reports.append(_report(spec, scale, key, variant, runs, by_machine, variants, cells, older + problems,
                                    _holding_parent(runs, parents)))
     return reports
+
+
+def procedure_of(run: RunRecord) -> int:
+    """The MEASUREMENT_PROCEDURE a cell was measured under (0: before cells were tagged with it)."""
+    return int(_number(run.tags.get(PROCEDURE, "0")) or 0)
+
+
+def current_procedure(cells: list[RunRecord]) -> tuple[list[RunRecord], dict[str, int]]:
+    """The cells of each machine that were measured under its newest procedure, and how many older
+    ones they replace. A procedure changes what a cell means (from 4 on, round r trains seed base + r;
+    before, every round trained one seed), so a resumed sweep measures its cells again and the
+    table is made of the new ones alone: old and new cells in one row would pass one training off
+    as several seeds. Cells of an older procedure stay in the store and are counted in a note."""
+    newest: dict[str, int] = {}
+    for run in cells:
+        if run.outcome == Outcome.OK:
+            key = run.tags.get(FINGERPRINT, "unknown")
+            newest[key] = max(newest.get(key, 0), procedure_of(run))
+    kept, superseded = [], {}
+    for run in cells:
+        key = run.tags.get(FINGERPRINT, "unknown")
+        if procedure_of(run) < newest.get(key, 0):
+            superseded[key] = superseded.get(key, 0) + 1
+        else:
+            kept.append(run)
+    return kept, superseded
 
 
 def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunRecord],
@@ -162,7 +192,7 @@ def base_seed(run: RunRecord):
     trains seed base + r), its own seed before (every round trained it). Rows group by it, so the
     rounds of one sweep are repeats of one setting, not settings of their own."""
     seed = _number(run.params.get("seed", "0"))
-    seeded_rounds = int(_number(run.tags.get(PROCEDURE, "0")) or 0) >= SEEDED_ROUNDS_FROM
+    seeded_rounds = procedure_of(run) >= SEEDED_ROUNDS_FROM
     if not seeded_rounds or not isinstance(seed, int):
         return seed
     return seed - int(_number(run.params.get("repeat", "0")) or 0)

@@ -112,6 +112,7 @@ def load(name_or_path: str) -> SweepSpec:
         spec.check_read(keys)  # an unknown key too, named with the file
     _check_name_is_its_own(spec)
     _check_rows_exist(spec)
+    _check_assumed_settings(spec)
     return spec
 
 
@@ -180,6 +181,21 @@ def _check_rows_exist(spec: SweepSpec) -> None:
                                     f"which no grid point or published row has"
                                     + (f" (its values: {', '.join(map(str, sorted(known[key], key=str)))})."
                                        if key in known else f" ({key} is no axis of the sweep)."))
+
+
+def _check_assumed_settings(spec: SweepSpec) -> None:
+    """Every setting a check `assumes` is a field its experiment reads, and every stand-in is for one
+    of them: a misspelt setting is never among a cell's params, so the check would be judged on
+    whatever the cells ran, and a stand-in for a setting the claim does not assume labels nothing."""
+    for check in spec.checks:
+        where = f"sweep file {spec.path}, check '{check.name}'"
+        assumed, standing = list(check.assumes or {}), list(check.stand_ins or {})
+        if assumed or standing:
+            experiments.check_reads(spec.experiment, assumed + standing, where=where)
+        loose = [k for k in standing if k not in assumed]
+        if loose:
+            raise UserError(f"{where}: stand_ins names {loose[0]}, which its assumes does not: a stand-in "
+                            f"stands in for an assumed setting (add {loose[0]} to assumes, or drop it).")
 
 
 def _comparable(value):

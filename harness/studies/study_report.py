@@ -20,6 +20,8 @@ from harness.studies import baseline as study_baseline
 from harness.specs.study_spec import StudySpec
 from harness.studies import trial_status
 from harness.studies.trial_status import TrialStatus
+from harness.studies.trial_tags import CONTENDED, METRICS_ATTR, RUN_ATTR
+from harness.machine.machine_load import CONTENDED_CORES
 
 
 @dataclass
@@ -86,10 +88,23 @@ def _frame(spec: StudySpec, trials) -> pd.DataFrame:
     for t in trials:
         row = {"trial": t.number, **{k: t.params.get(k) for k in spec.space}}
         row.update(dict(zip(spec.metrics, t.values or [])))
-        row.update({m: t.user_attrs.get("harness.metrics", {}).get(m) for m in extra})
-        row["mlflow_run_id"] = t.user_attrs.get("mlflow_run_id", "")
+        row.update({m: t.user_attrs.get(METRICS_ATTR, {}).get(m) for m in extra})
+        row[CONTENDED] = t.user_attrs.get(METRICS_ATTR, {}).get(CONTENDED)   # None: not known (an older trial)
+        row["mlflow_run_id"] = t.user_attrs.get(RUN_ATTR, "")
         rows.append(row)
-    return pd.DataFrame(rows, columns=["trial", *spec.space, *spec.metrics, *extra, "mlflow_run_id"])
+    return pd.DataFrame(rows, columns=["trial", *spec.space, *spec.metrics, *extra, CONTENDED, "mlflow_run_id"])
+
+
+def contended_line(frame: pd.DataFrame) -> list[str]:
+    """One line naming the trials timed while other work held the machine's cores: their times are
+    likely slow, so a front or a winner read from them is suspect (the race measures again)."""
+    marked = frame[frame[CONTENDED] == 1]["trial"].tolist() if CONTENDED in frame else []
+    if not marked:
+        return []
+    return [f"contended: trial{'s' * (len(marked) > 1)} {', '.join(map(str, marked))} ran while other work held "
+            f"at least {CONTENDED_CORES} of the machine's cores (harness/machine/machine_load.py), so "
+            f"{'their times are' if len(marked) > 1 else 'its time is'} likely slow: run the study on an otherwise "
+            "idle machine, or trust only the race's re-measured figures"]
 
 
 def to_text(spec: StudySpec, report: StudyReport) -> str:
@@ -108,7 +123,11 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
         lines.append(f"{heading} ({goal}), after the baseline (first row):")
     else:
         lines.append(f"{heading} ({goal}):")
-    lines.append(markdown(report.front.drop(columns=["mlflow_run_id"])))
+    front = report.front.drop(columns=["mlflow_run_id"])
+    if not (front[CONTENDED] == 1).any():
+        front = front.drop(columns=[CONTENDED])   # a column of "no" tells nothing: shown when a trial was
+    lines.append(markdown(front))
+    lines += contended_line(report.all_trials if report.all_trials is not None else report.front)
     if "mfu" in report.front:
         lines.append("mfu: training FLOP/s (counted per step) over this machine's measured peak of the cores the "
                      "trial used, in its dtype (`harness peak` names the kernel behind it)")

@@ -37,7 +37,7 @@ from harness.studies import baseline, isolation, requeue, seeded
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies import trial_status
 from harness.studies.trial_status import INTERRUPTED_ATTR, RETRY_OF, TrialStatus
-from harness.studies.trial_tags import METRICS_ATTR, RUN_ATTR, STUDY, TRIAL
+from harness.studies.trial_tags import CONTENDED, LOAD_METRICS, METRICS_ATTR, OTHER_CORES, RUN_ATTR, STUDY, TRIAL
 
 if TYPE_CHECKING:
     from harness.studies.study_report import StudyReport
@@ -266,13 +266,16 @@ class TrialLoop:
             result.outcome, result.reason = Outcome.FAILED, (
                 f"experiment {spec.experiment} returned no metric '{missing[0]}'; it returns {', '.join(sorted(result.metrics))}")
         if result.outcome == Outcome.OK:
-            trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in spec.report_metrics
+            trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in (*spec.report_metrics, *LOAD_METRICS)
                                                if m in result.metrics})
             self.study.tell(trial, values)
             baseline.record(self.study, trial, result.metrics)
             claims.release(self.namespace, slot, ClaimState.DONE, note=f"trial {trial.number}")
             shown = ", ".join(f"{m}={v:.4g}" if abs(v) != float("inf") else f"{m}: not reached"
                               for m, v in zip(spec.metrics, values))
+            if result.metrics.get(CONTENDED) == 1:
+                shown += (f" (contended: other work held {result.metrics.get(OTHER_CORES, 0):.1f} cores while it "
+                          "ran, so its time is likely slow)")
             self.log(f"  trial {trial.number} complete: {shown}")
             return TrialStatus.COMPLETE, None
         if result.outcome == Outcome.PRUNED:

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from experiments import make_config
 from harness.machine import calibration
 from harness.machine.calibration import SPEED_INDEX, SPEED_LOAD, Calibration
+from harness.machine.machine_load import CONTENDED, OTHER_CORES
 from harness.cells import CellResult, preflight, run_cell
 from harness.specs.cell_spec import Cell
 from harness.errors import StoreFault
@@ -37,7 +38,6 @@ from harness.specs.sweep_spec import SweepSpec, expand
 
 PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
 PARENT_LOAD_TAG = f"harness.{SPEED_LOAD}"     # and the cores other work held while it was taken
-CONTENDED = "contended"   # a cell's metric: 1 when other work held its cores (harness/machine/machine_load.py)
 WAIT_POLL_S = 0.5  # how often a worker with nothing left to take looks at the cells others run (a read)
 
 
@@ -362,7 +362,7 @@ def _contended_text(done: RunRecord) -> str | None:
     """Why --remeasure-contended measures a finished cell again (None: it does not)."""
     if done.metrics.get(CONTENDED) != 1:
         return None
-    return f"timed while other work held {done.metrics.get('other_busy_cores', float('nan')):.1f} cores"
+    return f"timed while other work held {done.metrics.get(OTHER_CORES, float('nan')):.1f} cores"
 
 
 def _drop_finished(store: Store, cells: list[Cell], records: dict[str, list[RunRecord]], log: Log | None,
