@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import experiments
+from harness.machine import machine_load
 from harness.training import flops, peak
 from harness import folders
 from harness.cells import run_single
@@ -176,19 +177,40 @@ def _fake_peaks(monkeypatch, tmp_path, rates, contended=()):
 
 def test_the_peak_is_cached_per_thread_count_and_a_loaded_figure_is_flagged_and_measured_again(monkeypatch, tmp_path):
     calls = _fake_peaks(monkeypatch, tmp_path, [5e10, 2e10, 7e10, 6e10], contended={1})
-    monkeypatch.setattr(peak, "_load", lambda: 0.5)
+    other_work = [1.5]   # cores other work holds at each lookup's probe
+    monkeypatch.setattr(peak, "_quiet_now", lambda old: other_work[0] < machine_load.CONTENDED_CORES)
     first = peak.peak_flops("cpu", "fp32", threads=2)
     assert first.flops == 5e10 and first.contended and "measured while other work held 1.5 cores" in first.line()
     assert peak.peak_flops("cpu", "fp32", threads=1).flops == 2e10 and len(calls) == 2   # another key
     monkeypatch.setattr(peak, "_known", {})                      # a new process reads the file
-    assert peak.peak_flops("cpu", "fp32", threads=2).flops == 5e10 and len(calls) == 2
-    cached = json.loads(peak.cache_path().read_text())
-    cached["cpu:fp32:2t"]["load"] = 9.0                           # the loaded figure's load average was high
-    peak.cache_path().write_text(json.dumps(cached))
+    assert peak.peak_flops("cpu", "fp32", threads=2).flops == 5e10 and len(calls) == 2   # still busy: kept
+    other_work[0] = 0.0
     monkeypatch.setattr(peak, "_known", {})
     again = peak.peak_flops("cpu", "fp32", threads=2)             # quiet now: measured again, and it stands
     assert again.flops == 7e10 and not again.contended and len(calls) == 3
     assert peak.peak_flops("cpu", "fp32", threads=2, remeasure=True).flops == 6e10 and len(calls) == 4
+
+
+def test_a_loaded_figure_is_measured_again_when_the_probe_finds_the_machine_quiet_whatever_the_load_average(monkeypatch):
+    """The figure of 2026-12-04 (load average 0.81, other work 1.0 core) was never measured again
+    inside sweeps whose own cells kept the load average near 2: the probe of other work decides."""
+    old = peak.Peak(1.7e11, "cpu", "fp32", 2, "matmul", "2048", "then", 0.81, 1.0, "cpu:fp32:2t")
+    monkeypatch.setattr(peak, "QUIET_PROBE_S", 0.0)
+    monkeypatch.setattr(peak, "_load", lambda: 2.0)
+    monkeypatch.setattr(peak.LoadWatch, "finish", lambda self: {machine_load.OTHER_CORES: 0.01})
+    assert peak._quiet_now(old)
+    monkeypatch.setattr(peak.LoadWatch, "finish", lambda self: {machine_load.OTHER_CORES: 1.0})
+    assert not peak._quiet_now(old)
+    monkeypatch.setattr(peak.LoadWatch, "finish", lambda self: {})   # no probe: the load average decides
+    assert not peak._quiet_now(old)
+
+
+def test_a_quiet_figure_is_never_replaced_by_one_taken_under_load_not_even_on_remeasure(monkeypatch, tmp_path):
+    calls = _fake_peaks(monkeypatch, tmp_path, [4.5e11, 1.7e11, 5e11], contended={2})
+    assert peak.peak_flops("cpu", "fp32", threads=2).flops == 4.5e11
+    kept = peak.peak_flops("cpu", "fp32", threads=2, remeasure=True)      # measured under load: 1.7e11
+    assert kept.flops == 4.5e11 and not kept.contended and len(calls) == 2
+    assert peak.peak_flops("cpu", "fp32", threads=2, remeasure=True).flops == 5e11   # quiet again: it stands
 
 
 def test_an_mfu_above_one_is_logged_as_an_error_of_the_peak_which_is_measured_again(monkeypatch, tmp_path):

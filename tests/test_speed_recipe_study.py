@@ -98,7 +98,7 @@ def test_the_baseline_runs_first_and_every_later_trial_is_timed_to_its_accuracy(
     table = pd.read_csv(tmp_path / "out" / "study_tinyrecipe-full.csv")
     assert list(table.columns) == ["trial", "channels_last", "execution", "batch_size", "time_to_accuracy_s",
                                    "speedup", "test_accuracy", "time_to_accuracy_resolution_s", "mfu", "samples_per_s",
-                                   "mlflow_run_id"]
+                                   "contended", "mlflow_run_id"]
     assert table["trial"].iloc[0] == 0 and table["speedup"].iloc[0] == 1.0
     for row in table.itertuples():
         assert row.speedup == pytest.approx(first.values[0] / row.time_to_accuracy_s)

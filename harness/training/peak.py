@@ -20,7 +20,8 @@ emulation's, and `unsupported` says why instead.
 The cache is CACHE_DIR/peak-<fingerprint>.json (fingerprint: CPU, cores, GPUs, torch), keyed by
 device, dtype and threads (`Peak.key`). A figure measured while other work held the machine's
 cores (harness/machine/machine_load.py) is cached flagged as such and its line says so; it is measured again
-when the one-minute load average has fallen by BUSIER_BY since, and the higher figure kept.
+at a lookup that finds the machine quiet (other work under CONTENDED_CORES over a short probe), and
+the quiet figure replaces it.
 `invalidate(key)` drops a figure a run outpaced (MFU above 1 is an error of the peak), so the next
 command measures it again; `harness peak --remeasure` measures again whatever the cache holds. A
 file lock makes concurrent processes measure one at a time.
@@ -43,7 +44,7 @@ import torch.nn.functional as F
 from harness import folders
 from harness.machine import hardware
 from harness.machine.fingerprint import fingerprint
-from harness.machine.machine_load import CONTENDED_CORES, LoadWatch
+from harness.machine.machine_load import CONTENDED_CORES, OTHER_CORES, LoadWatch
 from harness.training.precision import DTYPES, native_support
 from harness.training.timing import timed
 
@@ -58,7 +59,8 @@ SATURATED = 1.1
 MIN_SECONDS = 0.2       # per size: repeat until this much time was measured ...
 MIN_REPEATS = 3         # ... and at least this many repeats ...
 MAX_REPEATS = {"cpu": 10, "cuda": 50}   # ... but no more than this (a GPU matmul takes a millisecond)
-BUSIER_BY = 1.0         # a figure taken under load is measured again once the load average fell this much
+BUSIER_BY = 1.0         # without a load probe, a figure taken under load is measured again once the load average fell this much
+QUIET_PROBE_S = 0.5     # how long a lookup watches the other work before measuring a loaded figure again
 
 # Datasheet figures (dense, no sparsity), TFLOP/s, shown beside the measured peak on GPUs and named
 # as the vendor's; never used for MFU. Longer names first: "H100 PCIe" before "H100".
@@ -155,13 +157,11 @@ def peak_flops(device: torch.device | str, dtype: str = "fp32", *, threads: int 
     with _locked(path.with_suffix(".lock")):
         cached = _read(path)
         old = _peak(cached.get(key))
-        if old is not None and not remeasure and not (old.contended and old.load > _load() + BUSIER_BY):
+        if old is not None and not remeasure and not (old.contended and _quiet_now(old)):
             _known[key] = old
             return old
         new = measure(device, dtype, threads)
-        # A quiet machine's figure replaces one taken under load; between like figures the higher stands.
-        best = old if (old is not None and not remeasure and old.flops > new.flops
-                       and old.contended == new.contended) else new
+        best = _standing(old, new, remeasure)
         cached[key] = asdict(best)
         _write(path, cached)
     _known[key] = best
@@ -276,6 +276,31 @@ def _peak(entry) -> Peak | None:
         return Peak(**entry) if entry else None
     except TypeError:  # written by another version of this module: measure again
         return None
+
+
+def _standing(old: Peak | None, new: Peak, remeasure: bool) -> Peak:
+    """Which figure the cache keeps. A quiet machine's figure replaces one taken under load, and is
+    never replaced by one (not even by --remeasure): a figure measured while other work held a core
+    is low, and every MFU divided by it would be high (a 2-thread figure taken so on 2026-12-04 was
+    0.37x the quiet one). Between like figures the higher stands, or the new one on --remeasure."""
+    if old is None:
+        return new
+    if old.contended != new.contended:
+        return old if new.contended else new
+    return new if remeasure or new.flops >= old.flops else old
+
+
+def _quiet_now(old: Peak) -> bool:
+    """Whether a figure taken under load should be measured again now: other work holds fewer
+    than CONTENDED_CORES of the machine's cores over a short probe. The load average alone was not
+    enough: a figure measured at load average 0.8 while other work held a core, looked up inside a
+    sweep whose own cell keeps the load near 2, was never measured again."""
+    watch = LoadWatch()
+    time.sleep(QUIET_PROBE_S)
+    other = watch.finish().get(OTHER_CORES)
+    if other is None:   # no probe here (not Linux): the load average must have fallen
+        return old.load > _load() + BUSIER_BY
+    return other < CONTENDED_CORES
 
 
 def _load() -> float:
