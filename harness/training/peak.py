@@ -282,7 +282,7 @@ def _standing(old: Peak | None, new: Peak, remeasure: bool) -> Peak:
     """Which figure the cache keeps. A quiet machine's figure replaces one taken under load, and is
     never replaced by one (not even by --remeasure): a figure measured while other work held a core
     is low, and every MFU divided by it would be high (a 2-thread figure taken so on 2026-12-04 was
-    0.37x the quiet one). Between like figures the higher stands, or the new one on --remeasure."""
+    0.49x the one measured idle that evening). Between like figures the higher stands, or the new one on --remeasure."""
     if old is None:
         return new
     if old.contended != new.contended:
