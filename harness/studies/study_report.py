@@ -98,7 +98,7 @@ def _frame(spec: StudySpec, trials) -> pd.DataFrame:
 def contended_line(frame: pd.DataFrame) -> list[str]:
     """One line naming the trials timed while other work held the machine's cores: their times are
     likely slow, so a front or a winner read from them is suspect (the race measures again)."""
-    marked = frame[frame[CONTENDED] == 1]["trial"].tolist() if CONTENDED in frame else []
+    marked = frame[frame[CONTENDED] == 1]["trial"].tolist()   # every frame has the column (_frame)
     if not marked:
         return []
     return [f"contended: trial{'s' * (len(marked) > 1)} {', '.join(map(str, marked))} ran while other work held "

@@ -59,7 +59,9 @@ SATURATED = 1.1
 MIN_SECONDS = 0.2       # per size: repeat until this much time was measured ...
 MIN_REPEATS = 3         # ... and at least this many repeats ...
 MAX_REPEATS = {"cpu": 10, "cuda": 50}   # ... but no more than this (a GPU matmul takes a millisecond)
-BUSIER_BY = 1.0         # without a load probe, a figure taken under load is measured again once the load average fell this much
+# Without a load probe (not Linux), a figure taken under load is measured again once the load
+# average has fallen this much.
+BUSIER_BY = 1.0
 QUIET_PROBE_S = 0.5     # how long a lookup watches the other work before measuring a loaded figure again
 
 # Datasheet figures (dense, no sparsity), TFLOP/s, shown beside the measured peak on GPUs and named
@@ -282,7 +284,8 @@ def _standing(old: Peak | None, new: Peak, remeasure: bool) -> Peak:
     """Which figure the cache keeps. A quiet machine's figure replaces one taken under load, and is
     never replaced by one (not even by --remeasure): a figure measured while other work held a core
     is low, and every MFU divided by it would be high (a 2-thread figure taken so on 2026-12-04 was
-    0.49x the one measured idle that evening). Between like figures the higher stands, or the new one on --remeasure."""
+    0.49x the one measured idle that evening). Between like figures the higher stands, or the new
+    one on --remeasure."""
     if old is None:
         return new
     if old.contended != new.contended:
