@@ -29,12 +29,14 @@ STUDY = """\
     [space]
     batch_size = { choices = [32, 64] }
     lr_factor = { choices = [1.0, 2.0] }
+    layout = { choices = [{ world_size = 1, threads = 1 }] }   # a compound choice: a table in [baseline]
 
     [baseline]
     name = "plain loop"
     [baseline.params]
     batch_size = 32
     lr_factor = 1.0
+    layout = { world_size = 1, threads = 1 }
 
     [target]
     epochs = { smoke = 2, quick = 2, full = 2 }   # every scale: none falls back to a baseline's own target

@@ -135,11 +135,13 @@ class _Reference:
 
     def __init__(self, spec: StudySpec, store: "Store", experiment_id: str, name: str, scale: str, trials,
                  show_progress: bool, log) -> None:
-        from harness.studies.variants import own_factor, params_of
+        from harness.studies.variants import own_factor
 
         self.spec, self.store, self.experiment_id, self.name, self.scale = spec, store, experiment_id, name, scale
         self.trials, self.show_progress, self.log = trials, show_progress, log
-        self.book = params_of(spec, spec.baseline.params)
+        # the [baseline]'s params are [space] values already (a compound choice as its table, not a
+        # trial's stored label)
+        self.book = dict(spec.baseline.params)
         self.own = own_factor(spec, self.book)     # the lr factor the baseline's params set themselves
         self.runs: list[dict[str, Any]] = []
 
