@@ -113,7 +113,7 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
     ctx.barrier()  # the ranks start their clocks together
     times = train_epochs(net, optimizer, mine, epochs=cfg.epochs,
                          batch_size=batch, device=device, generator=torch.Generator().manual_seed(cfg.seed + ctx.rank),
-                         on_epoch=record, precision=precision, watch=watch, memory_format=layout)
+                         on_epoch=record, precision=precision, watch=watch, memory_format=layout, beat=ctx.beat)
     with timed(device) as evaluation:
         accuracy = test_accuracy()
 

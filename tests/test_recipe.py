@@ -108,3 +108,21 @@ def test_ddp_layout_trains_on_two_ranks_to_the_target_and_stops_together(store):
     assert m["time_to_accuracy_s"] == pytest.approx(m["train_time_s"])   # stopped at the check that met it
     history = mlflow_client(store).get_metric_history(result.run_id, "epoch_test_accuracy")
     assert len(history) == len(mlflow_client(store).get_metric_history(result.run_id, "epoch_time_s")) >= 1
+
+
+def test_a_rank_beats_at_every_step_so_its_launcher_never_takes_a_long_epoch_for_a_hang(tmp_path, monkeypatch):
+    # A torchrun rank that touches no heartbeat for dist_timeout_s is killed as hung; the recipe's
+    # epochs, with their checks on the test set, can outlast that while making progress.
+    from harness.distributed import rank as rank_module
+    from harness.distributed.rank import RankContext
+
+    monkeypatch.setattr(rank_module, "HEARTBEAT_EVERY_S", 0.0)   # every beat touches the file
+    touches = []
+    beat_file = tmp_path / "beat-rank0"
+    ctx = RankContext(device=torch.device("cpu"), heartbeat_file=beat_file)
+    original = ctx.beat
+    monkeypatch.setattr(ctx, "beat", lambda: (touches.append(1), original()))
+    cfg = make_config({**TINY, "epochs": 2, "batch_size": 32})
+    recipe.train_recipe(cfg, ctx)
+    steps = 2 * -(-cfg.train_limit // 32)
+    assert len(touches) == steps and beat_file.exists()

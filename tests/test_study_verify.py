@@ -212,3 +212,28 @@ def test_an_airbench_study_with_a_fixed_target_races_its_published_recipe_and_ab
     changed = {role.split(": ")[1] for role in roles if ": " in role}
     assert changed and changed <= {"airbench_tta_level", "airbench_lr_scale"}
     assert all(roles[f"alone: {m}"] == roles[f"without: {m}"] == [0] for m in changed)
+
+
+def test_in_a_study_that_searches_lr_factor_each_method_alone_is_added_to_the_tuned_baseline():
+    # At the book's untuned lr a method alone never reaches a target the tuned loop sets: it would spend
+    # the whole budget to say so. Each is measured where the race measured the reference instead.
+    spec = study_spec.load("study_speed_recipe")
+    book = dict(spec.baseline.params)
+    tuned = verify.Variant("tuned baseline", book, 32.0)
+    reference = verify._ablation_reference(spec, book, tuned)
+    assert reference["lr_factor"] == 32.0 and {k: v for k, v in reference.items() if k != "lr_factor"} == \
+        {k: v for k, v in book.items() if k != "lr_factor"}
+    winner = {**book, "dtype": "bf16", "batch_size": 128, "lr_factor": 32.0}
+    ran = []
+    methods = verify._ablation(spec, reference, winner, lambda variant, seed: ran.append((variant, seed)))
+    assert methods == ["dtype", "batch_size"]      # the tuned lr is the reference's, not a method of the winner
+    alone = {v.role: v for v, _ in ran}
+    assert alone["alone: dtype"].params == {**reference, "dtype": "bf16"} and alone["alone: dtype"].lr_factor == 1.0
+    assert alone["without: batch_size"].params == {**winner, "batch_size": 64}
+    fixed = {**spec.fixed("smoke"), "target_from_epoch": 0, "target_accuracy": 0.5}
+    same = verify._values(spec, fixed, verify.Variant("alone: lr_factor", {**reference}), 0)
+    assert make_config(same).cell_id() == make_config(verify._values(spec, fixed, tuned, 0)).cell_id()
+    # a study without lr_factor in its space (airbench: no lr of its own) ablates against its baseline's params
+    airbench = study_spec.load("study_airbench_cpu")
+    own = dict(airbench.baseline.params)
+    assert verify._ablation_reference(airbench, own, verify.Variant("airbench94 as published", own)) == own

@@ -81,7 +81,10 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
     lines += _reference_section(spec, by_role, result, tuned_factor)
     lines += _race_section(spec, candidates, result, by_role)
     lines += _winner_section(spec, candidates, result)
-    lines += _ablation_section(by_role, result, methods)
+    # the ablation's reference (verify._ablation_reference): the tuned baseline where the study searches
+    # lr_factor, else the baseline's own params
+    against = result.reference.name if "lr_factor" in spec.space else spec.baseline.name
+    lines += _ablation_section(by_role, result, methods, against)
     lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
                  "every run is in the CSV beside this file (its role, seed, time_to_accuracy_s and reached) and in "
                  "MLflow (tag harness.kind = verify).*")
@@ -146,13 +149,15 @@ def _winner_section(spec: StudySpec, candidates, result: RaceResult) -> list[str
             f"every seed reaching the target): **{verdict}**", ""]
 
 
-def _ablation_section(by_role: dict[str, list[dict]], result: RaceResult, methods: list[str]) -> list[str]:
+def _ablation_section(by_role: dict[str, list[dict]], result: RaceResult, methods: list[str],
+                      against: str) -> list[str]:
     if not methods:
         return []
     ablation = [r for role, rs in by_role.items() if role.startswith(("alone:", "without:")) for r in rs]
     tuned_median = statistics.median(result.reference.times)
-    return ["## Ablation of the winner", "", f"Its methods: {', '.join(methods)}. Speed-up: over the "
-            f"{result.reference.name}'s median.", "",
+    return ["## Ablation of the winner", "", f"Its methods, where it differs from the {against}: "
+            f"{', '.join(methods)}. \"alone\": that one change made to the {against}; \"without\": the winner "
+            f"with that one change undone. Speed-up: over the {result.reference.name}'s median.", "",
             markdown(pd.DataFrame([{"variant": r["role"], "seed": r["seed"], "time to target s": r[TIME],
                                     "speedup": fmt_speedup(ratio(tuned_median, r[TIME])),
                                     "test accuracy": r["test_accuracy"],

@@ -72,7 +72,8 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
 
         tuned = _tuned_baseline(spec, scale, book, timed)
         result = _race(spec, candidates, tuned, runs, timed)
-        methods = _ablation(spec, book, _params(spec, _trial_named(candidates, result.leader).params), timed)
+        methods = _ablation(spec, _ablation_reference(spec, book, tuned),
+                            _params(spec, _trial_named(candidates, result.leader).params), timed)
     finally:
         trials.close()
     text = race_report.text(spec, name, scale, target, fixed, base, candidates, result, runs, tuned.lr_factor, methods)
@@ -137,16 +138,27 @@ def _trial_named(candidates: list, label: str):
     return next(t for t in candidates if f"trial {t.number}" == label)
 
 
-def _ablation(spec: StudySpec, book: dict[str, Any], winner: dict[str, Any], timed) -> list[str]:
-    """Each method the winner changes alone on the baseline, and the winner without it, on the
-    first `ablation_seeds` seeds; returns those methods."""
+def _ablation_reference(spec: StudySpec, book: dict[str, Any], tuned: Variant) -> dict[str, Any]:
+    """What the winner's methods are ablated against: in a study that searches `lr_factor`, the
+    tuned baseline (the book's params at the tuned factor), so that each method alone is measured
+    where the race measured the reference, and a method alone at the book's untuned lr, which never
+    reaches a target the tuned loop sets, does not spend the whole budget to say so; else the
+    book's params."""
+    if "lr_factor" not in spec.space:
+        return book
+    return {**book, "lr_factor": _own_factor(spec, book) * tuned.lr_factor}
+
+
+def _ablation(spec: StudySpec, reference: dict[str, Any], winner: dict[str, Any], timed) -> list[str]:
+    """Each method the winner changes alone on the reference (_ablation_reference), and the winner
+    without it, on the first `ablation_seeds` seeds; returns those methods."""
     v = spec.verify
-    methods = [k for k in spec.space if winner[k] != book[k]]
+    methods = [k for k in spec.space if winner[k] != reference[k]]
     ablation = []
     for k in methods:
         note = v.changes.get(k, "")
-        ablation.append(Variant(f"alone: {k}", {**book, k: winner[k]}, note=note))
-        ablation.append(Variant(f"without: {k}", {**winner, k: book[k]}, note=note))
+        ablation.append(Variant(f"alone: {k}", {**reference, k: winner[k]}, note=note))
+        ablation.append(Variant(f"without: {k}", {**winner, k: reference[k]}, note=note))
     for seed in v.seeds[:v.ablation_seeds]:
         for variant in ablation:
             timed(variant, seed)

@@ -73,13 +73,16 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
                  batch_size: int, device: torch.device, generator: torch.Generator,
                  on_epoch: EpochCallback | None = None, first_epoch: int = 0,
                  precision: "Precision | None" = None, watch: "AccuracyWatch | None" = None,
-                 memory_format: torch.memory_format = torch.preserve_format) -> list[float]:
+                 memory_format: torch.memory_format = torch.preserve_format,
+                 beat: Callable[[], None] | None = None) -> list[float]:
     """Train `epochs` epochs; return each epoch's seconds. `on_epoch(i, metrics)` runs off the clock.
     `precision` (harness.training.precision) puts autocast around forward and loss and a gradient scaler
     around backward and step; None is the plain fp32 step. `watch` (harness.training.time_to_accuracy)
     evaluates the model at its checkpoints with the clock stopped, and may end training at one
     (the last epoch's seconds are then those trained). `memory_format=torch.channels_last` puts
-    each batch in NHWC as it is copied to the device."""
+    each batch in NHWC as it is copied to the device. `beat` is called after every step: a torchrun
+    rank's heartbeat (RankContext.beat, throttled), without which its launcher takes a rank whose
+    epoch outlasts dist_timeout_s for a hung one and kills it."""
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     to_device = DeviceBatches(device)
@@ -100,6 +103,8 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
                         x = x.contiguous(memory_format=memory_format)
                     loss_sum += train_step(model, optimizer, loss_fn, x, y, precision) * len(y)
                     seen += len(y)
+                    if beat is not None:
+                        beat()
             seconds += clock.seconds
             done = bound
             if watch is not None:
