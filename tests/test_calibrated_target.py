@@ -112,9 +112,21 @@ def test_the_target_is_the_tuned_baselines_median_best_less_the_margin_and_every
     assert found["check_every_samples"] == max(32, int(0.02 * found["samples_to_target"]))
     assert found["probe_size"] == 64 and found["within_epochs"] == 2
 
+    from harness.machine.fingerprint import fingerprint
+    assert found["fingerprint"] == fingerprint()["fingerprint"] and "cores" in found["machine"]
+    assert " UTC to " in found["measured"]     # when its runs started, first to last
+
     capsys.readouterr()
     assert main([*args, "--calibrate-target"]) == 0          # resumes: every run reused
-    assert "reused run" in capsys.readouterr().out
+    assert capsys.readouterr().out.count("reused run") == len(runs)
+    # a run another machine measured is never reused: it is measured again here
+    client = mlflow_client(Store(uri))
+    client.set_tag(runs[0]["mlflow_run_id"], "fingerprint", "0ther0ther")
+    assert main([*args, "--calibrate-target"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("reused run") == len(runs) - 1 and runs[0]["mlflow_run_id"] not in out
+    again = json.loads(calibrated_target.path(spec, "full").read_text())
+    assert again["measured"].split(" to ")[0] == found["measured"].split(" to ")[0]   # not the rewrite's time
 
     assert main(args) == 0
     client = mlflow_client(Store(uri))

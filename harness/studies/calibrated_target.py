@@ -101,6 +101,7 @@ def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[st
     """Run the reference (the module's steps 1-3) and write the target file; returns its path."""
     from experiments import make_config
     from harness.cells import preflight
+    from harness.machine.fingerprint import fingerprint, machine_text
     from harness.studies import isolation
 
     if spec.baseline is None or not calibrated_at(spec, scale):
@@ -121,11 +122,14 @@ def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[st
         clock = reference.fine_clock(fixed, tuned, goal)
     finally:
         trials.close()
+    here = fingerprint()
     found = {"study": spec.name, "scale": scale, "target_accuracy": goal,
              "best_accuracy_median": statistics.median(accuracies), "margin": spec.target.margin,
              "within_epochs": spec.target.epochs[scale], "lr_factor": tuned * reference.own, **clock,
              "probe_size": spec.target.probe_size, "overrides": overrides, "host": socket.gethostname(),
-             "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": reference.runs}
+             # every run above is this machine's (remeasure reuses no other machine's runs)
+             "fingerprint": here["fingerprint"], "machine": machine_text(here),
+             "measured": reference.measured(), "runs": reference.runs}
     return _write(spec, scale, found, log)
 
 
@@ -161,6 +165,17 @@ class _Reference:
                                                         "epochs_to_accuracy", "train_samples")},
                           "mlflow_run_id": run_id})
         return metrics
+
+    def measured(self) -> str:
+        """When the runs behind the target started (first to last), not when the file was written: a
+        calibration resumed later reuses them."""
+        from harness.store.tracking import KIND
+
+        ids = {r["mlflow_run_id"] for r in self.runs}
+        starts = sorted(r.start_time for r in self.store.runs(self.experiment_id, tags={KIND: CALIBRATE})
+                        if r.run_id in ids)
+        ends = [starts[0], starts[-1]] if len(starts) > 1 else starts
+        return " to ".join(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ms / 1000)) for ms in ends)
 
     def best_accuracies(self, fixed: dict[str, Any]) -> tuple[float, list[float]]:
         """Steps 1-2: the lr factor (over the baseline's own) with the best accuracy on the first seed,

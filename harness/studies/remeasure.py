@@ -3,9 +3,10 @@ verification and the target calibration are made of.
 
 Each is an MLflow run of the study's experiment, tagged with the study, the scale, its kind
 (verify, calibrate) and the cell id of its config; a run of the same kind and cell that finished
-before is read back instead of run again, so a command cut off halfway resumes where it was. A
-run's seed is part of its config, so a race that is run again makes the same draws and takes the
-same path.
+before on this machine (its fingerprint) is read back instead of run again, so a command cut off
+halfway resumes where it was. A run's seed is part of its config, so a race that is run again makes
+the same draws and takes the same path. A run from another machine is never reused: a race resumed
+there would set one machine's times beside another's.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from harness.cells import run_cell
+from harness.machine.fingerprint import fingerprint
 from harness.specs.cell_spec import Cell
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, KIND, SCALE
@@ -27,8 +29,9 @@ def measured(store: Store, experiment_id: str, study_name: str, scale: str, valu
     """Run `values` as a cell in the runner `trials` (a fresh process each, studies/isolation.py), or
     reuse the finished run of that cell; returns the cell, its metrics and its run id."""
     cell = Cell.build(values, label)
+    here = fingerprint()["fingerprint"]
     done = [r for r in store.runs(experiment_id, tags={STUDY: study_name, KIND: kind, CELL_ID: cell.cell_id})
-            if r.finished_ok]
+            if r.finished_ok and r.tags.get("fingerprint") == here]
     if done:
         log(f"  {label}: reused run {done[0].run_id}")
         return cell, done[0].metrics, done[0].run_id
