@@ -66,9 +66,10 @@ def test_a_sweep_measured_again_under_a_new_procedure_is_reported_from_the_new_c
                             sweep_runs=lambda e, name, parents=False: [parent] if parents else new + old + elsewhere)
     here, there = tables.build_all(store, spec, "cpu")
     assert sorted(here.table["seeds"]) == [3, 3] and list(here.table["repeats"]) == [3, 3]
-    assert "8 cells measured on this machine under an earlier measurement procedure are left out" \
-        in " ".join(here.problems)
-    assert list(there.table["repeats"]) == [3] and not any("earlier" in p for p in there.problems)
+    assert "8 cells measured on this machine under an earlier measurement procedure: this table is procedure" \
+        in " ".join(here.left_out)
+    assert "Left out of this table:" in here.markdown and not any("earlier" in p for p in here.problems)
+    assert list(there.table["repeats"]) == [3] and not any("earlier" in p for p in there.left_out)
 
 
 def test_an_accuracy_has_its_interval_over_seeds(spec):

@@ -247,6 +247,8 @@ def to_markdown(report, sample_run: RunRecord, conventions: bool = True) -> str:
     if report.verdicts:
         lines += ["", "| check | verdict | measured |", "|---|---|---|"]
         lines += [f"| {v.check} | **{v.label}** | {v.detail} |" for v in report.verdicts]
+    if report.left_out:   # finished cells that belong to another table, or to an earlier procedure
+        lines += ["", "Left out of this table:", *(f"- {note}" for note in report.left_out)]
     if report.problems:
         lines += ["", "Cells without a result:", *problems_markdown(report.problems)]
     return "\n".join(lines) + "\n"

@@ -36,6 +36,7 @@ class Report:
     problems: list[str]           # cells that failed or were skipped, with their reasons
     machine: str
     parent_run_id: str
+    left_out: list[str] = field(default_factory=list)   # finished cells kept out of this table, and why
     markdown: str = ""
     fingerprint: str = ""
     variant: str = ""             # the fixed settings that set this table apart ("": the only one)
@@ -82,12 +83,12 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
     reports = []
     for key, machine_runs in by_machine.items():
         variants = settings_groups(spec, machine_runs)
-        older = [f"{superseded[key]} cells measured on this machine under an earlier measurement procedure "
-                 f"are left out: this table is procedure {procedure_of(machine_runs[0])}'s alone "
+        older = [f"{superseded[key]} cells measured on this machine under an earlier measurement procedure: "
+                 f"this table is procedure {procedure_of(machine_runs[0])}'s alone "
                  f"(harness/training/config.py)."] if superseded.get(key) else []
         for variant, runs in variants.items():
-            reports.append(_report(spec, scale, key, variant, runs, by_machine, variants, cells, older + problems,
-                                   _holding_parent(runs, parents)))
+            reports.append(_report(spec, scale, key, variant, runs, by_machine, variants, cells, problems,
+                                   older, _holding_parent(runs, parents)))
     return reports
 
 
@@ -119,17 +120,17 @@ def current_procedure(cells: list[RunRecord]) -> tuple[list[RunRecord], dict[str
 
 def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunRecord],
             by_machine: dict[str, list], variants: dict[str, list], cells: list[RunRecord],
-            problems: list[str], parent_run_id: str) -> Report:
-    notes = list(problems)
+            problems: list[str], older: list[str], parent_run_id: str) -> Report:
+    left_out = []
+    if len(variants) > 1:
+        left_out.append("cells run with other fixed settings are reported as separate tables: "
+                        + "; ".join(f"{v or 'the sweep file as written'} ({len(r)} cells)"
+                                    for v, r in variants.items() if v != variant))
     others = [f"{k} ({_machine(r[0])}, {len(r)} cells)" for k, r in by_machine.items() if k != key]
     if others:
-        notes.insert(0, "cells measured on other machines or software are reported separately: "
-                     + "; ".join(others))
-    if len(variants) > 1:
-        notes.insert(0, "cells run with other fixed settings are reported as separate tables: "
-                     + "; ".join(f"{v or 'the sweep file as written'} ({len(r)} cells)"
-                                 for v, r in variants.items() if v != variant))
-    report = Report(spec, scale, build_table(spec, runs, scale=scale), notes, _machine(runs[0]), parent_run_id)
+        left_out.append("cells measured on other machines or software are reported separately: " + "; ".join(others))
+    report = Report(spec, scale, build_table(spec, runs, scale=scale), list(problems), _machine(runs[0]),
+                    parent_run_id, left_out + older)
     report.fingerprint, report.variant, report.runs = key, variant, runs
     report.drift = drift_note(runs)
     finished = report.table["repeats"].fillna(0) + report.table.get(contention.LEFT_OUT, 0)
