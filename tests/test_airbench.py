@@ -16,6 +16,7 @@ import experiments
 from experiments import airbench
 from experiments import make_config
 from harness.errors import UserError
+from harness.training import peak
 
 
 def _smoke(**changes):
@@ -30,7 +31,14 @@ def test_the_smoke_run_learns_digits_and_logs_time_accuracy_with_and_without_tta
     assert result["test_accuracy"] > 0.3 and result["test_accuracy_no_tta"] > 0.3   # chance is 0.1
     assert result["target_reached"] == 1 and 0 < result["time_to_accuracy_s"] <= result["train_time_s"]
     assert result["tta_level"] == 2 and result["train_flops"] == result["flops_per_sample"] * result["samples_trained"]
-    assert 0 < result["mfu"] < 1 and result["train_time_s"] == pytest.approx(sum(e["epoch_time_s"] for e in epochs))
+    assert result["train_time_s"] == pytest.approx(sum(e["epoch_time_s"] for e in epochs))
+    # the smoke run is bf16: a CPU without AVX512-BF16 or AMX-BF16 emulates it, so it has no peak and
+    # the run no MFU, with the reason in its place (harness/training/peak.py)
+    emulated = peak.unsupported("cpu", "bf16")
+    if emulated is None:
+        assert 0 < result["mfu"] < 1
+    else:
+        assert "mfu" not in result and emulated in result["mfu_na"]
     assert epochs[-1]["lr_factor"] == pytest.approx(0.07)   # the schedule's end at the last step
 
 
