@@ -23,6 +23,7 @@ from experiments import check_reads, make_config, metric_matches
 from experiments.descriptors.autoparallel import EXERCISE_METRICS
 from harness.training.config import RunConfig
 from harness.errors import CellSkipped, UserError
+from harness.training import peak
 
 NAMES = experiments.names()
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +39,9 @@ OTHER_BRANCH_METRICS = {
 }
 # What a training run logs only when its peak was wrong (an MFU above 1) or its dtype has no peak.
 MFU_EXCEPTIONS = {"mfu_invalid", "mfu_invalid_reason", "mfu_na"}
+# What a run whose dtype has no peak on this machine (bf16 on a CPU without AVX512-BF16 or AMX-BF16)
+# does not log: `mfu_na` says why instead (harness/training/peak.py).
+NO_PEAK = {"mfu", "peak_tflops", "peak_devices", "peak_key", "peak_measured"}
 # Fields the harness reads for every cell, whatever the experiment: the name chooses the class,
 # repeat tells identical cells apart (part of the cell id), malloc is applied by the cell runner
 # (harness/cells.py run_here) and by each rank (harness/distributed/worker.py) before the run.
@@ -68,8 +72,13 @@ def test_each_experiment_runs_its_smoke_config_returning_what_it_declares(name):
     assert texts <= set(experiment.notes)
     unreturned = {m for m in experiment.metrics if not any(metric_matches(m, k) for k in numbers)}
     unreturned -= MFU_EXCEPTIONS
+    dtype = getattr(cfg, "dtype", None)
+    if dtype and peak.unsupported(getattr(cfg, "device", "cpu"), dtype):
+        assert "mfu_na" in result, f"{name}: its {dtype} has no peak here, and no mfu_na says so"
+    no_peak = NO_PEAK if dtype and peak.unsupported(getattr(cfg, "device", "cpu"), dtype) else set()
+    unreturned -= no_peak
     assert unreturned == OTHER_BRANCH_METRICS.get(name, set()), f"{name} declares metrics it never returned"
-    assert set(experiment.notes) - MFU_EXCEPTIONS <= texts
+    assert set(experiment.notes) - MFU_EXCEPTIONS - no_peak <= texts
     if experiment.needs_dataset:  # the sweep shows an epoch bar for these: they report each epoch
         assert len(epochs) == cfg.epochs
 
