@@ -5,6 +5,7 @@ fine clock) of every trial; a calibrated scale without its file is refused befor
 from __future__ import annotations
 
 import json
+import math
 import textwrap
 
 import optuna
@@ -43,6 +44,7 @@ STUDY = """\
     margin = 0.02
     seeds = [0, 1]
     probe_size = 64
+    lr_doublings = 1    # x4 is tried only if x2, the grid's top, beats x1
 
     [sampler]
     name = "random"
@@ -103,8 +105,11 @@ def test_the_target_is_the_tuned_baselines_median_best_less_the_margin_and_every
     found = json.loads(calibrated_target.path(spec, "full").read_text())
     runs = found["runs"]
     lr = [r for r in runs if r["step"] == "lr"]
-    assert sorted(r["lr_factor"] for r in lr) == [1.0, 2.0] and all(r["seed"] == 0 for r in lr)
-    tuned = max(lr, key=lambda r: r["best_test_accuracy"])
+    by_factor = {r["lr_factor"]: r["best_test_accuracy"] for r in lr}
+    grew = by_factor[2.0] > by_factor[1.0]   # the top of the grid [1, 2] was the best: it doubled once
+    assert sorted(by_factor) == ([1.0, 2.0, 4.0] if grew else [1.0, 2.0]) and all(r["seed"] == 0 for r in lr)
+    tuned = max(lr, key=lambda r: (r["best_test_accuracy"], -r["lr_factor"]))
+    assert found["lr_at_grid_edge"] == (grew and tuned["lr_factor"] == 4.0)
     assert found["lr_factor"] == tuned["lr_factor"]
     bests = sorted([tuned["best_test_accuracy"], *(r["best_test_accuracy"] for r in runs if r["step"] == "seed")])
     assert found["target_accuracy"] == pytest.approx(sum(bests) / 2 - 0.02, abs=1e-4)   # the median of 2 seeds
@@ -119,12 +124,13 @@ def test_the_target_is_the_tuned_baselines_median_best_less_the_margin_and_every
     capsys.readouterr()
     assert main([*args, "--calibrate-target"]) == 0          # resumes: every run reused
     assert capsys.readouterr().out.count("reused run") == len(runs)
-    # a run another machine measured is never reused: it is measured again here
+    # a run another machine measured is never reused: it is measured again here (the last run, so that the
+    # first start, which the file's "measured" begins with, is one this rewrite keeps)
     client = mlflow_client(Store(uri))
-    client.set_tag(runs[0]["mlflow_run_id"], "fingerprint", "0ther0ther")
+    client.set_tag(runs[-1]["mlflow_run_id"], "fingerprint", "0ther0ther")
     assert main([*args, "--calibrate-target"]) == 0
     out = capsys.readouterr().out
-    assert out.count("reused run") == len(runs) - 1 and runs[0]["mlflow_run_id"] not in out
+    assert out.count("reused run") == len(runs) - 1 and runs[-1]["mlflow_run_id"] not in out
     again = json.loads(calibrated_target.path(spec, "full").read_text())
     assert again["measured"].split(" to ")[0] == found["measured"].split(" to ")[0]   # not the rewrite's time
 
@@ -155,3 +161,54 @@ def test_the_target_is_the_tuned_baselines_median_best_less_the_margin_and_every
     assert_one_sentence_exit_2(args, ["was timed to", "another --storage"], capsys)
     study = optuna.load_study(study_name="study_calibrated-full", storage=f"sqlite:///{path.parent / 'optuna.db'}")
     assert study.user_attrs[calibrated_target.ATTR]["target_accuracy"] == found["target_accuracy"]
+
+
+def test_a_best_lr_at_the_grids_top_grows_the_grid_until_it_is_inside_or_the_doublings_run_out():
+    def curve(peak: float):   # accuracy rises with the lr up to `peak`, then falls; records what it ran
+        ran: list[float] = []
+
+        def accuracy_at(factor: float) -> float:
+            ran.append(factor)
+            return 0.6 - 0.05 * abs(math.log2(factor / peak))
+        return accuracy_at, ran
+
+    inside, ran = curve(peak=4.0)
+    grid = calibrated_target.grown_grid(inside, [1.0, 2.0, 4.0, 8.0], doublings=3)
+    assert (grid.tuned, grid.doublings, grid.at_edge, ran) == (4.0, 0, False, [1.0, 2.0, 4.0, 8.0])
+
+    above, ran = curve(peak=32.0)     # the configured top (8) is short of the best: 16, 32, then 64 falls
+    grid = calibrated_target.grown_grid(above, [1.0, 2.0, 4.0, 8.0], doublings=3)
+    assert (grid.tuned, grid.doublings, grid.at_edge) == (32.0, 3, False) and ran[-3:] == [16.0, 32.0, 64.0]
+
+    far, _ = curve(peak=1024.0)       # still rising when the doublings run out: said, not hidden
+    grid = calibrated_target.grown_grid(far, [1.0, 2.0], doublings=2)
+    assert (grid.tuned, grid.doublings, grid.at_edge) == (8.0, 2, True)
+
+    diverged = calibrated_target.grown_grid(lambda f: float("nan") if f > 2 else 0.3 * f, [1.0, 2.0], doublings=3)
+    assert (diverged.tuned, diverged.doublings, diverged.at_edge) == (2.0, 1, False)
+
+    flat = calibrated_target.grown_grid(lambda f: 0.5, [1.0], doublings=3)   # a tie keeps the smaller lr and stops
+    assert (flat.tuned, flat.doublings, flat.at_edge) == (1.0, 1, False)
+    fixed = calibrated_target.grown_grid(lambda f: 0.5, [1.0], doublings=0)   # no lr of its own: x1 only
+    assert (fixed.tuned, fixed.doublings, fixed.at_edge) == (1.0, 0, False)
+
+
+def test_give_up_after_caps_every_timed_run_at_k_times_the_references_seconds(calibrated, tmp_path):
+    path, _, _ = calibrated
+    path.write_text(path.read_text().replace("probe_size = 64\n", "probe_size = 64\ngive_up_after = 3\n"))
+    spec = study_spec.load(str(path))
+    where = calibrated_target.path(spec, "full")
+    where.parent.mkdir(parents=True)
+    where.write_text(json.dumps({"target_accuracy": 0.8, "check_every_samples": 64, "probe_size": 64,
+                                 "lr_factor": 2.0, "reference_time_to_target_s": 12.5}))
+    fixed = calibrated_target.applied(spec, "full", {"epochs": 3})
+    assert fixed["give_up_after_s"] == 37.5 and fixed["target_accuracy"] == 0.8
+
+    # a study is timed under one cap: resuming it under another is refused like another target
+    study = optuna.create_study(directions=["minimize", "maximize"])
+    calibrated_target.check_study(study, fixed)
+    with pytest.raises(UserError, match="was timed to"):
+        calibrated_target.check_study(study, {**fixed, "give_up_after_s": 50.0})
+    # without the key (a study file that sets none) the fixed settings carry no cap at all
+    path.write_text(path.read_text().replace("give_up_after = 3\n", ""))
+    assert "give_up_after_s" not in calibrated_target.applied(study_spec.load(str(path)), "full", {"epochs": 3})

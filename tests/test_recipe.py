@@ -110,6 +110,20 @@ def test_ddp_layout_trains_on_two_ranks_to_the_target_and_stops_together(store):
     assert len(history) == len(mlflow_client(store).get_metric_history(result.run_id, "epoch_time_s")) >= 1
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_ddp_ranks_give_up_together_on_rank_0s_clock(store):
+    # each rank's clock crosses the give-up time at its own moment; had each decided alone, one rank
+    # would stop while the other waited for it in the next step's all-reduce
+    cfg = make_config({**TINY, "epochs": 4, "world_size": 2, "threads": 1, "target_accuracy": 0.999,
+                       "give_up_after_s": 0.05, "evals_per_epoch": 2})
+    result = run_single(cfg, store)
+    assert result.outcome == "ok", result.reason
+    m = result.metrics
+    assert m["gave_up"] == 1.0 and m["target_reached"] == 0.0 and m["epochs_trained"] < 4
+    assert "time_to_accuracy_s" not in m
+
+
 def test_a_rank_beats_at_every_step_so_its_launcher_never_takes_a_long_epoch_for_a_hang(tmp_path, monkeypatch):
     # A torchrun rank that touches no heartbeat for dist_timeout_s is killed as hung; the recipe's
     # epochs, with their checks on the test set, can outlast that while making progress.

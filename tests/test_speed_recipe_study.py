@@ -117,6 +117,31 @@ def test_a_target_not_reached_is_the_worst_value_not_a_failure():
     assert objective("time_to_accuracy_s", "minimize", {"test_accuracy": 0.2}) is None   # no target at all
 
 
+def test_a_baseline_that_never_reached_the_target_forms_no_speedup(tmp_path):
+    """A calibrated target the book's loop cannot reach in its budget: a trial that reached it is not
+    printed as "not reached" (infinity over its time) and the report says why there is no speed-up."""
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import create_trial
+
+    from harness.specs import study_spec
+    from harness.studies import study_report
+
+    spec = study_spec.load(str(_write(tmp_path)))
+    space = {"channels_last": CategoricalDistribution([False, True]),
+             "execution": CategoricalDistribution(["execution=eager", "execution=compile compile_backend=eager"]),
+             "batch_size": CategoricalDistribution([32, 64])}
+    params = {"channels_last": False, "execution": "execution=eager", "batch_size": 32}
+    study = optuna.create_study(directions=["minimize", "maximize"])
+    for seconds, accuracy, attrs in [(math.inf, 0.44, {baseline.BASELINE_ATTR: True}), (212.0, 0.59, {}),
+                                     (90.0, 0.58, {})]:
+        study.add_trial(create_trial(params=params, distributions=space, values=[seconds, accuracy], user_attrs=attrs))
+    report = study_report.build(spec, study)
+    assert report.front["speedup"].isna().all()
+    assert "not reached" not in report.text.split("\n| 0 |")[1].split("\n")[1]   # trial 2's row: 90 s, no speed-up
+    assert "fastest on the front: trial 2, 90 s to the target, which the baseline did not reach" in report.text
+    assert "infx" not in report.text
+
+
 @pytest.mark.parametrize("replace, words", [
     ((("batch_size = 32\n\n[sampler]", "\n[sampler]"),), ["[baseline] params", "'batch_size' is missing"]),
     ((("channels_last = false\nexecution = { execution", "channels_last = 3\nexecution = { execution"),),

@@ -58,6 +58,36 @@ def test_a_baselines_target_is_its_own_accuracy_after_epoch_n():
     assert watch.metrics()["time_to_accuracy_s"] == 2.0 and watch.metrics()["epochs_to_accuracy"] == 1.0
 
 
+def test_a_run_past_its_give_up_time_without_the_target_stops_and_says_so_and_one_that_meets_it_then_does_not():
+    late = AccuracyWatch(_scripted([0.3, 0.4, 0.5]), target=0.9, give_up_s=3.0)   # stop not needed to give up
+    late.check(epochs=1, seconds=1.5, samples=10)
+    assert not late.should_stop
+    late.check(epochs=2, seconds=1.5, samples=10)                  # 3.0 s trained, still short of 0.9
+    assert late.should_stop and late.gave_up
+    assert late.metrics() == {"target_reached": 0.0, "epochs_trained": 2.0, "target_accuracy": 0.9,
+                              "accuracy_checks": 2.0, "best_test_accuracy": 0.4, "gave_up": 1.0}
+
+    met = AccuracyWatch(_scripted([0.3, 0.95]), target=0.9, give_up_s=3.0)
+    met.check(epochs=1, seconds=1.5, samples=10)
+    met.check(epochs=2, seconds=1.5, samples=10)                   # past the time, but at the target: reached
+    assert not met.gave_up and met.metrics()["time_to_accuracy_s"] == 3.0 and "gave_up" not in met.metrics()
+
+    # data-parallel: rank 0's decision, broadcast, is every rank's (here rank 0 is not late yet)
+    follower = AccuracyWatch(_scripted([0.3]), target=0.9, give_up_s=1.0, agree=lambda late: False)
+    follower.check(epochs=1, seconds=5.0, samples=10)
+    assert not follower.should_stop
+    # a baseline's own target (its epoch-N accuracy) is never given up on
+    own = AccuracyWatch(_scripted([0.3, 0.4]), from_epoch=2, give_up_s=1.0)
+    own.check(epochs=1, seconds=5.0, samples=10)
+    assert not own.should_stop
+
+
+def test_giving_up_ends_training_at_that_check():
+    watch = AccuracyWatch(_scripted([0.1, 0.1, 0.1]), target=0.99, per_epoch=2, give_up_s=1e-9)
+    times, seen, _ = _tiny_training(watch, epochs=3)
+    assert len(watch.checkpoints) == 1 and len(times) == 1 and watch.metrics()["epochs_trained"] == 0.5
+
+
 def _tiny_training(watch, epochs=2):
     data = load_splits("synthetic", "", (1, 16, 16), train_limit=256, test_limit=64)
     torch.manual_seed(0)
@@ -123,6 +153,7 @@ def test_a_run_that_meets_its_target_logs_when_and_stops_there(store):
     ({"target_from_epoch": 3, "epochs": 2}, ["target_from_epoch 3 is past the last of 2 epochs"]),
     ({"target_accuracy": 1.5}, ["target_accuracy", "1"]),
     ({"evals_per_epoch": 0}, ["evals_per_epoch"]),
+    ({"give_up_after_s": 10.0, "target_from_epoch": 1}, ["give_up_after_s needs target_accuracy"]),
 ])
 def test_target_settings_that_cannot_work_are_one_sentence(values, words):
     with pytest.raises(UserError) as err:

@@ -16,6 +16,8 @@ import torch
 from harness.folders import REPO_ROOT
 from harness.machine.hardware import gpu_count
 
+FINGERPRINT = "fingerprint"   # the tag (and key) naming one machine: ratios are formed only within one
+
 
 def _git(*args: str) -> str | None:
     try:
@@ -116,7 +118,7 @@ def fingerprint() -> dict[str, str]:
         **gpu_identity(),
         "host": socket.gethostname(),
     }
-    tags["fingerprint"] = fingerprint_of(tags)
+    tags[FINGERPRINT] = fingerprint_of(tags)
     return tags
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import UserError
-from harness.machine.fingerprint import machine_text
+from harness.machine.fingerprint import FINGERPRINT, machine_text
 from harness.report import checks, contention, intervals, measured_on, render
 from harness.report.intervals import iqr
 from harness.report.render import MFU
@@ -20,7 +20,6 @@ from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, PROCEDURE, SCALE
 from harness.specs.sweep_spec import SweepSpec
 
-FINGERPRINT = "fingerprint"
 SEEDED_ROUNDS_FROM = 4   # the MEASUREMENT_PROCEDURE from which a sweep's round r trains seed base + r
 # What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).

@@ -174,6 +174,8 @@ class TargetSpec(BaseModel):
     seeds: list[int] = Field([0], min_length=1)           # the reference's seeds; the median best accuracy counts
     resolution: float = Field(0.02, gt=0, le=1)           # a check every this share of the reference's steps to it
     probe_size: int = Field(0, ge=0)                      # test images each fine check reads (0: the whole set)
+    lr_doublings: int = Field(3, ge=0)                    # a best lr at the grid's top: doubled at most this often
+    give_up_after: float = Field(0, ge=0)                 # runs stop at k times the reference's seconds (0: never)
 
 
 class StudySpec(SpecFile):

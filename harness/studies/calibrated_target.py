@@ -10,7 +10,9 @@ which runs, each in a fresh process and resumably (studies/remeasure.py):
 
 1. the [baseline]'s params at the study's lr times each of `[verify] lr_factors` (and x1), `epochs`
    epochs on the first seed, every check on the whole test set; the factor with the best accuracy is
-   the tuned baseline (an experiment without an lr of its own, airbench, has x1 only);
+   the tuned baseline (an experiment without an lr of its own, airbench, has x1 only). While the best
+   is the grid's top factor, the grid doubles past it (at most `lr_doublings` times): a best at the
+   edge is only a lower bound on the tuned lr, and a baseline short of tuned flatters every recipe;
 2. the tuned baseline on the other `seeds`: the target is the median of their best accuracies less
    `margin`;
 3. the tuned baseline once more, timed to that target with a check every few steps: its training
@@ -20,7 +22,9 @@ which runs, each in a fresh process and resumably (studies/remeasure.py):
 
 The result is `results/targets/<study>-<scale>.json`, committed beside the study's results: the
 target, the tuned lr factor, the fine clock's settings and every run behind them. Every trial, the
-baseline trial included, and every run of the race is timed to it. A scale the section does not list
+baseline trial included, and every run of the race is timed to it; with `give_up_after = k` each
+stops short once it has trained k times the reference's seconds without reaching it (a trial that
+slow cannot win; its remaining epochs would only say by how much). A scale the section does not list
 keeps the [baseline]'s own target (target_from_epoch); a listed scale without its file is refused,
 in one sentence, before anything runs.
 """
@@ -28,11 +32,13 @@ in one sentence, before anything runs.
 from __future__ import annotations
 
 import json
+import math
 import socket
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from harness import folders
 from harness.errors import UserError
@@ -73,8 +79,13 @@ def applied(spec: StudySpec, scale: str, fixed: dict[str, Any]) -> dict[str, Any
     found = read(spec, scale)
     if found is None:
         return fixed
-    return {**fixed, "target_from_epoch": 0, "target_accuracy": found["target_accuracy"],
-            "check_every_samples": found["check_every_samples"], "probe_size": found["probe_size"]}
+    applied = {**fixed, "target_from_epoch": 0, "target_accuracy": found["target_accuracy"],
+               "check_every_samples": found["check_every_samples"], "probe_size": found["probe_size"]}
+    if spec.target.give_up_after and found.get("reference_time_to_target_s"):
+        # seconds of the calibration's machine: on one up to `give_up_after` times slower, a trial is
+        # still cut only once it is slower than the tuned baseline there, which no winner is
+        applied["give_up_after_s"] = round(spec.target.give_up_after * found["reference_time_to_target_s"], 1)
+    return applied
 
 
 def tuned_factor(spec: StudySpec, scale: str) -> float | None:
@@ -88,6 +99,8 @@ def check_study(study, fixed: dict[str, Any]) -> None:
     if not fixed.get("target_accuracy") or not fixed.get("check_every_samples"):
         return
     now = {k: fixed[k] for k in ("target_accuracy", "check_every_samples", "probe_size")}
+    if fixed.get("give_up_after_s"):   # a study from before the cap existed compares without it
+        now["give_up_after_s"] = fixed["give_up_after_s"]
     had = study.user_attrs.get(ATTR)
     if had is None:
         study.set_user_attr(ATTR, now)
@@ -101,7 +114,7 @@ def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[st
     """Run the reference (the module's steps 1-3) and write the target file; returns its path."""
     from experiments import make_config
     from harness.cells import preflight
-    from harness.machine.fingerprint import fingerprint, machine_text
+    from harness.machine.fingerprint import FINGERPRINT, fingerprint, machine_text
     from harness.studies import isolation
 
     if spec.baseline is None or not calibrated_at(spec, scale):
@@ -125,12 +138,47 @@ def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[st
     here = fingerprint()
     found = {"study": spec.name, "scale": scale, "target_accuracy": goal,
              "best_accuracy_median": statistics.median(accuracies), "margin": spec.target.margin,
-             "within_epochs": spec.target.epochs[scale], "lr_factor": tuned * reference.own, **clock,
+             "within_epochs": spec.target.epochs[scale], "lr_factor": tuned * reference.own,
+             "lr_at_grid_edge": reference.lr_grid.at_edge, **clock,
              "probe_size": spec.target.probe_size, "overrides": overrides, "host": socket.gethostname(),
              # every run above is this machine's (remeasure reuses no other machine's runs)
-             "fingerprint": here["fingerprint"], "machine": machine_text(here),
+             "fingerprint": here[FINGERPRINT], "machine": machine_text(here),
              "measured": reference.measured(), "runs": reference.runs}
     return _write(spec, scale, found, log)
+
+
+@dataclass
+class LrGrid:
+    best: dict[float, float]    # lr factor -> the best test accuracy on the first seed
+    doublings: int              # factors tried past the configured grid's top
+    tuned: float                # the factor with the best accuracy (the smaller on a tie)
+    at_edge: bool               # the tuned factor is still the top one tried: the best lr may lie above it
+
+
+def grown_grid(accuracy_at: Callable[[float], float], factors: list[float], doublings: int) -> LrGrid:
+    """The lr factors' best accuracies, the grid doubled past its top while the top is the best.
+
+    A best at the grid's top edge says only that the best lr is at least that large: a tuned baseline
+    chosen there can be short of tuned, and every recipe then looks faster against it than it is. So
+    while the top factor is the best, the next doubling is run too, at most `doublings` times; a factor
+    that diverges (chance accuracy, or none) ends the growth as any lower accuracy does."""
+    best = {f: _accuracy_or_none(accuracy_at(f)) for f in sorted(factors)}
+
+    def tuned_now() -> float:
+        return max(best, key=lambda f: (best[f], -f))
+
+    grown = 0
+    while tuned_now() == max(best) and grown < doublings:
+        top = max(best) * 2
+        best[top] = _accuracy_or_none(accuracy_at(top))
+        grown += 1
+    tuned = tuned_now()
+    return LrGrid(best, grown, tuned, at_edge=len(best) > 1 and tuned == max(best))
+
+
+def _accuracy_or_none(accuracy: float | None) -> float:
+    """A diverged run's accuracy (NaN, or none logged) ranks below every real one."""
+    return -1.0 if accuracy is None or math.isnan(accuracy) else float(accuracy)
 
 
 class _Reference:
@@ -148,6 +196,7 @@ class _Reference:
         self.book = dict(spec.baseline.params)
         self.own = own_factor(spec, self.book)     # the lr factor the baseline's params set themselves
         self.runs: list[dict[str, Any]] = []
+        self.lr_grid: LrGrid | None = None
 
     def run(self, factor: float, seed: int, values: dict[str, Any], step: str) -> dict[str, float]:
         from harness.studies import remeasure
@@ -185,9 +234,14 @@ class _Reference:
         seeds = self.spec.target.seeds
         has_lr = "lr" in experiments.get(self.spec.experiment).reads
         factors = sorted({1.0, *map(float, self.spec.verify.lr_factors)}) if has_lr else [1.0]
-        best = {f: self.run(f, seeds[0], fixed, "lr")["best_test_accuracy"] for f in factors}
-        tuned = max(factors, key=lambda f: (best[f], -f))
-        return tuned, [best[tuned]] + [self.run(tuned, s, fixed, "seed")["best_test_accuracy"] for s in seeds[1:]]
+        grid = grown_grid(lambda f: self.run(f, seeds[0], fixed, "lr")["best_test_accuracy"], factors,
+                          self.spec.target.lr_doublings if has_lr else 0)
+        if grid.at_edge:
+            self.log(f"  the best lr factor, x{grid.tuned:g}, is still the grid's top after {grid.doublings} "
+                     "doubling(s): the tuned baseline may be short of the best lr (raise [target] lr_doublings)")
+        self.lr_grid = grid
+        tuned = grid.tuned
+        return tuned, [grid.best[tuned]] + [self.run(tuned, s, fixed, "seed")["best_test_accuracy"] for s in seeds[1:]]
 
     def fine_clock(self, fixed: dict[str, Any], tuned: float, goal: float) -> dict[str, Any]:
         """Step 3: the tuned baseline timed to the goal with a check every 1/FIRST_CHECKS of its budget,

@@ -15,6 +15,7 @@ import pandas as pd
 from experiments import make_config
 from harness.studies import calibrated_target
 from harness.studies.race import RaceResult
+from harness.studies.variants import searches_lr
 from harness.studies.study_report import markdown
 from harness.specs.study_spec import StudySpec
 
@@ -83,7 +84,7 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
     lines += _winner_section(spec, candidates, result)
     # the ablation's reference (verify._ablation_reference): the tuned baseline where the study searches
     # lr_factor, else the baseline's own params
-    against = result.reference.name if "lr_factor" in spec.space else spec.baseline.name
+    against = result.reference.name if searches_lr(spec) else spec.baseline.name
     lines += _ablation_section(by_role, result, methods, against)
     lines.append(f"*Written by `harness study {spec.name.removeprefix('study_')} --verify --scale {scale}`; "
                  "every run is in the CSV beside this file (its role, seed, time_to_accuracy_s and reached) and in "

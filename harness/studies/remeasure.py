@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from harness.cells import run_cell
-from harness.machine.fingerprint import fingerprint
+from harness.machine.fingerprint import FINGERPRINT, fingerprint
 from harness.specs.cell_spec import Cell
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, KIND, SCALE
@@ -29,9 +29,9 @@ def measured(store: Store, experiment_id: str, study_name: str, scale: str, valu
     """Run `values` as a cell in the runner `trials` (a fresh process each, studies/isolation.py), or
     reuse the finished run of that cell; returns the cell, its metrics and its run id."""
     cell = Cell.build(values, label)
-    here = fingerprint()["fingerprint"]
+    here = fingerprint()[FINGERPRINT]
     done = [r for r in store.runs(experiment_id, tags={STUDY: study_name, KIND: kind, CELL_ID: cell.cell_id})
-            if r.finished_ok and r.tags.get("fingerprint") == here]
+            if r.finished_ok and r.tags.get(FINGERPRINT) == here]
     if done:
         log(f"  {label}: reused run {done[0].run_id}")
         return cell, done[0].metrics, done[0].run_id

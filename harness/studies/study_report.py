@@ -58,8 +58,11 @@ def build(spec: StudySpec, study) -> StudyReport:
         report.front = pd.concat([report.baseline, others], ignore_index=True)
         if _speeds_up(spec):
             first = spec.metrics[0]
-            report.front.insert(report.front.columns.get_loc(first) + 1, "speedup",
-                                report.baseline[first].iloc[0] / report.front[first])
+            reference = report.baseline[first].iloc[0]
+            # a baseline that never reached the target has no time to divide: no speed-up is formed
+            # (not "not reached" for a trial that did reach it, as infinity over its time would print)
+            speedup = reference / report.front[first] if math.isfinite(reference) else math.nan
+            report.front.insert(report.front.columns.get_loc(first) + 1, "speedup", speedup)
         report.target = study.user_attrs.get(study_baseline.TARGET_ATTR)
     report.requeues = trial_status.requeues(trials)
     report.all_trials = _all_trials(spec, trials, {int(t) for t in report.front["trial"]} if len(report.front) else set())
@@ -132,9 +135,15 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
         lines.append("mfu: training FLOP/s (counted per step) over this machine's measured peak of the cores the "
                      "trial used, in its dtype (`harness peak` names the kernel behind it)")
     if report.baseline is not None and "speedup" in report.front and len(report.front) > 1:
-        best = report.front.iloc[1:].sort_values("speedup", ascending=False).iloc[0]
-        lines.append(f"fastest on the front: trial {best['trial']}, {best['speedup']:.3g}x the baseline's speed "
-                     f"to the target ({_fmt(best[spec.metrics[0]])} vs {_fmt(report.baseline[spec.metrics[0]].iloc[0])} s)"
+        first = spec.metrics[0]
+        best = report.front.iloc[1:].sort_values(first, ascending=True).iloc[0]
+        reference = report.baseline[first].iloc[0]
+        if math.isfinite(reference):
+            speed = f"{best['speedup']:.3g}x the baseline's speed to the target ({_fmt(best[first])} vs {_fmt(reference)} s)"
+        else:
+            speed = (f"{_fmt(best[first])} s to the target, which the baseline did not reach within its budget, "
+                     "so no speed-up over it is formed")
+        lines.append(f"fastest on the front: trial {best['trial']}, {speed}"
                      + "".join(f"; {m} {_fmt(best[m])} vs {_fmt(report.baseline[m].iloc[0])}"
                                for m in spec.report_metrics if m in best))
     return "\n".join(lines)

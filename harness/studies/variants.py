@@ -20,9 +20,15 @@ class Variant:
     note: str = ""                # what it changes beyond speed
 
 
+def searches_lr(spec: StudySpec) -> bool:
+    """Whether the study's space holds the lr factor: then its tuned baseline is the book's params at
+    the tuned factor, and the winner is ablated against that."""
+    return "lr_factor" in spec.space
+
+
 def own_factor(spec: StudySpec, params: dict[str, Any]) -> float:
     """The lr factor a variant's params set themselves (a study that searches `lr_factor`), else 1."""
-    return float(params.get("lr_factor", 1.0)) if "lr_factor" in spec.space else 1.0
+    return float(params.get("lr_factor", 1.0)) if searches_lr(spec) else 1.0
 
 
 def params_of(spec: StudySpec, stored: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,8 @@ from harness.studies import baseline as study_baseline, calibrated_target, isola
 from harness.studies.study_storage import open_study
 from harness.studies.race_report import (bootstrap_median, bootstrap_ratio, fmt_speedup as _fmt_speedup,  # noqa: F401
                                          methods_text as _methods)
-from harness.studies.variants import Variant, own_factor as _own_factor, params_of as _params, values_of as _values
+from harness.studies.variants import (Variant, own_factor as _own_factor, params_of as _params, searches_lr,
+                                      values_of as _values)
 from harness.specs.study_spec import StudySpec
 
 VERIFY = "verify"
@@ -144,7 +145,7 @@ def _ablation_reference(spec: StudySpec, book: dict[str, Any], tuned: Variant) -
     where the race measured the reference, and a method alone at the book's untuned lr, which never
     reaches a target the tuned loop sets, does not spend the whole budget to say so; else the
     book's params."""
-    if "lr_factor" not in spec.space:
+    if not searches_lr(spec):
         return book
     return {**book, "lr_factor": _own_factor(spec, book) * tuned.lr_factor}
 

@@ -120,6 +120,10 @@ class TargetFields(EpochsFields):
         0, ge=0, description="A baseline's target: this run's own test accuracy after epoch N (0 = use "
         "target_accuracy). The study runs its baseline trial with it and hands the result on.")
     stop_at_target: bool = Field(False, description="Stop training once the target accuracy is met.")
+    give_up_after_s: float = Field(
+        0.0, ge=0, description="With target_accuracy: stop training at the first check past this many training "
+        "seconds without meeting it (metric gave_up = 1; 0 = train every epoch). A study sets it from its "
+        "calibrated reference ([target] give_up_after), so a trial that cannot win does not spend its whole budget.")
     evals_per_epoch: int = Field(
         1, ge=1, description="Test-set evaluations per epoch while a target is set (off the clock): "
         "the resolution of time_to_accuracy_s.")
@@ -140,6 +144,8 @@ class TargetFields(EpochsFields):
             raise ValueError(f"target_from_epoch {self.target_from_epoch} is past the last of {self.epochs} epochs")
         if self.stop_at_target and not (self.target_accuracy or self.target_from_epoch):
             raise ValueError("stop_at_target needs a target: set target_accuracy (or target_from_epoch)")
+        if self.give_up_after_s and not self.target_accuracy:
+            raise ValueError("give_up_after_s needs target_accuracy: it gives up on reaching that accuracy")
         return self
 
 

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from harness import folders
 from harness.machine import hardware
-from harness.machine.fingerprint import fingerprint
+from harness.machine.fingerprint import FINGERPRINT, fingerprint
 from harness.machine.machine_load import CONTENDED_CORES, OTHER_CORES, LoadWatch
 from harness.training.precision import DTYPES, native_support
 from harness.training.timing import timed
@@ -257,7 +257,7 @@ def _steady_rate(device: torch.device, call, flop: float) -> tuple[float, bool]:
 
 
 def cache_path() -> Path:
-    return folders.CACHE_DIR / f"peak-{fingerprint()['fingerprint']}.json"
+    return folders.CACHE_DIR / f"peak-{fingerprint()[FINGERPRINT]}.json"
 
 
 def _read(path: Path) -> dict:

@@ -16,6 +16,11 @@ The target is `target_accuracy`, or, for a baseline, `target_from_epoch = N`: th
 accuracy at the end of epoch N, so that other runs can be asked to reach what the baseline had
 after N epochs. A target never met is recorded as not reached: `target_reached = 0` and no
 `time_to_accuracy_s` at all (neither 0 nor the total time).
+
+`give_up_after_s` ends training at the first check past that many training seconds without the
+target (`gave_up = 1`): a study's trial already several times slower than its reference cannot win,
+and the epochs it has left would only say by how much. In a data-parallel run rank 0's clock
+decides for every rank (`agree`), so that no rank stops while another waits in a collective.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from harness.training.config import RunConfig
 from harness.errors import UserError
 
 METRICS = ("target_accuracy", "target_reached", "time_to_accuracy_s", "time_to_accuracy_resolution_s",
-           "epochs_to_accuracy", "epochs_trained", "accuracy_checks", "best_test_accuracy")
+           "epochs_to_accuracy", "epochs_trained", "accuracy_checks", "best_test_accuracy", "gave_up")
 
 
 @dataclass
@@ -50,14 +55,18 @@ class AccuracyWatch:
     every: int = 0                         # > 0: a checkpoint every this many steps instead
     confirm: Callable[[], float] | None = None   # with a probe: the whole test set's accuracy (evaluate: the probe's)
     probe_n: int = 0                       # the probe's images: how far its reading may fall short of the whole set's
+    give_up_s: float = 0.0                 # > 0: stop at the first check past these training seconds, short of it
+    agree: Callable[[bool], bool] | None = None   # data-parallel: every rank gets rank 0's decision to give up
+    gave_up: bool = False
     checkpoints: list[Checkpoint] = field(default_factory=list)
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, evaluate: Callable[[], float],
-                    probe: Callable[[], float] | None = None) -> "AccuracyWatch | None":
+    def from_config(cls, cfg: RunConfig, evaluate: Callable[[], float], probe: Callable[[], float] | None = None,
+                    agree: Callable[[bool], bool] | None = None) -> "AccuracyWatch | None":
         """The watch a config asks for: with a target, or with eval_every_epoch (a study's pruner
         reads the per-epoch accuracy); None when it asks for neither. `probe`: the accuracy on the
-        probe (an experiment that has none cannot take probe_size)."""
+        probe (an experiment that has none cannot take probe_size); `agree`: in a data-parallel run,
+        rank 0's decision to give up, broadcast (collective: every rank calls it at every check)."""
         target, from_epoch, every_epoch = cfg.target_accuracy, cfg.target_from_epoch, cfg.eval_every_epoch
         stop, per_epoch = cfg.stop_at_target, cfg.evals_per_epoch
         targeted = bool(target or from_epoch)
@@ -66,13 +75,14 @@ class AccuracyWatch:
         if not targeted:
             return cls(evaluate)
         every, size = check_every_steps(cfg), getattr(cfg, "probe_size", 0)
+        late = {"give_up_s": getattr(cfg, "give_up_after_s", 0.0), "agree": agree}
         if size and probe is None:
             raise UserError(f"experiment {cfg.experiment} checks the whole test set only; probe_size needs "
                             "one whose checks can read a probe (recipe, airbench).")
         if size:
             return cls(probe, target=target, from_epoch=from_epoch, stop=stop, per_epoch=per_epoch, every=every,
-                       confirm=evaluate, probe_n=size)
-        return cls(evaluate, target=target, from_epoch=from_epoch, stop=stop, per_epoch=per_epoch, every=every)
+                       confirm=evaluate, probe_n=size, **late)
+        return cls(evaluate, target=target, from_epoch=from_epoch, stop=stop, per_epoch=per_epoch, every=every, **late)
 
     @property
     def targeted(self) -> bool:
@@ -96,6 +106,9 @@ class AccuracyWatch:
             if (goal is not None and accuracy >= goal - self.slack(goal)) or (self.from_epoch and epochs == self.from_epoch):
                 accuracy, whole = self.confirm(), True
         self.checkpoints.append(Checkpoint(epochs, last.seconds + seconds, last.samples + samples, accuracy, whole))
+        if self.give_up_s and self.target:   # a baseline's own target (from_epoch) is never given up on
+            late = self.reached(self.checkpoints) is None and self.checkpoints[-1].seconds >= self.give_up_s
+            self.gave_up = self.agree(late) if self.agree is not None else late
         return accuracy
 
     def slack(self, goal: float) -> float:
@@ -113,7 +126,7 @@ class AccuracyWatch:
 
     @property
     def should_stop(self) -> bool:
-        return self.stop and self.reached(self.checkpoints) is not None
+        return self.gave_up or (self.stop and self.reached(self.checkpoints) is not None)
 
     def reached(self, checkpoints: list[Checkpoint]) -> Checkpoint | None:
         """The first checkpoint whose accuracy met the goal, or None."""
@@ -133,6 +146,8 @@ class AccuracyWatch:
                            for c, s in zip(checkpoints, slowest_seconds)]
         metrics = {"target_reached": 0.0, "epochs_trained": checkpoints[-1].epochs,
                    "accuracy_checks": float(len(checkpoints))}
+        if self.gave_up:
+            metrics["gave_up"] = 1.0
         whole = [c.accuracy for c in checkpoints if c.whole]
         if whole:   # the best the run had at any whole-set check (a calibration's reference reads it)
             metrics["best_test_accuracy"] = max(whole)
