@@ -39,6 +39,8 @@ OTHER_BRANCH_METRICS = {
 }
 # What a training run logs only when its peak was wrong (an MFU above 1) or its dtype has no peak.
 MFU_EXCEPTIONS = {"mfu_invalid", "mfu_invalid_reason", "mfu_na"}
+# What a timed run logs only when it gave up short of its target (give_up_after_s; a smoke config sets none).
+ONLY_WHEN_GIVEN_UP = {"gave_up"}
 # What a run whose dtype has no peak on this machine (bf16 on a CPU without AVX512-BF16 or AMX-BF16)
 # does not log: `mfu_na` says why instead (harness/training/peak.py).
 NO_PEAK = {"mfu", "peak_tflops", "peak_devices", "peak_key", "peak_measured"}
@@ -71,7 +73,7 @@ def test_each_experiment_runs_its_smoke_config_returning_what_it_declares(name):
     assert [k for k in numbers if not experiment.has_metric(k)] == []
     assert texts <= set(experiment.notes)
     unreturned = {m for m in experiment.metrics if not any(metric_matches(m, k) for k in numbers)}
-    unreturned -= MFU_EXCEPTIONS
+    unreturned -= MFU_EXCEPTIONS | ONLY_WHEN_GIVEN_UP
     dtype = getattr(cfg, "dtype", None)
     no_peak = NO_PEAK if dtype and peak.unsupported(getattr(cfg, "device", "cpu"), dtype) else set()
     if no_peak:
