@@ -102,7 +102,7 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
     probe = accuracy_probe.stratified_indices(data.test.y, cfg.probe_size)
     test_accuracy = accuracy_on(data.test)
     watch = AccuracyWatch.from_config(cfg, test_accuracy, accuracy_on(Split(data.test.x[probe], data.test.y[probe])),
-                                      agree=lambda late: ctx.broadcast(late if ctx.rank == 0 else None))
+                                      agree=ctx.broadcast)
     records: list[dict] = []
 
     def record(epoch: int, metrics: dict) -> None:

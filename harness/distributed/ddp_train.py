@@ -102,8 +102,7 @@ def train(cfg: RunConfig, ctx: RankContext) -> dict:
                              if ctx.rank == 0 else None)
 
     per_sample = flops_per_sample(model, data.train.x[:2].to(ctx.device))
-    watch = AccuracyWatch.from_config(cfg, test_accuracy,
-                                      agree=lambda late: ctx.broadcast(late if ctx.rank == 0 else None))
+    watch = AccuracyWatch.from_config(cfg, test_accuracy, agree=ctx.broadcast)
     if watch is not None and watch.per_epoch > 1:
         raise UserError("data_parallel checks the test accuracy once per epoch; set evals_per_epoch=1 "
                         "(the recipe experiment checks more often)")
