@@ -52,8 +52,11 @@ STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIM
 # as JPEG class folders, then REPRODUCTION.md with its PNGs and CSVs in results/$(MACHINE)/ (committed).
 # The cells go to a store of their own, results/$(MACHINE)/store/ (committed with the report), unless TRACKING_URI is
 # given: the committed report then holds cpu-scale cells only, never smoke runs from mlruns/.
+# TABLES=resnet,resnet-lr: those sweeps alone, for a results folder that holds some of the tables (its own host).
 MACHINE ?= cpu-2core
+TABLES ?=
 CPU_STORE = --tracking-uri $(or $(TRACKING_URI),sqlite:///results/$(MACHINE)/store/mlflow.db)
+CPU_TABLES = $(if $(TABLES),--sweeps $(TABLES))
 
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
@@ -109,10 +112,10 @@ report: ## reports/REPRODUCTION.md: every sweep beside the published tables, wit
 # them all. Run it again to resume: every finished cell is reused, the one cut off runs again.
 reproduce-cpu: ## every CPU table at scale cpu on the CIFAR-10 JPEGs in DATA_DIR, then results/cpu-2core/ (MACHINE=); resumable
 	@if [ -z "$(DATA_DIR)" ]; then echo "make reproduce-cpu needs DATA_DIR=, the folder holding CIFAR-10 as train/ and test/ class folders of images (for example DATA_DIR=../shared/data/cifar10-jpeg)." >&2; exit 2; fi
-	$(HARNESS) reproduce --scale cpu --data-dir $(DATA_DIR) --out results/$(MACHINE) $(CPU_STORE)
+	$(HARNESS) reproduce --scale cpu --data-dir $(DATA_DIR) --out results/$(MACHINE) $(CPU_STORE) $(CPU_TABLES)
 
 reproduce-cpu-report: ## results/cpu-2core/ (MACHINE=) written again from its committed store, measuring nothing (after a change to the report)
-	$(HARNESS) report --out results/$(MACHINE) $(CPU_STORE)
+	$(HARNESS) report --out results/$(MACHINE) $(CPU_STORE) $(CPU_TABLES)
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
 	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(call overrides,sweeps/resnet.toml) $(STORE); done

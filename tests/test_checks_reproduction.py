@@ -77,6 +77,10 @@ text = "tiny CNN has 9,802 parameters"
     glance = next(line for line in text.splitlines() if line.startswith("| repro_ran") or "`repro_ran`" in line)
     assert "| tiny CNN has 9,802 parameters | measured 9,802 | **PASS** | exact facts 1 PASS |" in glance
     assert "…" not in text and "Written on" not in text
+    # a results folder holding some of the tables: its page names those alone, never the others as not run
+    path, summary = write_reproduction(store, tmp_path / "some", ["repro_ran"])
+    assert summary == "1 of 1 tables run; checks: exact facts 1 PASS"
+    assert "repro_unrun" not in path.read_text()
 
 
 def test_cells_from_another_machine_are_reported_separately(store, sweep_file, monkeypatch):

@@ -1,13 +1,15 @@
-"""The committed results/cpu-2core: its pages are exactly what `harness report` writes from the store
-committed beside them (byte for byte, the Markdown and CSV files; so no figure on the page is edited
-by hand or left behind by a change of the report's code), and a store the harness commits is left
-in rollback-journal mode, so reading it writes nothing beside it."""
+"""Each committed results folder (results/cpu-2core and its sub-folders): its pages are exactly what
+`harness report` writes from the store committed beside them (byte for byte, the Markdown and CSV
+files; so no figure on the page is edited by hand or left behind by a change of the report's code),
+every recompute.py there (which reads the store without the harness) agrees with its folder, and a
+store the harness commits is left in rollback-journal mode, so reading it writes nothing beside it."""
 
 from __future__ import annotations
 
 import shutil
 import sqlite3
 import subprocess
+import sys
 
 import pytest
 
@@ -15,7 +17,12 @@ from harness.folders import REPO_ROOT
 from harness.store.tracking import Store
 
 RESULTS = REPO_ROOT / "results" / "cpu-2core"
-STORE_URI = "sqlite:///results/cpu-2core/store/mlflow.db"   # relative, as the committed page names it
+# Each committed results folder with its page and store, and the tables its page holds (None: every
+# sweep; a sub-folder measured on a host of its own holds some of them).
+FOLDERS = {
+    "cpu-2core": None,
+    "cpu-2core/data-parallel": ["dp-scratch", "resnet", "resnet-batch", "resnet-lr", "resnet-epochs"],
+}
 
 
 def _mode(path) -> str:
@@ -42,19 +49,34 @@ def test_every_committed_store_is_in_rollback_journal_mode():
 
 
 @pytest.mark.slow
-def test_the_committed_pages_are_what_the_report_writes_from_the_committed_store(tmp_path, monkeypatch):
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_the_committed_pages_are_what_the_report_writes_from_the_committed_store(folder, tmp_path, monkeypatch):
     from harness.report.reproduction import write_reproduction
 
-    copy = tmp_path / "results" / "cpu-2core"
-    shutil.copytree(RESULTS / "store", copy / "store")   # the report writes back into its store
+    results = REPO_ROOT / "results" / folder
+    copy = tmp_path / "results" / folder
+    shutil.copytree(results / "store", copy / "store")   # the report writes back into its store
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
-    write_reproduction(Store(STORE_URI), out)
+    # the store's URI relative, as the committed page names it
+    write_reproduction(Store(f"sqlite:///results/{folder}/store/mlflow.db"), out, FOLDERS[folder])
     written = sorted(p.name for p in out.iterdir() if p.suffix in (".md", ".csv"))
-    committed = sorted(p.name for p in RESULTS.iterdir() if p.suffix in (".md", ".csv") and p.name != "README.md")
+    committed = sorted(p.name for p in results.iterdir() if p.suffix in (".md", ".csv") and p.name != "README.md")
     assert written == committed
-    differ = [name for name in written if (out / name).read_bytes() != (RESULTS / name).read_bytes()]
-    assert not differ, f"regenerate results/cpu-2core with `make reproduce-cpu-report`: {differ} differ"
+    differ = [name for name in written if (out / name).read_bytes() != (results / name).read_bytes()]
+    tables = f" TABLES={','.join(FOLDERS[folder])}" if FOLDERS[folder] else ""
+    assert not differ, f"regenerate it with `make reproduce-cpu-report MACHINE={folder}{tables}`: {differ} differ"
+
+
+@pytest.mark.parametrize("script", sorted(p.relative_to(REPO_ROOT).as_posix()
+                                           for p in (REPO_ROOT / "results").rglob("recompute.py")))
+def test_every_recompute_script_agrees_with_its_committed_folder(script):
+    """Each script asserts its figures against the committed CSV or page it recomputes; it imports
+    nothing of the harness (it is a reader's check that the store, not our code, holds the figures)."""
+    text = (REPO_ROOT / script).read_text()
+    assert "harness" not in " ".join(line for line in text.splitlines() if line.startswith(("import", "from")))
+    done = subprocess.run([sys.executable, script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_store_settled_for_commit_is_left_in_rollback_journal_mode(store, sweep_file):

@@ -16,7 +16,7 @@ import pytest
 import experiments
 from harness.machine import hardware
 from harness.distributed import placement
-from harness.errors import CellSkipped
+from harness.errors import CellSkipped, UserError
 from harness.folders import REPO_ROOT
 from harness.cli import reproduce
 from harness.specs import sweep_spec
@@ -53,9 +53,9 @@ def test_failed_sweeps_do_not_stop_the_others_and_a_mistake_stops_them_all(monke
     from harness.report import reproduction
 
     ran, written = [], []
-    monkeypatch.setattr(reproduce, "plan", lambda scale, data: [reproduce.Planned(n, None) for n in "abc"])
+    monkeypatch.setattr(reproduce, "plan", lambda scale, data, sweeps: [reproduce.Planned(n, None) for n in "abc"])
     monkeypatch.setattr(reproduction, "write_reproduction",
-                        lambda store, out: written.append(out) or (out / "REPRODUCTION.md", "made up"))
+                        lambda store, out, sweeps: written.append(out) or (out / "REPRODUCTION.md", "made up"))
     store = ["--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--out", str(tmp_path / "out")]
     codes = {"a": 1, "b": 0, "c": 0}
     commands = []
@@ -81,6 +81,38 @@ def test_failed_sweeps_do_not_stop_the_others_and_a_mistake_stops_them_all(monke
     codes["b"] = -9   # killed by a signal: it stops there, like an interrupt
     assert main(["reproduce", "--data-dir", "D", *store]) == 130
     assert ran == ["a", "b"] and written == []
+
+
+def test_tables_runs_and_reports_those_sweeps_alone_in_the_documents_order():
+    """A results folder holding some of the tables (measured on a host of its own): TABLES= reaches
+    both the run and the page, the order is the documents', a sweep without the scale is a sentence."""
+    for target in ("reproduce-cpu", "reproduce-cpu-report"):
+        out = _make("-n", target, "DATA_DIR=DATA", "HARNESS=harness", "MACHINE=cpu-2core/data-parallel",
+                    "TABLES=resnet-lr,dp-scratch")
+        assert out.returncode == 0, out.stderr
+        assert re.search(r"--out results/cpu-2core/data-parallel .*--sweeps resnet-lr,dp-scratch$", out.stdout, re.M)
+    assert [p.sweep for p in reproduce.plan("cpu", "DATA", ["resnet-lr", "dp-scratch"])] == ["dp-scratch", "resnet-lr"]
+    with pytest.raises(UserError, match=r"autoparallel has no \[scales.cpu\] table, so it cannot be reproduced"):
+        reproduce.plan("cpu", "DATA", ["resnet", "autoparallel"])
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["reproduce", "--data-dir", "D", "--sweeps", "resnt"], "resnt"),
+    (["report", "--sweeps", " , "], "names no sweep"),
+    (["report", "sparsity", "--sweeps", "resnet"], "takes a sweep or --sweeps, not both"),
+    (["report", "--sweeps", "resnet,nope"], "nope"),
+])
+def test_a_mistaken_sweeps_list_is_one_sentence_before_any_run(argv, said, tmp_path, capsys):
+    from harness.cli import main
+
+    store = ["--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
+    try:
+        code = main([*argv, *store])
+    except SystemExit as parser_exit:   # argparse's own usage error
+        code = parser_exit.code
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "Traceback" not in err
+    assert not (tmp_path / "mlflow.db").exists()
 
 
 def test_every_sweep_of_reproduce_cpu_has_a_cpu_scale_that_validates(planned):

@@ -86,6 +86,17 @@ def test_an_accuracy_has_its_interval_over_seeds(spec):
     assert "62.00% [" in markdown and "one seed" not in markdown
 
 
+def test_an_accuracy_interval_stays_between_0_and_1(spec):
+    """Three far-apart seeds (ResNet-18 at batch 128 after 2 epochs here: 9.45%, 13.95%, 20.25%):
+    t(2) times the bootstrap error reaches below 0, and the interval is cut at 0, never printed
+    below it; near 1 it is cut at 1."""
+    table = tables.build_table(spec, _runs({0.0: [0.0945, 0.1395, 0.2025], 0.5: [0.90, 0.99, 1.0]}))
+    table = table.set_index("sparsity")
+    assert intervals.median_interval([0.0945, 0.1395, 0.2025])[1] < 0 < 1 < intervals.median_interval([0.9, 0.99, 1])[2]
+    assert table.loc[0.0, "test_accuracy_lo"] == 0.0 and 0.1395 < table.loc[0.0, "test_accuracy_hi"] < 1
+    assert table.loc[0.5, "test_accuracy_hi"] == 1.0 and table.loc[0.5, "test_accuracy_lo"] < 0.99
+
+
 def test_one_seed_says_so_and_invents_no_interval(spec):
     """A procedure-3 store: three repeats of seed 0 with the same accuracy are one training."""
     table = tables.build_table(spec, _runs({0.0: [0.62] * 3, 0.5: [0.55] * 3}, seeded=False))

@@ -102,6 +102,8 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("sweep", nargs="?")
     p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
     p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
+    p.add_argument("--sweeps", type=_names, help="without a sweep: REPRODUCTION.md over these sweeps alone "
+                   "(comma-separated), for a results folder that holds some of the tables")
 
     p = sub.add_parser("reproduce", parents=[common], help="every sweep that has the scale, in the documents' "
                        "order, then REPRODUCTION.md (resumable: finished cells are reused)")
@@ -109,6 +111,8 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
                    "[scales.cpu])")
     p.add_argument("--data-dir", help="CIFAR-10 as train/ and test/ class folders, for the sweeps that train on data")
     p.add_argument("--out", help="folder for REPRODUCTION.md and its tables (default: reports/)")
+    p.add_argument("--sweeps", type=_names, help="run and report these sweeps alone (comma-separated; default: "
+                   "every sweep with the scale)")
 
     sub.add_parser("list", parents=[common], help="experiments, models, datasets, sweeps and config fields")
 
@@ -128,6 +132,14 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
                        "study storage, to watch studies live")
     p.add_argument("--storage", help="study database (default: optuna.db beside the MLflow store)")
     p.add_argument("--port", type=int, default=8080)
+
+
+def _names(text: str) -> list[str]:
+    """--sweeps a,b,c: the names, in the order given."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("names no sweep; give them comma-separated, as in --sweeps resnet,resnet-lr")
+    return names
 
 
 def _add_worker_args(p) -> None:

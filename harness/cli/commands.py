@@ -274,7 +274,12 @@ def cmd_report(args) -> int:
     from harness.folders import REPORTS_DIR
     from harness.specs import sweep_spec
 
+    if args.sweep is not None and args.sweeps:
+        raise UserError("harness report takes a sweep or --sweeps, not both: --sweeps writes REPRODUCTION.md over "
+                        "those sweeps, a sweep its own table.")
     spec = sweep_spec.load(args.sweep) if args.sweep is not None else None
+    for name in args.sweeps or []:
+        sweep_spec.load(name)   # a misspelt name is one sentence before the store is read
     out_dir = _out_dir(args.out, REPORTS_DIR)
     _existing_store(args)
     # Every value is checked: only now the report's tables and plots (pandas, matplotlib, MLflow).
@@ -283,7 +288,7 @@ def cmd_report(args) -> int:
 
     if spec is None:
         store = _store(args)
-        path, summary = write_reproduction(store, out_dir)
+        path, summary = write_reproduction(store, out_dir, args.sweeps)
         print(f"written: {path}\nsummary: {summary}")
         if args.out:   # a report written for a results folder: its store is committed beside it
             from harness.cli.reproduce import settle_committed_store
@@ -433,11 +438,11 @@ def cmd_reproduce(args) -> int:
     if not args.data_dir:
         raise UserError("harness reproduce needs --data-dir, the folder holding CIFAR-10 as train/ and test/ "
                         "class folders of images (for example --data-dir ../shared/data/cifar10-jpeg).")
-    planned = reproduce.plan(args.scale, args.data_dir)
+    planned = reproduce.plan(args.scale, args.data_dir, args.sweeps)
     _check_planned_data(planned, args.scale)
     out_dir = _out_dir(args.out, REPORTS_DIR)
     store = _store(args)   # a bad URI is one sentence now, not one per sweep
-    return reproduce.reproduce(planned, args.scale, store, out_dir)
+    return reproduce.reproduce(planned, args.scale, store, out_dir, args.sweeps)
 
 
 def _check_planned_data(planned, scale: str) -> None:

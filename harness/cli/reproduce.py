@@ -25,13 +25,18 @@ class Planned:
     data_dir: str | None    # the --set data_dir= it is given, or None when it makes its own inputs
 
 
-def plan(scale: str, data_dir: str) -> list[Planned]:
-    """The sweeps with `scale`, in the documents' order, each with the data folder if it needs one."""
+def plan(scale: str, data_dir: str, sweeps: list[str] | None = None) -> list[Planned]:
+    """The sweeps with `scale` (of `sweeps` when given: a results folder that holds some tables), in
+    the documents' order, each with the data folder if it needs one."""
     import experiments
     from harness.report.order import in_document_order
     from harness.specs import sweep_spec
 
-    specs = {name: sweep_spec.load(name) for name in sweep_spec.available()}
+    specs = {name: sweep_spec.load(name) for name in (sweeps or sweep_spec.available())}
+    lacking = [name for name, spec in specs.items() if scale not in spec.scales]
+    if sweeps and lacking:
+        raise UserError(f"{', '.join(lacking)} has no [scales.{scale}] table, so it cannot be reproduced at scale "
+                        f"'{scale}'; leave it out of --sweeps.")
     chosen = {name: spec.title for name, spec in specs.items() if scale in spec.scales}
     if not chosen:
         raise UserError(f"no sweep file has a [scales.{scale}] table, so there is nothing to reproduce at "
@@ -49,8 +54,9 @@ def sweep_command(planned: Planned, scale: str) -> list[str]:
     return command
 
 
-def reproduce(planned: list[Planned], scale: str, store, out_dir) -> int:
-    """Run the planned sweeps one after another into `store`, then write the report; the exit status."""
+def reproduce(planned: list[Planned], scale: str, store, out_dir, sweeps: list[str] | None = None) -> int:
+    """Run the planned sweeps one after another into `store`, then write the report (over `sweeps`
+    alone when given); the exit status."""
     from harness.report.reproduction import write_reproduction
     from harness.store.uris import store_environment
 
@@ -65,7 +71,7 @@ def reproduce(planned: list[Planned], scale: str, store, out_dir) -> int:
             return code
         if code != 0:
             failed.append(item.sweep)
-    path, summary = write_reproduction(store, out_dir)
+    path, summary = write_reproduction(store, out_dir, sweeps)
     print(f"written: {path}\nsummary: {summary}")
     settle_committed_store(store)
     if failed:

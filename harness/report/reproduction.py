@@ -30,9 +30,10 @@ from harness.specs import sweep_spec
 CHANCE = 0.12   # best test accuracy at or below this, on the 10-class data sets used here: chance (10%)
 
 
-def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR) -> tuple[Path, str]:
-    """Write REPRODUCTION.md and the plots; return its path and its summary line."""
-    specs = {name: sweep_spec.load(name) for name in sweep_spec.available()}
+def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR, sweeps: list[str] | None = None) -> tuple[Path, str]:
+    """Write REPRODUCTION.md and the plots, over every sweep or over `sweeps` alone (a results folder
+    that holds some of the tables, measured on a host of its own); return its path and summary line."""
+    specs = {name: sweep_spec.load(name) for name in (sweeps or sweep_spec.available())}
     built, not_run = {}, {}
     path = out_dir / "REPRODUCTION.md"
     out_dir.mkdir(parents=True, exist_ok=True)

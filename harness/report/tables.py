@@ -19,8 +19,8 @@ from harness.report.render import MFU
 from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, PROCEDURE, SCALE
 from harness.specs.sweep_spec import SweepSpec
+from harness.training.config import SEEDED_ROUNDS_FROM
 
-SEEDED_ROUNDS_FROM = 4   # the MEASUREMENT_PROCEDURE from which a sweep's round r trains seed base + r
 # What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
 MFU_INPUTS = ("flops_per_sample", "mfu_samples", "mfu_time_s", "peak_devices", "peak_tflops", "mfu_invalid")
@@ -403,8 +403,10 @@ def _accuracy_over_seeds(table: pd.DataFrame, cells: pd.DataFrame, axes: list[st
                  if group["seed"].nunique() > 1 else (np.nan, np.nan, np.nan) for key, group in grouped}
         lo, hi = intervals.bounds(metric)
         keys = [key if isinstance(key, tuple) else (key,) for key in table.index]
-        table[lo] = [found[key][1] for key in keys]
-        table[hi] = [found[key][2] for key in keys]
+        # an accuracy is a fraction: the interval's t-scaled spread can reach past 0 or 1 on few, far
+        # apart seeds (0.095, 0.140, 0.203), and is cut there rather than printed as -2.5%
+        table[lo] = [max(found[key][1], 0.0) for key in keys]
+        table[hi] = [min(found[key][2], 1.0) for key in keys]
 
 
 REPLICATES = 400   # resampled tables a trend, flat or best timing check is judged on

@@ -84,6 +84,7 @@ class RunConfig(FieldGroup):
 # would count the same training twice as two seeds, so every id moves (round 0's too: a row's
 # rounds are then all of one procedure) and a resumed sweep measures its cells again.
 MEASUREMENT_PROCEDURE = 4
+SEEDED_ROUNDS_FROM = 4   # the first procedure whose round r trains seed base + r (a report reads it per cell)
 
 
 def positive_int(value: int) -> int:
