@@ -37,7 +37,7 @@ def plan(scale: str, data_dir: str, sweeps: list[str] | None = None) -> list[Pla
     if sweeps and lacking:
         raise UserError(f"{', '.join(lacking)} has no [scales.{scale}] table, so it cannot be reproduced at scale "
                         f"'{scale}'; leave it out of --sweeps.")
-    chosen = {name: spec.title for name, spec in specs.items() if scale in spec.scales}
+    chosen = {name: spec.title for name, spec in specs.items() if name not in lacking}
     if not chosen:
         raise UserError(f"no sweep file has a [scales.{scale}] table, so there is nothing to reproduce at "
                         f"scale '{scale}'.")

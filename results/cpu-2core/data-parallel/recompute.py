@@ -70,8 +70,9 @@ for sweep, (keys, time_key, baseline) in TABLES.items():
         times = [m[time_key] for _, m in rounds.values()]
         accuracy = statistics.median(m["test_accuracy"] for _, m in rounds.values())
         seeds = sorted({int(p["seed"]) for p, _ in rounds.values()})   # round r logs seed base + r
-        line = f"{', '.join(f'{k}={v}' for k, v in zip(keys, key))}: {time_key} median {statistics.median(times):.2f} s " \
-               f"over {len(times)} rounds, accuracy median {accuracy:.4f} over seeds {seeds}"
+        line = (f"{', '.join(f'{k}={v}' for k, v in zip(keys, key))}: {time_key} median "
+                f"{statistics.median(times):.2f} s over {len(times)} rounds, accuracy median {accuracy:.4f} "
+                f"over seeds {seeds}")
         assert same(statistics.median(times), float(row[time_key])), (sweep, row, times)
         assert same(accuracy, float(row["test_accuracy"])), (sweep, row)
         checked += 2
