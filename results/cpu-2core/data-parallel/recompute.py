@@ -2,15 +2,18 @@
 newest measurement procedure, grouped by the table's row settings; each row's median time over its
 rounds, its median test accuracy over its seeds, and its speed-up over the baseline row, a ratio of
 medians over the rounds both rows ran (each round trains one seed for every row, so it pairs them).
-Every figure is checked against the CSV the report wrote beside it.
-Run from the repository root: python3 results/cpu-2core/data-parallel/recompute.py
+Every figure is checked against the CSV the report wrote beside it. The same script serves every
+results folder that holds some of these tables (each on a host of its own): it reads the folder it is in.
+Run it from anywhere: python3 results/cpu-2core/data-parallel/recompute.py
 """
 import csv
 import math
+import os
+import pathlib
 import sqlite3
 import statistics
 
-HERE = "results/cpu-2core/data-parallel"
+HERE = os.path.dirname(os.path.abspath(__file__))
 # sweep: (the settings that make a row, the time the speed-up is taken from, the baseline's settings)
 TABLES = {
     "dp-scratch": (("world_size", "dp_impl"), "train_time_s", {"world_size": "1"}),
@@ -19,7 +22,7 @@ TABLES = {
     "resnet-lr": (("lr",), "epoch_time_mean_s", None),
     "resnet-epochs": (("epochs",), "epoch_time_mean_s", None),
 }
-db = sqlite3.connect(f"file:{HERE}/store/mlflow.db?mode=ro", uri=True)
+db = sqlite3.connect(pathlib.Path(HERE, "store", "mlflow.db").as_uri() + "?mode=ro", uri=True)
 
 
 def tag(run, key):
