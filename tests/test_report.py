@@ -132,6 +132,25 @@ def test_a_row_shows_its_interval_and_why_it_has_no_mfu():
                             "train_time_iqr_s") == "6.5 (IQR 0.25)"
 
 
+def test_an_mfu_over_a_peak_measured_under_load_is_shown_as_an_upper_bound():
+    """A peak measured while other work held a core is low, so the MFU over it overstates: the page
+    says "at most". The text is read from the provenance line cells log, so it is built by Peak here."""
+    from harness.report import render
+    from harness.training import peak
+
+    def measured(other_cores):
+        return peak.Peak(1.7e11, "cpu", "fp32", 2, "matmul", "2048", "then", 0.81, other_cores,
+                         "cpu:fp32:2t").provenance()
+
+    loaded, quiet = measured(1.0), measured(0.0)
+    assert render.peak_under_load(loaded) and not render.peak_under_load(quiet)
+    assert not render.peak_under_load(measured(0.4)) and not render.peak_under_load(None)
+    assert render.peak_under_load(f"{quiet} | {loaded}")   # a row whose cells used both
+    assert render.cell_text({"mfu": 0.623, "peak_measured": loaded}, "mfu") == "at most 62.3% (peak under load)"
+    assert render.cell_text({"mfu": 0.623, "peak_measured": quiet}, "mfu") == "62.3%"
+    assert render.cell_text({"mfu": None, "mfu_invalid": 1.0, "peak_measured": loaded}, "mfu") == "peak below achieved"
+
+
 def test_the_scale_line_names_only_what_the_grid_keeps_fixed():
     from types import SimpleNamespace
 

@@ -8,9 +8,11 @@ table's page (to_markdown) and each figure (format_value)."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
+from harness.machine.machine_load import CONTENDED_CORES
 from harness.report import checks
 from harness.store import RunRecord
 
@@ -18,6 +20,18 @@ MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/train
 
 MAX_COLUMNS = 8   # a table of more is unreadable on a page; the CSV has the rest
 INVALID_MFU = "peak below achieved"
+# How a cell logs the peak it was divided by (Peak.provenance, harness/training/peak.py) ends with the
+# cores other work kept busy while the peak was measured: "..., other work 1.0 cores".
+PEAK_OTHER_WORK = re.compile(r"other work (\d+(?:\.\d+)?) cores")
+
+
+def peak_under_load(provenance: object) -> bool:
+    """Whether a peak was measured while other work held a core or more of the machine (as a cell
+    timed so is contended). Such a kernel ran slow, so the peak is low and an MFU divided by it is an
+    upper bound: the page prints it as "at most". `provenance` is the cell's (or a row's joined)
+    peak_measured text; a row with any such cell counts, its median MFU bounded the same way."""
+    return isinstance(provenance, str) and any(
+        float(cores) >= CONTENDED_CORES for cores in PEAK_OTHER_WORK.findall(provenance))
 
 LABELS = {"train_time_s": "time (s)", "train_time_iqr_s": "IQR (s)", "speedup": "speed-up", "mfu": "MFU",
           "test_accuracy": "accuracy", "efficiency": "efficiency", "repeats": "repeats"}
@@ -97,6 +111,8 @@ def cell_text(row: dict, column: str, iqr: str | None = None) -> str:
             return INVALID_MFU
         if isinstance(row.get("mfu_na"), str) and row["mfu_na"]:
             return "N/A"
+    elif column == "mfu" and peak_under_load(row.get("peak_measured")):
+        return f"at most {value_text(column, value)} (peak under load)"
     if iqr and row.get(f"{column}_lo") is None and (row.get("repeats") or 0) > 1 and row.get(iqr) is not None:
         return f"{value_text(column, value)} (IQR {value_text(column, row[iqr])})"
     return format_interval(value, row.get(f"{column}_lo"), row.get(f"{column}_hi"),

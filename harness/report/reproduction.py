@@ -144,6 +144,10 @@ def table_caveats(r) -> list[str]:
     invalid = sum(run.metrics.get("mfu_invalid") == 1 for run in r.runs)
     if invalid:
         found.append(f"MFU: peak below achieved in {invalid} cell(s)")
+    loaded = sum(render.MFU in run.metrics and render.peak_under_load(run.tags.get(f"{NOTE_PREFIX}peak_measured"))
+                 for run in r.runs)
+    if loaded:
+        found.append(f"MFU: peak measured under load in {loaded} cell(s)")
     return found
 
 
@@ -176,8 +180,16 @@ def caveats(reports: list, not_run: dict[str, str], specs: dict) -> list[str]:
                      "of the Tables section says why and how to run each.")
     mfu = [f"{label(r.spec)}: {c}" for r in reports for c in table_caveats(r) if c.startswith("MFU")]
     if mfu:
-        lines.append(f"- **MFU** ({'; '.join(mfu)}): an MFU above 1 means the peak was measured too low; "
-                     "no figure is shown and the peak is measured again at the next command.")
+        why = []
+        if any("peak below achieved" in c for c in mfu):
+            why.append("an MFU above 1 means the peak was measured too low; no figure is shown and the peak is "
+                       "measured again at the next command")
+        if any("under load" in c for c in mfu):
+            why.append(f"a peak measured while other work held {CONTENDED_CORES:g} core or more (the Machine "
+                       "section) is likely low, so an MFU divided by it is an upper bound, shown as \"at most\"; "
+                       "the peak is measured again when the machine is quiet, and a cell's MFU changes only "
+                       "when the cell is measured again")
+        lines.append(f"- **MFU** ({'; '.join(mfu)}): {'; '.join(why)}.")
     return lines or ["- none"]
 
 
