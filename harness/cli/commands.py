@@ -160,13 +160,15 @@ def cmd_sweep(args) -> int:
 def _size_of_job(spec, args) -> None:
     """Refuse more cells than --max-cells, say how large a large sweep is before it starts, and check
     the image folders its cells read (torch is not loaded yet: a mistake is answered at once)."""
-    from harness.cli import job_size
+    from harness.cli import emulated_dtype, job_size
     from harness.specs.sweep_spec import expand
 
     job_size.check_cap("--max-cells", args.max_cells)
     overrides = _overrides(args, spec.experiment)
     job_size.announce(job_size.sweep_size(spec, args.scale, overrides, args.max_cells), args.max_cells)
-    _check_data_folders([c.config for c in expand(spec, args.scale, overrides) if c.config is not None])
+    configs = [c.config for c in expand(spec, args.scale, overrides) if c.config is not None]
+    _check_data_folders(configs)
+    emulated_dtype.warn_sweep(spec, args.scale, configs)   # after the checks: it may load torch
 
 
 def _check_data_folders(configs) -> None:
@@ -230,6 +232,9 @@ def cmd_study(args) -> int:
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = _launcher(args)
     _check_data_folders([make_config(spec.fixed_for_checks(args.scale, overrides))])
+    if role is None:   # after the checks: it may load torch; the calibration and the race train too
+        from harness.cli import emulated_dtype
+        emulated_dtype.warn_study(spec, args.scale, spec.fixed(args.scale, overrides))
     store = _store(args)
     db_url = _where(args).db_url
     if args.calibrate_target:

@@ -57,9 +57,11 @@ def sweep_command(planned: Planned, scale: str) -> list[str]:
 def reproduce(planned: list[Planned], scale: str, store, out_dir, sweeps: list[str] | None = None) -> int:
     """Run the planned sweeps one after another into `store`, then write the report (over `sweeps`
     alone when given); the exit status."""
+    from harness.cli import emulated_dtype
     from harness.report.reproduction import write_reproduction
     from harness.store.uris import store_environment
 
+    emulated_dtype.warn_plan([item.sweep for item in planned], scale)
     failed = []
     env = {**os.environ, **store_environment(store.uri)}   # the store the report then reads
     for item in planned:
