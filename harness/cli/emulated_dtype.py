@@ -2,8 +2,8 @@
 
 torch runs bf16 (or fp16) on such a CPU by converting through fp32, which is correct but many times
 slower than fp32 itself: airbench94 at bf16 trained 16x slower than at fp32 on a 2-core AMD EPYC
-without AVX512-BF16 (docs/MEASUREMENT.md#emulated-dtypes), so a table that takes half an hour on a
-CPU with AMX takes most of a day there. The job still runs (T7 measures exactly that slowness); the
+without AVX512-BF16 (docs/MEASUREMENT.md#emulated-dtypes), about 13 hours a run of airbench94
+there. The job still runs (T7 measures exactly that slowness); the
 line tells the user before the hours are spent, and how to train in fp32 instead where the dtype is
 not what the sweep compares. Smoke scales are left alone: their cells take seconds either way."""
 

@@ -26,8 +26,8 @@ PEAK_OTHER_WORK = re.compile(r"other work (\d+(?:\.\d+)?) cores")
 
 
 def peak_under_load(provenance: object) -> bool:
-    """Whether a peak was measured while other work held a core or more of the machine (as a cell
-    timed so is contended). Such a kernel ran slow, so the peak is low and an MFU divided by it is an
+    """Whether a peak was measured while other work held half a core or more (CONTENDED_CORES, the
+    mark of a contended cell too). Such a kernel ran slow, so the peak is low and an MFU divided by it is an
     upper bound: the page prints it as "at most". `provenance` is the cell's (or a row's joined)
     peak_measured text; a row with any such cell counts, its median MFU bounded the same way."""
     return isinstance(provenance, str) and any(
