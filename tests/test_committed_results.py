@@ -23,6 +23,7 @@ FOLDERS = {
     "cpu-2core": None,
     "cpu-2core/data-parallel": ["dp-scratch", "resnet", "resnet-batch"],
     "cpu-2core/resnet-exercises": ["resnet-lr", "resnet-epochs"],
+    "cpu-2core/airbench-fp32": ["airbench"],
 }
 
 
@@ -80,11 +81,13 @@ def test_every_recompute_script_agrees_with_its_committed_folder(script):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_the_folders_of_d12s_tables_on_hosts_of_their_own_share_one_recompute_script():
-    """D12.5 and D12.6's tables were measured again in two sittings on two hosts, so two folders; one
-    script reads whichever folder it is in, and a fix to one copy that misses the other fails here."""
-    copies = {(RESULTS / folder / "recompute.py").read_bytes() for folder in ("data-parallel", "resnet-exercises")}
-    assert len(copies) == 1
+def test_the_folders_of_some_tables_on_hosts_of_their_own_share_one_recompute_script():
+    """Tables measured again on a host of their own each have a folder (D12.5 and D12.6's, D12.6's
+    exercises, airbench in fp32); one script reads whichever folder it is in, and a fix to one copy that
+    misses another fails here."""
+    folders = [REPO_ROOT / "results" / folder for folder, tables in FOLDERS.items() if tables]
+    copies = {(folder / "recompute.py").read_bytes() for folder in folders}
+    assert len(folders) == 3 and len(copies) == 1
 
 
 def test_a_store_settled_for_commit_is_left_in_rollback_journal_mode(store, sweep_file):

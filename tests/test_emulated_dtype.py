@@ -17,8 +17,8 @@ def cpu_with_amx(monkeypatch):
     monkeypatch.setattr("harness.training.precision.cpu_flags", lambda: {"avx512f", "amx_bf16", "avx512_fp16"})
 
 
-def sweep(axes=()):
-    return SimpleNamespace(name="table", axes=lambda: list(axes))
+def sweep(axes=(), scales=()):
+    return SimpleNamespace(name="table", axes=lambda: list(axes), scales={name: {} for name in scales})
 
 
 def cells(*dtypes, device="cpu"):
@@ -42,6 +42,14 @@ def test_a_sweep_in_emulated_bf16_says_so_and_offers_fp32(cpu_without_bf16, caps
     line = capsys.readouterr().err
     assert line.count("\n") == 1 and "sweep table (cpu) trains in bf16" in line
     assert "emulates it through fp32" in line and line.rstrip().endswith("--set dtype=fp32 trains in fp32 instead.")
+
+
+def test_a_sweep_with_an_fp32_scale_of_its_own_offers_that_scale(cpu_without_bf16, capsys):
+    emulated_dtype.warn_sweep(sweep(scales=["cpu", "cpu-fp32"]), "cpu", cells("bf16"))
+    line = capsys.readouterr().err
+    assert line.rstrip().endswith("--scale cpu-fp32 is its fp32 version.") and "--set dtype" not in line
+    emulated_dtype.warn_plan(["airbench"], "cpu")   # the shipped sweep has one
+    assert "--scale cpu-fp32" in capsys.readouterr().err
 
 
 def test_a_sweep_comparing_dtypes_is_told_without_an_fp32_to_switch_to(cpu_without_bf16, capsys):

@@ -26,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 SCALE_HELP = ("smoke | quick | full (the document's scale), or a scale the file adds: cpu (what a small CPU "
-              "can run), airbench's cpu-goal and cpu-ladder")
+              "can run), airbench's cpu-goal, cpu-ladder and cpu-fp32")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -27,13 +27,18 @@ def emulated(pairs: Iterable[tuple[str, str]]) -> list[str]:
     return [dtype for dtype in wanted if not native_support(torch.device("cpu"), dtype)]
 
 
-def notice(kind: str, name: str, scale: str, dtypes: list[str], varied: bool) -> str:
-    """One line for the user; `varied`: the job compares dtypes, so there is no fp32 to offer."""
+def notice(kind: str, name: str, scale: str, dtypes: list[str], varied: bool, fp32_scale: str = "") -> str:
+    """One line for the user; `varied`: the job compares dtypes, so there is no fp32 to offer;
+    `fp32_scale`: the sweep's own fp32 version of this scale, offered before a bare --set."""
     which = " and ".join(dtypes)
     text = (f"harness: {kind} {name} ({scale}) trains in {which} on this CPU, which has no {which} instructions "
             f"(AVX512 or AMX): torch emulates {'them' if len(dtypes) > 1 else 'it'} through fp32, many times "
             f"slower than fp32 (docs/MEASUREMENT.md#emulated-dtypes)")
-    return text + ("." if varied else "; --set dtype=fp32 trains in fp32 instead.")
+    if varied:
+        return text + "."
+    if fp32_scale:
+        return text + f"; --scale {fp32_scale} is its fp32 version."
+    return text + "; --set dtype=fp32 trains in fp32 instead."
 
 
 def warn_sweep(spec, scale: str, configs) -> None:
@@ -41,7 +46,10 @@ def warn_sweep(spec, scale: str, configs) -> None:
         return
     found = emulated((getattr(c, "device", ""), getattr(c, "dtype", "")) for c in configs)
     if found:
-        print(notice("sweep", spec.name, scale, found, "dtype" in spec.axes()), file=sys.stderr, flush=True)
+        # a scale of its own (airbench's cpu-fp32) also sets what fp32 changes besides the dtype
+        fp32_scale = f"{scale}-fp32" if f"{scale}-fp32" in getattr(spec, "scales", {}) else ""
+        print(notice("sweep", spec.name, scale, found, "dtype" in spec.axes(), fp32_scale), file=sys.stderr,
+              flush=True)
 
 
 def warn_study(spec, scale: str, fixed: dict) -> None:

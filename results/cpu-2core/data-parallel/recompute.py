@@ -21,7 +21,10 @@ TABLES = {
     "resnet-batch": (("batch_size",), "epoch_time_mean_s", None),
     "resnet-lr": (("lr",), "epoch_time_mean_s", None),
     "resnet-epochs": (("epochs",), "epoch_time_mean_s", None),
+    "airbench": (("airbench_rung", "execution"), "train_time_s", None),
 }
+# accuracies a table shows beside test_accuracy (airbench's without test-time augmentation)
+MORE_ACCURACIES = ("test_accuracy_no_tta",)
 db = sqlite3.connect(pathlib.Path(HERE, "store", "mlflow.db").as_uri() + "?mode=ro", uri=True)
 
 
@@ -83,6 +86,12 @@ for sweep, (keys, time_key, baseline) in TABLES.items():
         assert same(statistics.median(times), float(row[time_key])), (sweep, row, times)
         assert same(accuracy, float(row["test_accuracy"])), (sweep, row)
         checked += 2
+        for name in MORE_ACCURACIES:
+            if row.get(name):
+                more = statistics.median(m[name] for _, m in rounds.values())
+                assert same(more, float(row[name])), (sweep, row, name)
+                line += f", {name} median {more:.4f}"
+                checked += 1
         if baseline is not None and row.get("speedup"):   # the baseline of the row's own series (dp_impl)
             base = by_row[tuple(setting(baseline[k]) if k in baseline else key[i] for i, k in enumerate(keys))]
             shared = sorted(set(base) & set(rounds))
