@@ -47,7 +47,7 @@ def warn_sweep(spec, scale: str, configs) -> None:
     found = emulated((getattr(c, "device", ""), getattr(c, "dtype", "")) for c in configs)
     if found:
         # a scale of its own (airbench's cpu-fp32) also sets what fp32 changes besides the dtype
-        fp32_scale = f"{scale}-fp32" if f"{scale}-fp32" in getattr(spec, "scales", {}) else ""
+        fp32_scale = f"{scale}-fp32" if f"{scale}-fp32" in spec.scales else ""
         print(notice("sweep", spec.name, scale, found, "dtype" in spec.axes(), fp32_scale), file=sys.stderr,
               flush=True)
 
