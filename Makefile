@@ -150,12 +150,13 @@ bench-workers: ## the same tiny trials with 1 and 2 workers: trials per minute a
 bench-cells: ## the harness's own seconds per cell outside run(cfg), by part (goal <= 0.3 s on SQLite)
 	$(BIN)/python benchmarks/cell_cost.py $(ARGS)
 
-# make airbench-ladder DATA_DIR=...: always the airbench sweep's cpu scale, into the committed CPU store (hours);
-# a smoke-sized try is `python benchmarks/jpeg_ladder.py --scale smoke ...` with a store and --out of its own.
-airbench-ladder: ## airbench94 on CIFAR-10's JPEGs re-encoded at lower qualities, N seeds each: ladder.csv and a fit to raw pixels (DATA_DIR=, ARGS="--seeds 3 --qualities 60,45,30,15")
+# make airbench-ladder DATA_DIR=...: the airbench sweep's cpu scale (ARGS="--scale cpu-fp32" for true fp32), into
+# results/$(MACHINE)/store and results/$(MACHINE)/jpeg-ladder/ (hours); a smoke-sized try is
+# `python benchmarks/jpeg_ladder.py --scale smoke ...` with a store and --out of its own.
+airbench-ladder: ## airbench94 on CIFAR-10's JPEGs re-encoded at lower qualities, N seeds each: ladder.csv and a fit to raw pixels (DATA_DIR=, ARGS="--seeds 3 --qualities 60,45,30,15 --scale cpu-fp32")
 	@if [ -z "$(DATA_DIR)" ]; then echo "make airbench-ladder needs DATA_DIR=, the folder holding CIFAR-10 as train/ and test/ class folders of JPEGs (for example DATA_DIR=../shared/data/cifar10-jpeg)." >&2; exit 2; fi
 	$(BIN)/python benchmarks/jpeg_ladder.py --data-dir $(DATA_DIR) --scale cpu \
-	    --out results/$(MACHINE)/airbench/jpeg-ladder $(CPU_STORE) $(ARGS)
+	    --out results/$(MACHINE)/jpeg-ladder $(CPU_STORE) $(ARGS)
 
 bench-noise: ## A/A noise floor (train_time_s and the median epoch): CV, minimum detectable effect at n=3/5, false "faster" rate (ARGS="--rounds N --variants harness,keep-freed,calibrated"; calibrated: each run also divided by its process's speed_index)
 	$(BIN)/python benchmarks/noise.py $(ARGS)

@@ -1,12 +1,15 @@
-"""The JPEG ladder's fit: test accuracy against bytes per image, and what it says about raw pixels.
+"""The JPEG ladder's fit: test accuracy against image bytes, and what it says about raw pixels.
 
-The model is linear in log bytes, accuracy = a + b ln(bytes per image), fitted by least squares to
-every run (each seed a point). Its prediction at raw pixels (3,072 bytes: 32 x 32 x 3 bytes, no
-compression) comes with a 95% bootstrap interval: the runs are resampled with replacement within
-each rung (every rung keeps its number of seeds, so the fit always spans the same qualities), the
-line refitted, the prediction read off, 2,000 times. That interval holds the seed noise only; the
-model's form is an assumption, and raw pixels lie beyond the ladder's largest rung, so the
-prediction is an extrapolation and the summary says so.
+The x axis is a rung's image bytes: the mean size of its files' compressed image data, headers left
+out (benchmarks/jpeg_ladder.py). The model is linear in their log, accuracy = a + b ln(image bytes),
+fitted by least squares to every run (each seed a point). Its prediction at raw pixels (3,072
+bytes: 32 x 32 x 3 bytes, no compression) comes with a 95% bootstrap interval: the runs are resampled
+with replacement within each rung (every rung keeps its number of seeds, so the fit always spans the
+same qualities), the line refitted, the prediction read off, 2,000 times. That interval holds the
+seed noise only; the model's form is an assumption (untested on two rungs, where the line simply
+joins them), and raw pixels lie beyond the ladder's largest rung, so the prediction is an
+extrapolation and the summary says so. What needs no model comes first: each lower rung against the
+top one, paired by seed, as the report forms an accuracy's interval (harness/report/intervals.py).
 """
 
 from __future__ import annotations
@@ -60,37 +63,81 @@ def fit(bytes_per_image: list[float], accuracy: list[float], seed: int = 0) -> F
 
 
 def summary(found: Fit, rows: list[dict], source_quality: int | None, scale: str) -> str:
-    """The ladder's Markdown summary: the rungs, the fit, its prediction for raw pixels (marked an
-    extrapolation when it is one), the gap to the published 94.01%, and the fp32 pair."""
+    """The ladder's Markdown summary: the rungs, each lower rung against the top one paired by seed,
+    the fit and its prediction for raw pixels (marked an extrapolation when it is one), the gap to the
+    published 94.01%, and the fp32 pair where there is one."""
     lines = [f"# airbench94 on a JPEG quality ladder (scale {scale})", "",
              "Each rung is the training and test images re-encoded at one JPEG quality (the top rung is the data "
              "as it is" + (f", whose quantisation tables are those of quality {source_quality}" if source_quality
-                           else "") + "); airbench94 as published trains on each with several seeds.", "",
-             "| jpeg quality | bytes per image | runs | median accuracy (TTA) | min | max |", "|---|---|---|---|---|---|"]
+                           else "") + "); airbench94 as published trains on each with several seeds. A rung's "
+             "image bytes are its files' compressed image data alone: the headers (quantisation and Huffman "
+             "tables) are the same size at every quality and say nothing about the image.", "",
+             "| jpeg quality | image bytes per image | file bytes per image | runs | median accuracy (TTA) | min | max |",
+             "|---|---|---|---|---|---|---|"]
     ladder = [r for r in rows if not r["fp32_pair"]]
-    for quality in sorted({r["jpeg_quality"] for r in ladder}, reverse=True):
+    qualities = sorted({r["jpeg_quality"] for r in ladder}, reverse=True)
+    for quality in qualities:
         acc = sorted(r["test_accuracy"] for r in ladder if r["jpeg_quality"] == quality)
-        size = next(r["bytes_per_image"] for r in ladder if r["jpeg_quality"] == quality)
-        lines.append(f"| {quality} | {size:.0f} | {len(acc)} | {100 * float(np.median(acc)):.2f}% | "
-                     f"{100 * acc[0]:.2f}% | {100 * acc[-1]:.2f}% |")
+        first = next(r for r in ladder if r["jpeg_quality"] == quality)
+        lines.append(f"| {quality} | {first['image_bytes_per_image']:.0f} | {first['bytes_per_image']:.0f} | "
+                     f"{len(acc)} | {100 * float(np.median(acc)):.2f}% | {100 * acc[0]:.2f}% | {100 * acc[-1]:.2f}% |")
+    reused = sorted({r["experiment"] for r in ladder if r.get("experiment") and r["jpeg_quality"] == qualities[0]})
+    if reused and reused != ["airbench-jpeg-ladder"]:
+        lines += ["", f"The top rung's runs are the `{reused[0]}` sweep's own cells at this scale (the same recipe "
+                  "and seeds; its checks during training only read the model), read from the store, not trained again."]
+    lines += [""] + [_paired(ladder, qualities[0], q) for q in qualities[1:]]
     low, high = found.interval
     kind = ("an **extrapolation**: raw pixels (3,072 bytes) lie beyond the largest rung "
-            f"({found.largest_bytes:.0f} bytes), so the line is assumed to hold where nothing was measured"
+            f"({found.largest_bytes:.0f} image bytes), so the line is assumed to hold where nothing was measured"
             if found.extrapolated else "inside the measured range")
+    form = (" With two rungs the line only joins their points: nothing tests its form." if len(qualities) == 2 else "")
     lines += ["", f"Fit (least squares over {found.points} runs): accuracy = {found.intercept:.4f} "
-              f"{'+' if found.slope >= 0 else '-'} {abs(found.slope):.4f} ln(bytes per image), "
-              f"{100 * found.slope * math.log(2):+.2f} points per doubling of the bytes.", "",
+              f"{'+' if found.slope >= 0 else '-'} {abs(found.slope):.4f} ln(image bytes per image), "
+              f"{100 * found.slope * math.log(2):+.2f} points per doubling of the bytes.{form}", "",
               f"Predicted for raw pixels ({RAW_BYTES:,} bytes an image): **{100 * found.at_raw:.2f}%**, 95% bootstrap "
               f"interval {100 * low:.2f}-{100 * high:.2f}% (runs resampled within each rung, {DRAWS:,} draws). This is "
               f"{kind}. The interval holds the seed noise only, not the doubt about the line's form."
               + (" A prediction above 100% says the line cannot hold that far: no accuracy figure follows from it."
                  if high > 1 else ""), "",
-              f"Against the paper's {100 * PUBLISHED:.2f}% on the original arrays: the fit "
-              + ("accounts for the gap within its interval." if low <= PUBLISHED <= high else
-                 f"leaves {100 * (PUBLISHED - found.at_raw):+.2f} points unexplained by the JPEG compression "
-                 "(its interval excludes 94.01%).")]
-    lines += _fp32_pair(rows)
+              f"Against the paper's {100 * PUBLISHED:.2f}% on the original arrays: " + _against_published(found)]
+    if any(r["fp32_pair"] for r in rows):
+        lines += _fp32_pair(rows)
+    elif {r.get("dtype") for r in ladder} == {"fp32"}:
+        lines += ["", "No precision pair: the runs train in fp32 already."]
     return "\n".join(lines) + "\n"
+
+
+def _against_published(found: Fit) -> str:
+    low, high = found.interval
+    if high > 1:
+        return "no comparison follows from a line that cannot hold at raw pixels."
+    if low <= PUBLISHED <= high:
+        return "the fit accounts for the gap within its interval."
+    if found.at_raw < PUBLISHED:
+        return (f"the fit leaves {100 * (PUBLISHED - found.at_raw):.2f} points unexplained by the JPEG compression "
+                "(its interval excludes 94.01%).")
+    return (f"the fit predicts {100 * (found.at_raw - PUBLISHED):.2f} points more than the paper reached (its interval "
+            "excludes 94.01%): the line overstates what raw pixels give, or the recipe does better on them here.")
+
+
+def _paired(ladder: list[dict], top: int, quality: int) -> str:
+    """Quality `quality` against the top rung over the seeds both ran: the median difference with its
+    95% interval (no interval from one seed)."""
+    from harness.report.intervals import median_interval
+
+    def by_seed(q):
+        return {r["seed"]: r["test_accuracy"] for r in ladder if r["jpeg_quality"] == q}
+
+    upper, lower = by_seed(top), by_seed(quality)
+    seeds = sorted(set(upper) & set(lower))
+    if not seeds:
+        return f"- Quality {quality} against {top}: no seed ran on both."
+    differences = [lower[s] - upper[s] for s in seeds]
+    value, lo, hi = median_interval(differences)
+    each = ", ".join(f"{100 * d:+.2f}" for d in differences)
+    interval = f" [{100 * lo:+.2f}, {100 * hi:+.2f}] (95% interval)" if len(seeds) > 1 else " (one seed: no interval)"
+    return (f"- Quality {quality} against {top}, paired by seed (n = {len(seeds)}: {each} points): median "
+            f"**{100 * value:+.2f} points**{interval}.")
 
 
 def _fp32_pair(rows: list[dict]) -> list[str]:

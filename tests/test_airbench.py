@@ -42,6 +42,22 @@ def test_the_smoke_run_learns_digits_and_logs_time_accuracy_with_and_without_tta
     assert epochs[-1]["lr_factor"] == pytest.approx(0.07)   # the schedule's end at the last step
 
 
+def test_the_checks_during_training_leave_the_training_as_it_is():
+    """The accuracy checks evaluate between steps, in eval mode, drawing no random numbers: a run that
+    checks at every checkpoint (for a target it never reaches) trains and ends exactly as one that does
+    not check at all. The JPEG ladder takes the airbench sweep's own runs as its top rung on this
+    ground (benchmarks/jpeg_ladder.py)."""
+    losses = {True: [], False: []}
+    checked = airbench.run(_smoke(dtype="fp32", target_accuracy=0.999, probe_size=100),
+                           lambda i, m: losses[True].append(m))
+    unchecked = airbench.run(_smoke(dtype="fp32", target_accuracy=0.0), lambda i, m: losses[False].append(m))
+    assert checked["target_reached"] == 0 and "epoch_test_accuracy" in losses[True][0]
+    assert "epoch_test_accuracy" not in losses[False][0]
+    assert [m["train_loss"] for m in losses[True]] == [m["train_loss"] for m in losses[False]]
+    for metric in ("test_accuracy", "test_accuracy_no_tta", "steps", "epochs_trained"):
+        assert checked[metric] == unchecked[metric], metric
+
+
 def test_fractional_epochs_must_agree_with_the_epochs_started():
     with pytest.raises(UserError, match="set epochs = 10"):
         make_config({"experiment": "airbench", "airbench_epochs": 9.9, "epochs": 9})

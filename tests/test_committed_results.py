@@ -50,6 +50,19 @@ def test_every_committed_store_is_in_rollback_journal_mode():
         assert _mode(path) == "delete", f"{path.relative_to(REPO_ROOT)}: checkpoint it and set journal_mode=DELETE"
 
 
+def test_every_results_folder_with_figures_has_its_store_beside_it():
+    """Every committed figure recomputes from a store committed beside it: a folder under results/
+    that holds a page or a CSV has a store/ of its own, or is a part (a quality ladder) of a folder
+    that has one. Runs in no store are a record, kept under docs/history/, not a result."""
+    results = REPO_ROOT / "results"
+    folders = {p.parent for p in results.rglob("*") if p.suffix in (".md", ".csv")
+               and "store" not in p.relative_to(results).parts}
+    assert RESULTS in folders and RESULTS / "airbench-fp32" in folders
+    bare = [f.relative_to(REPO_ROOT).as_posix() for f in sorted(folders)
+            if not (f / "store").is_dir() and not (f.parent / "store").is_dir()]
+    assert not bare, f"figures with no store beside them: {bare}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_the_committed_pages_are_what_the_report_writes_from_the_committed_store(folder, tmp_path, monkeypatch):

@@ -62,12 +62,16 @@ def test_a_digits_ladder_loses_accuracy_with_quality_and_resumes_from_its_store(
     ladder = {int(r["jpeg_quality"]): r for r in rows if r["fp32_pair"] == "False"}
     assert sorted(ladder) == [1, 95]      # the source's own quality, read from its tables, and the re-encoding
     assert float(ladder[1]["bytes_per_image"]) < float(ladder[95]["bytes_per_image"])
+    assert float(ladder[1]["image_bytes_per_image"]) < float(ladder[95]["image_bytes_per_image"]) \
+        < float(ladder[95]["bytes_per_image"])
+    assert {r["experiment"] for r in rows} == {jpeg_ladder.NAME}   # no airbench sweep ran: every rung trained here
     # quality 1 keeps little more than each 8x8 block's mean: the digits get much harder to tell apart
     assert float(ladder[95]["test_accuracy"]) > float(ladder[1]["test_accuracy"]) + 0.1
     pair = [r for r in rows if r["fp32_pair"] == "True"]
     assert len(pair) == 1 and pair[0]["dtype"] == "fp32" and pair[0]["jpeg_quality"] == "95" and pair[0]["seed"] == "0"
     summary = (tmp_path / "out" / "README.md").read_text()
     assert "extrapolation" in summary and "3,072" in summary and "true fp32" in summary
+    assert "Quality 1 against 95, paired by seed (n = 1: " in summary and "one seed: no interval" in summary
 
     from harness.store import Store
 
@@ -110,6 +114,41 @@ def test_the_sources_quality_is_read_from_its_quantisation_tables_and_a_rung_is_
     assert jpeg_ladder.reencode(source, tmp_path / "q20", 20) == size
 
 
+def test_image_bytes_leave_out_the_headers_which_are_the_same_size_at_every_quality(tmp_path):
+    from PIL import Image
+
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8))
+    sizes = {}
+    for quality in (95, 30):
+        image.save(tmp_path / f"q{quality}.jpg", quality=quality)
+        data = (tmp_path / f"q{quality}.jpg").read_bytes()
+        sizes[quality] = (len(data), jpeg_ladder.image_bytes(data))
+    headers = {q: whole - scan for q, (whole, scan) in sizes.items()}
+    assert headers[95] == headers[30] > 500          # two quantisation and four Huffman tables, and the rest
+    assert 0 < sizes[30][1] < sizes[95][1]
+    assert jpeg_ladder.image_bytes(b"not a jpeg") == len(b"not a jpeg")
+
+
+@pytest.mark.slow
+def test_the_top_rung_is_the_airbench_sweeps_own_runs_when_each_trained_to_its_last_epoch(tmp_path):
+    from harness.store import Outcome, Store
+    from harness.sweeps.sweep_engine import run_sweep
+
+    source = str(digits_folders(tmp_path / "digits"))
+    store = Store(f"sqlite:///{tmp_path}/store/mlflow.db")
+    assert jpeg_ladder.sweep_top_rung(store, "smoke", source, 1) is None     # the sweep has not run
+    (cell,) = run_sweep(jpeg_ladder.airbench94("smoke", [source]), store, scale="smoke",
+                        overrides={"dataset": "imagefolder"}, repeats=1, show_progress=False).results
+    assert cell.outcome == Outcome.OK
+    epochs = cell.cell.values["airbench_epochs"]
+    # the selection rule on the run's recorded epochs: trained to the end, then stopped halfway
+    store.log_metrics(cell.run_id, {"epochs_trained": epochs}, step=1)
+    assert [run.run_id for _, run in jpeg_ladder.sweep_top_rung(store, "smoke", source, 1)] == [cell.run_id]
+    assert jpeg_ladder.sweep_top_rung(store, "smoke", source, 2) is None     # its seed 1 never ran
+    store.log_metrics(cell.run_id, {"epochs_trained": epochs / 2}, step=2)
+    assert jpeg_ladder.sweep_top_rung(store, "smoke", source, 1) is None     # stopped at its target: not the same run
+
+
 def test_the_fit_recovers_a_known_line_and_says_raw_pixels_are_an_extrapolation():
     rng = np.random.default_rng(1)
     sizes = [300.0] * 3 + [500.0] * 3 + [900.0] * 3
@@ -121,9 +160,19 @@ def test_the_fit_recovers_a_known_line_and_says_raw_pixels_are_an_extrapolation(
     assert found.interval[1] - found.interval[0] < 0.03
     noisier = ladder_fit.fit(sizes, [a + rng.normal(0, 0.02) for a in accuracy])
     assert noisier.interval[1] - noisier.interval[0] > found.interval[1] - found.interval[0]
-    rows = [{"jpeg_quality": q, "bytes_per_image": s, "seed": i % 3, "test_accuracy": a, "fp32_pair": False}
+    rows = [{"jpeg_quality": q, "bytes_per_image": s + 625, "image_bytes_per_image": s, "seed": i % 3,
+             "test_accuracy": a, "fp32_pair": False, "dtype": "fp32", "experiment": "airbench"}
             for i, (q, s, a) in enumerate(zip([75] * 3 + [50] * 3 + [20] * 3, sizes, accuracy))]
-    text = ladder_fit.summary(found, rows, 75, "cpu")
+    text = ladder_fit.summary(found, rows, 75, "cpu-fp32")
     assert "**extrapolation**" in text and f"{100 * found.at_raw:.2f}%" in text
+    assert "the runs train in fp32 already" in text and "`airbench` sweep's own cells" in text
+    # each rung against the top one (quality 75, here the smallest), paired by seed: 0.05 ln(900/300) = +5.5 points
+    drop = [a - b for a, b in zip(accuracy[6:], accuracy[:3])]
+    assert f"Quality 20 against 75, paired by seed (n = 3: {', '.join(f'{100 * d:+.2f}' for d in drop)} points): " \
+        f"median **{100 * sorted(drop)[1]:+.2f} points** [" in text
+    assert "nothing tests its form" not in text
+    two = [r for r in rows if r["jpeg_quality"] != 50]
+    two_fit = ladder_fit.fit([r["image_bytes_per_image"] for r in two], [r["test_accuracy"] for r in two])
+    assert "nothing tests its form" in ladder_fit.summary(two_fit, two, 75, "cpu-fp32")
     with pytest.raises(ValueError, match="at least two rungs"):
         ladder_fit.fit([900.0, 900.0], [0.9, 0.91])

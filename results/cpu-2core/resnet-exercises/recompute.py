@@ -2,7 +2,9 @@
 newest measurement procedure, grouped by the table's row settings; each row's median time over its
 rounds, its median test accuracy over its seeds, and its speed-up over the baseline row, a ratio of
 medians over the rounds both rows ran (each round trains one seed for every row, so it pairs them).
-Every figure is checked against the CSV the report wrote beside it. The same script serves every
+Every figure is checked against the CSV the report wrote beside it. A JPEG quality ladder
+(jpeg-ladder/, benchmarks/jpeg_ladder.py) is checked run by run against the store, and its README's
+paired differences and fitted line recomputed. The same script serves every
 results folder that holds some of these tables (each on a host of its own): it reads the folder it is in.
 Run it from anywhere: python3 results/cpu-2core/data-parallel/recompute.py
 """
@@ -101,4 +103,39 @@ for sweep, (keys, time_key, baseline) in TABLES.items():
             line += f", speed-up {speedup:.3f}x over {len(shared)} shared rounds"
             checked += 1
         print(line)
+
+ladder = pathlib.Path(HERE, "jpeg-ladder")
+if (ladder / "ladder.csv").exists():
+    runs = list(csv.DictReader(open(ladder / "ladder.csv")))
+    readme = (ladder / "README.md").read_text()
+    print(f"== jpeg-ladder ({len(runs)} runs)")
+    for run in runs:
+        metrics = dict(db.execute("select key, value from latest_metrics where run_uuid=?", (run["mlflow_run_id"],)))
+        params = dict(db.execute("select key, value from params where run_uuid=?", (run["mlflow_run_id"],)))
+        assert tag(run["mlflow_run_id"], "harness.sweep") == run["experiment"], run
+        assert int(params["seed"]) == int(run["seed"]) and params["dtype"] == run["dtype"], run
+        for name in ("test_accuracy", "test_accuracy_no_tta", "train_time_s"):
+            assert same(metrics[name], float(run[name])), (run, name)
+            checked += 1
+        print(f"q{run['jpeg_quality']} seed {run['seed']} ({run['experiment']}): accuracy {metrics['test_accuracy']:.4f}")
+    ladder_runs = [r for r in runs if r["fp32_pair"] == "False"]
+    qualities = sorted({int(r["jpeg_quality"]) for r in ladder_runs}, reverse=True)
+    by_seed = {q: {int(r["seed"]): float(r["test_accuracy"]) for r in ladder_runs if int(r["jpeg_quality"]) == q}
+               for q in qualities}
+    for q in qualities[1:]:
+        shared = sorted(set(by_seed[q]) & set(by_seed[qualities[0]]))
+        median = statistics.median(by_seed[q][s] - by_seed[qualities[0]][s] for s in shared)
+        assert f"**{100 * median:+.2f} points**" in readme, (q, median)
+        print(f"q{q} against q{qualities[0]}, paired by seed: median {100 * median:+.2f} points over {len(shared)} seeds")
+        checked += 1
+    x = [math.log(float(r["image_bytes_per_image"])) for r in ladder_runs]
+    y = [float(r["test_accuracy"]) for r in ladder_runs]
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
+    intercept = my - slope * mx
+    assert f"accuracy = {intercept:.4f} {'+' if slope >= 0 else '-'} {abs(slope):.4f} ln(" in readme, (intercept, slope)
+    at_raw = intercept + slope * math.log(32 * 32 * 3)
+    assert f"**{100 * at_raw:.2f}%**" in readme, at_raw
+    print(f"fit: accuracy = {intercept:.4f} + {slope:.4f} ln(image bytes); at raw pixels {100 * at_raw:.2f}%")
+    checked += 3
 print(f"{checked} figures recomputed from the store, each equal to the committed CSV's")
