@@ -6,10 +6,12 @@ fitted by least squares to every run (each seed a point). Its prediction at raw 
 bytes: 32 x 32 x 3 bytes, no compression) comes with a 95% bootstrap interval: the runs are resampled
 with replacement within each rung (every rung keeps its number of seeds, so the fit always spans the
 same qualities), the line refitted, the prediction read off, 2,000 times. That interval holds the
-seed noise only; the model's form is an assumption (untested on two rungs, where the line simply
-joins them), and raw pixels lie beyond the ladder's largest rung, so the prediction is an
-extrapolation and the summary says so. What needs no model comes first: each lower rung against the
-top one, paired by seed, as the report forms an accuracy's interval (harness/report/intervals.py).
+seed noise only; the model's form is an assumption, and raw pixels lie beyond the ladder's largest
+rung, so the prediction is an extrapolation and the summary says so. What needs no model comes
+first: each lower rung against the top one, paired by seed, as the report forms an accuracy's
+interval (harness/report/intervals.py). Two rungs only fix the line; from three on, each rung
+between two others tests its form: paired by seed, how far the rung sits from the chord joining its
+neighbours (above it, the gains flatten as the bytes grow and the line overstates raw pixels).
 """
 
 from __future__ import annotations
@@ -91,9 +93,15 @@ def summary(found: Fit, rows: list[dict], source_quality: int | None, scale: str
             f"({found.largest_bytes:.0f} image bytes), so the line is assumed to hold where nothing was measured"
             if found.extrapolated else "inside the measured range")
     form = (" With two rungs the line only joins their points: nothing tests its form." if len(qualities) == 2 else "")
+    bends = _bends(ladder)
     lines += ["", f"Fit (least squares over {found.points} runs): accuracy = {found.intercept:.4f} "
               f"{'+' if found.slope >= 0 else '-'} {abs(found.slope):.4f} ln(image bytes per image), "
-              f"{100 * found.slope * math.log(2):+.2f} points per doubling of the bytes.{form}", "",
+              f"{100 * found.slope * math.log(2):+.2f} points per doubling of the bytes.{form}"]
+    if bends:
+        lines += ["", "The line's form, tested by each rung between two others (paired by seed: the rung's accuracy "
+                  "minus the chord joining its neighbours in ln image bytes, where a straight line puts it):"]
+        lines += [_bend_line(b) for b in bends]
+    lines += ["",
               f"Predicted for raw pixels ({RAW_BYTES:,} bytes an image): **{100 * found.at_raw:.2f}%**, 95% bootstrap "
               f"interval {100 * low:.2f}-{100 * high:.2f}% (runs resampled within each rung, {DRAWS:,} draws). This is "
               f"{kind}. The interval holds the seed noise only, not the doubt about the line's form."
@@ -118,6 +126,59 @@ def _against_published(found: Fit) -> str:
                 "(its interval excludes 94.01%).")
     return (f"the fit predicts {100 * (found.at_raw - PUBLISHED):.2f} points more than the paper reached (its interval "
             "excludes 94.01%): the line overstates what raw pixels give, or the recipe does better on them here.")
+
+
+@dataclass(frozen=True)
+class Bend:
+    """How far one rung sits from the chord joining the rungs on either side of it, paired by seed."""
+    quality: int
+    below: int                            # the neighbouring rung with fewer bytes
+    above: int                            # and the one with more
+    differences: list[float]              # one per seed that ran on all three
+    median: float
+    low: float
+    high: float
+
+
+def bend(ladder: list[dict], below: int, quality: int, above: int) -> Bend:
+    """Rung `quality` against the chord from rung `below` to rung `above` in ln image bytes, over the
+    seeds all three ran: a straight line in ln bytes puts every rung on it."""
+    from harness.report.intervals import median_interval
+
+    def rung(q):
+        runs = [r for r in ladder if r["jpeg_quality"] == q]
+        return math.log(runs[0]["image_bytes_per_image"]), {r["seed"]: r["test_accuracy"] for r in runs}
+
+    (x_lo, lo), (x, mid), (x_hi, hi) = rung(below), rung(quality), rung(above)
+    weight = (x - x_lo) / (x_hi - x_lo)
+    seeds = sorted(set(lo) & set(mid) & set(hi))
+    differences = [mid[s] - (lo[s] + weight * (hi[s] - lo[s])) for s in seeds]
+    value, low, high = median_interval(differences)
+    return Bend(quality, below, above, differences, value, low, high)
+
+
+def _bends(ladder: list[dict]) -> list[Bend]:
+    by_bytes = sorted({(r["image_bytes_per_image"], r["jpeg_quality"]) for r in ladder})
+    return [bend(ladder, by_bytes[i - 1][1], by_bytes[i][1], by_bytes[i + 1][1]) for i in range(1, len(by_bytes) - 1)]
+
+
+def _bend_line(found: Bend) -> str:
+    head = f"- Quality {found.quality} against the chord from {found.below} to {found.above}"
+    if not found.differences:
+        return head + ": no seed ran on all three."
+    each = ", ".join(f"{100 * d:+.2f}" for d in found.differences)
+    head += f" (n = {len(found.differences)}: {each} points): median **{100 * found.median:+.2f} points**"
+    if len(found.differences) < 2:
+        return head + " (one seed: no interval, no verdict on the form)."
+    head += f" [{100 * found.low:+.2f}, {100 * found.high:+.2f}] (95% interval)"
+    if found.low > 0:
+        return (head + ": above the chord. The gains flatten as the bytes grow, so a straight line in ln bytes "
+                "overstates what more bytes give, and most of all at raw pixels.")
+    if found.high < 0:
+        return (head + ": below the chord. The gains steepen as the bytes grow, so a straight line in ln bytes "
+                "understates what more bytes give.")
+    return (head + ": on the chord within its interval. Over these rungs the straight line is not contradicted; "
+            "a bend smaller than the interval would go unseen, and nothing here tests it beyond the largest rung.")
 
 
 def _paired(ladder: list[dict], top: int, quality: int) -> str:

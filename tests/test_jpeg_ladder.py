@@ -176,3 +176,38 @@ def test_the_fit_recovers_a_known_line_and_says_raw_pixels_are_an_extrapolation(
     assert "nothing tests its form" in ladder_fit.summary(two_fit, two, 75, "cpu-fp32")
     with pytest.raises(ValueError, match="at least two rungs"):
         ladder_fit.fit([900.0, 900.0], [0.9, 0.91])
+
+
+def _rows(accuracy_at, noise=0.001, seeds=3):
+    """A three-rung ladder (image bytes 150, 220, 300; qualities 30, 50, 75) whose runs sit on the
+    curve `accuracy_at(bytes)` with seeded noise."""
+    rng = np.random.default_rng(2)
+    return [{"jpeg_quality": q, "bytes_per_image": b + 625, "image_bytes_per_image": b, "seed": seed,
+             "test_accuracy": accuracy_at(b) + rng.normal(0, noise), "fp32_pair": False, "dtype": "fp32",
+             "experiment": "airbench" if q == 75 else "airbench-jpeg-ladder"}
+            for q, b in ((75, 300.0), (50, 220.0), (30, 150.0)) for seed in range(seeds)]
+
+
+def _summary(rows):
+    found = ladder_fit.fit([r["image_bytes_per_image"] for r in rows], [r["test_accuracy"] for r in rows])
+    return ladder_fit.summary(found, rows, 75, "cpu-fp32")
+
+
+def test_a_middle_rung_tests_the_lines_form_against_the_chord_of_its_neighbours():
+    # gains that flatten with the bytes (concave in ln bytes): the middle rung sits above the chord
+    concave = _rows(lambda b: 0.9 - 100.0 / b)
+    found = ladder_fit.bend(concave, 30, 50, 75)
+    w = (math.log(220) - math.log(150)) / (math.log(300) - math.log(150))
+    truth = (0.9 - 100 / 220) - ((0.9 - 100 / 150) + w * ((0.9 - 100 / 300) - (0.9 - 100 / 150)))
+    assert truth > 0.02 and found.median == pytest.approx(truth, abs=0.005) and found.low > 0
+    text = _summary(concave)
+    assert "Quality 50 against the chord from 30 to 75 (n = 3: " in text and ": above the chord." in text
+    assert "nothing tests its form" not in text
+    # a straight line in ln bytes: on the chord
+    assert ": on the chord within its interval." in _summary(_rows(lambda b: 0.5 + 0.05 * math.log(b)))
+    # gains that steepen with the bytes: below
+    assert ": below the chord." in _summary(_rows(lambda b: 0.3 + 0.002 * b))
+    # one seed: the figure, no verdict
+    assert "(one seed: no interval, no verdict on the form)" in _summary(_rows(lambda b: 0.9 - 100.0 / b, seeds=1))
+    # two rungs: nothing to test
+    assert ladder_fit._bends([r for r in concave if r["jpeg_quality"] != 50]) == []

@@ -4,7 +4,7 @@ rounds, its median test accuracy over its seeds, and its speed-up over the basel
 medians over the rounds both rows ran (each round trains one seed for every row, so it pairs them).
 Every figure is checked against the CSV the report wrote beside it. A JPEG quality ladder
 (jpeg-ladder/, benchmarks/jpeg_ladder.py) is checked run by run against the store, and its README's
-paired differences and fitted line recomputed. The same script serves every
+paired differences, the bend of each middle rung and the fitted line recomputed. The same script serves every
 results folder that holds some of these tables (each on a host of its own): it reads the folder it is in.
 Run it from anywhere: python3 results/cpu-2core/data-parallel/recompute.py
 """
@@ -127,6 +127,17 @@ if (ladder / "ladder.csv").exists():
         median = statistics.median(by_seed[q][s] - by_seed[qualities[0]][s] for s in shared)
         assert f"**{100 * median:+.2f} points**" in readme, (q, median)
         print(f"q{q} against q{qualities[0]}, paired by seed: median {100 * median:+.2f} points over {len(shared)} seeds")
+        checked += 1
+    # each rung between two others against the chord joining them in ln image bytes, paired by seed
+    by_bytes = sorted({(float(r["image_bytes_per_image"]), int(r["jpeg_quality"])) for r in ladder_runs})
+    for (b_lo, q_lo), (b, q), (b_hi, q_hi) in zip(by_bytes, by_bytes[1:], by_bytes[2:]):
+        w = (math.log(b) - math.log(b_lo)) / (math.log(b_hi) - math.log(b_lo))
+        shared = sorted(set(by_seed[q_lo]) & set(by_seed[q]) & set(by_seed[q_hi]))
+        median = statistics.median(by_seed[q][s] - (by_seed[q_lo][s] + w * (by_seed[q_hi][s] - by_seed[q_lo][s]))
+                                   for s in shared)
+        line = next(l for l in readme.splitlines() if l.startswith(f"- Quality {q} against the chord from {q_lo} to {q_hi}"))
+        assert f"median **{100 * median:+.2f} points**" in line, (q, median, line)
+        print(f"q{q} against the chord from q{q_lo} to q{q_hi}: median {100 * median:+.2f} points over {len(shared)} seeds")
         checked += 1
     x = [math.log(float(r["image_bytes_per_image"])) for r in ladder_runs]
     y = [float(r["test_accuracy"]) for r in ladder_runs]
