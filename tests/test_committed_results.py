@@ -24,6 +24,7 @@ FOLDERS = {
     "cpu-2core/data-parallel": ["dp-scratch", "resnet", "resnet-batch"],
     "cpu-2core/resnet-exercises": ["resnet-lr", "resnet-epochs"],
     "cpu-2core/airbench-fp32": ["airbench"],
+    "cpu-2core/airbench-bf16": ["airbench"],
 }
 
 
@@ -96,11 +97,11 @@ def test_every_recompute_script_agrees_with_its_committed_folder(script):
 
 def test_the_folders_of_some_tables_on_hosts_of_their_own_share_one_recompute_script():
     """Tables measured again on a host of their own each have a folder (D12.5 and D12.6's, D12.6's
-    exercises, airbench in fp32); one script reads whichever folder it is in, and a fix to one copy that
+    exercises, airbench in fp32 and in bf16); one script reads whichever folder it is in, and a fix to one copy that
     misses another fails here."""
     folders = [REPO_ROOT / "results" / folder for folder, tables in FOLDERS.items() if tables]
     copies = {(folder / "recompute.py").read_bytes() for folder in folders}
-    assert len(folders) == 3 and len(copies) == 1
+    assert len(folders) == 4 and len(copies) == 1
 
 
 def test_a_store_settled_for_commit_is_left_in_rollback_journal_mode(store, sweep_file):
