@@ -146,8 +146,8 @@ def bend(ladder: list[dict], below: int, quality: int, above: int) -> Bend:
     from harness.report.intervals import median_interval
 
     def rung(q):
-        runs = [r for r in ladder if r["jpeg_quality"] == q]
-        return math.log(runs[0]["image_bytes_per_image"]), {r["seed"]: r["test_accuracy"] for r in runs}
+        size = next(r["image_bytes_per_image"] for r in ladder if r["jpeg_quality"] == q)
+        return math.log(size), _by_seed(ladder, q)
 
     (x_lo, lo), (x, mid), (x_hi, hi) = rung(below), rung(quality), rung(above)
     weight = (x - x_lo) / (x_hi - x_lo)
@@ -181,15 +181,17 @@ def _bend_line(found: Bend) -> str:
             "a bend smaller than the interval would go unseen, and nothing here tests it beyond the largest rung.")
 
 
+def _by_seed(ladder: list[dict], quality: int) -> dict[int, float]:
+    """A rung's accuracies by seed: what pairs two rungs (each seed fixes the initialisation and batches)."""
+    return {r["seed"]: r["test_accuracy"] for r in ladder if r["jpeg_quality"] == quality}
+
+
 def _paired(ladder: list[dict], top: int, quality: int) -> str:
     """Quality `quality` against the top rung over the seeds both ran: the median difference with its
     95% interval (no interval from one seed)."""
     from harness.report.intervals import median_interval
 
-    def by_seed(q):
-        return {r["seed"]: r["test_accuracy"] for r in ladder if r["jpeg_quality"] == q}
-
-    upper, lower = by_seed(top), by_seed(quality)
+    upper, lower = _by_seed(ladder, top), _by_seed(ladder, quality)
     seeds = sorted(set(upper) & set(lower))
     if not seeds:
         return f"- Quality {quality} against {top}: no seed ran on both."
