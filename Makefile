@@ -21,6 +21,7 @@ N_TRIALS ?=
 WORKERS ?=
 STORAGE ?=
 TIMEOUT ?=
+BUDGET ?=
 PORT ?=
 # LAUNCHER=slurm: the WORKERS as one Slurm job array (SLURM_PARTITION, SLURM_TIME, SLURM_GPUS_PER_TASK,
 # SLURM_CPUS_PER_TASK, DETACH=1); STORAGE and TRACKING_URI must be ones every node reaches.
@@ -46,7 +47,7 @@ SLURM_OPTS := $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(SLURM_PARTITION),-
               $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME)) $(if $(SLURM_GPUS_PER_TASK),--slurm-gpus-per-task $(SLURM_GPUS_PER_TASK)) \
               $(if $(SLURM_CPUS_PER_TASK),--slurm-cpus-per-task $(SLURM_CPUS_PER_TASK)) $(if $(DETACH),--detach)
 WORKER_OPTS := $(if $(WORKERS),--workers $(WORKERS)) $(if $(STORAGE),--storage $(STORAGE)) $(SLURM_OPTS)
-STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(WORKER_OPTS) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
+STUDY_OPTS := $(if $(N_TRIALS),--n-trials $(N_TRIALS)) $(if $(BUDGET),--budget $(BUDGET)) $(WORKER_OPTS) $(if $(TIMEOUT),--timeout $(TIMEOUT)) $(ARGS)
 
 # make reproduce-cpu DATA_DIR=...: every table a CPU can run, each sweep at its `cpu` scale on CIFAR-10
 # as JPEG class folders, then REPRODUCTION.md with its PNGs and CSVs in results/$(MACHINE)/ (committed).

@@ -84,6 +84,9 @@ def _add_study(sub, parents: list[argparse.ArgumentParser]) -> None:
                    help="refuse a study whose target (--n-trials, else the file's) is more trials than this, "
                         "counted for the study as a whole however many --workers or Slurm jobs share them "
                         "(default 10000); --status, --verify and --calibrate-target run none and are not capped")
+    p.add_argument("--budget", help="one wall-clock budget for the search and the race together (2h, 90m, 1h30m, 5400s): "
+                   "no trial starts once the time left is what the race needs, then the race runs on what is left; "
+                   "kept in the study's storage, so a resumed study spends only what is left")
     p.add_argument("--status", action="store_true", help="show trials done, running, failed, pruned and the best so far")
     p.add_argument("--verify", action="store_true", help="race the front's best trials over seeds in fresh processes against "
                    "the tuned baseline, name the winner on the re-measured intervals, ablate it ([verify]); resumable")

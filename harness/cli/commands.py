@@ -219,9 +219,12 @@ def cmd_study(args) -> int:
     from harness.launchers import WorkerRole
     from harness.specs import study_spec
 
+    budget_s = _budget(args)
     spec = study_spec.load(args.study)
     overrides = _overrides(args, spec.experiment)
     workers, role = _workers(args), WorkerRole.decode(args.worker)
+    if budget_s is not None:
+        _check_budget(spec, args, budget_s, workers)
     for name, value, low in (("--n-trials", args.n_trials, 1), ("--timeout", args.timeout, 1e-9)):
         if value is not None and not (value >= low and math.isfinite(value)):
             raise UserError(f"{name} must be a positive finite number (got {value}).")
@@ -259,9 +262,45 @@ def cmd_study(args) -> int:
     outcome = study_engine.run_study(spec, store, db_url, scale=args.scale, overrides=overrides,
                                n_trials=args.n_trials, timeout=args.timeout, workers=workers, launcher=launcher,
                                role=role, show_progress=not args.no_progress, out_dir=out_dir,
-                               log=lambda line: print(line, flush=True))
+                               log=lambda line: print(line, flush=True), budget_s=budget_s)
     print(f"{'worker ' + str(os.getpid()) if role else 'study ' + outcome.study_name}: {outcome.line()}", flush=True)
+    if outcome.budgeted and not role and outcome.stop.exit_code == 0:   # the race, on what the budget has left
+        from harness.studies import verify
+
+        verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
+                          show_progress=not args.no_progress, log=lambda line: print(line, flush=True), budgeted=True)
+        study_engine.finish_budget(spec, db_url, scale=args.scale, overrides=overrides,
+                                   log=lambda line: print(line, flush=True))
     return outcome.stop.exit_code if role else outcome.exit_code
+
+
+def _budget(args) -> float | None:
+    """--budget in seconds, or one sentence, before anything is loaded."""
+    if args.budget is None:
+        return None
+    from harness.studies import budget
+
+    if args.status or args.verify or args.calibrate_target:
+        raise UserError("--budget is for running a study (its search and race); leave it out with "
+                        "--status, --verify and --calibrate-target.")
+    return budget.parse(args.budget)
+
+
+def _check_budget(spec, args, seconds: float, workers: int) -> None:
+    """A budget that cannot hold one run of the tuned loop, or the race alone, is refused before any
+    trial (sized from the calibration's figures where the target is calibrated; otherwise the baseline
+    trial sizes the race once it has run)."""
+    from harness.studies import budget, calibrated_target
+
+    if workers > 1 or args.worker:
+        raise UserError("--budget times one study on the cores it holds; run it without --workers.")
+    found = calibrated_target.read(spec, args.scale)
+    reference = (found or {}).get("reference_time_to_target_s")
+    if reference is None:
+        return
+    need = budget.race_need(spec.verify, reference_s=reference, incumbent_s=None, overhead_s=budget.FIRST_OVERHEAD_S,
+                            methods=1, neighbour_runs=2 * spec.verify.first_seeds if "lr_factor" in spec.space else 0)
+    budget.check_affords(seconds, reference_s=reference, need=need, overhead=budget.FIRST_OVERHEAD_S)
 
 
 def _study_status(spec, args, overrides: dict) -> int:

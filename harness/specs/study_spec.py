@@ -197,6 +197,10 @@ class StudySpec(SpecFile):
     # "process": each trial in a fresh process forked from a clean server; "none": every trial in the
     # study's process. Unset: "process" when an objective is measured by a clock, else "none".
     isolation: Literal["process", "none"] | None = None
+    # a trial of a time-to-accuracy study stops once its training clock passes this many times the
+    # fastest time to the target so far (studies/incumbent.py): 1 would stop a trial that is merely as
+    # fast, so a tie could never be seen; 1.5 leaves room for a trial's own noise (CV about 10-20% here)
+    prune_after: float = Field(1.5, ge=1)
 
     @model_validator(mode="after")
     def _normalize(self) -> "StudySpec":

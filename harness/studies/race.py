@@ -12,6 +12,10 @@ or the best k) are measured again, each draw a fresh process with another seed, 
 3. the leader and the candidates left run one more seed each, until no candidate overlaps the
    leader (it has separated), the seeds run out, or the next round would pass the budget of runs.
 
+With a wall-clock budget (`affordable`, asked before every round with the names about to run), the
+race is cut when the next round does not fit: it says so ("race cut: 3 of 5 seeds"), and a race cut
+before its leader has `MIN_SEEDS` seeds names no winner.
+
 The interval of a median is the distribution-free one from order statistics (the binomial
 interval): with five values or fewer it is their whole range, so a candidate leaves only when every
 draw of it was slower than every draw of the leader. A run that missed the target counts as +inf.
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 LEVEL = 0.95
+MIN_SEEDS = 3   # a race cut by the clock names a winner only on at least this many seeds
 
 
 def median_interval(values: list[float], level: float = LEVEL) -> tuple[float, float]:
@@ -68,6 +73,12 @@ class RaceResult:
     separated: bool                       # its interval overlaps no other candidate's
     stop: str                             # why the race ended, in words
     runs: list[tuple[str, int, float]]    # (name, seed, time) in the order they ran
+    cut: bool = False                     # the wall-clock budget ended it before its rounds were done
+
+    @property
+    def named(self) -> bool:
+        """Whether the race names a winner: always, unless it was cut before its leader had MIN_SEEDS seeds."""
+        return not self.cut or len(self.entrants[self.leader].times) >= MIN_SEEDS
 
     @property
     def candidate_runs(self) -> int:
@@ -91,9 +102,11 @@ def contenders(entrants: dict[str, Entrant]) -> list[Entrant]:
 
 
 def race(candidates: list[str], measure: Callable[[str, int], float], *, seeds: list[int], first: int = 2,
-         budget: int | None = None, reference: str | None = None) -> RaceResult:
+         budget: int | None = None, reference: str | None = None,
+         affordable: Callable[[list[str]], bool] | None = None) -> RaceResult:
     """Race `candidates` (names, in the study's order) over `seeds`; `budget` caps the candidates'
-    runs (the reference's are not counted). `measure(name, seed)` returns a time, +inf if missed."""
+    runs (the reference's are not counted). `measure(name, seed)` returns a time, +inf if missed.
+    `affordable(names)` says whether a round of those runs still fits the wall-clock budget."""
     if not candidates:
         raise ValueError("a race needs at least one candidate")
     first = max(1, min(first, len(seeds)))
@@ -108,29 +121,40 @@ def race(candidates: list[str], measure: Callable[[str, int], float], *, seeds: 
         entrant.times.append(time)
         runs.append((entrant.name, seed, time))
 
-    used = 0
+    def fits(round_: list[Entrant]) -> bool:
+        return affordable is None or affordable([e.name for e in round_])
+
+    used, stop, cut = 0, "", False
     for seed in seeds[:first]:
-        for entrant in ([ref] if ref else []) + list(entrants.values()):
+        round_ = ([ref] if ref else []) + list(entrants.values())
+        if not fits(round_):
+            cut = True
+            break
+        for entrant in round_:
             draw(entrant, seed)
         used += len(entrants)
-    stop = ""
-    for seed in seeds[first:]:
+    for seed in seeds[first:] if not cut else []:
         running = contenders(entrants)
         if len(running) == 1:
             break
         if used + len(running) > budget:
             stop = f"the budget of {budget} candidate runs would be passed by another round"
             break
-        if ref is not None:
-            draw(ref, seed)
-        for entrant in running:
+        round_ = ([ref] if ref else []) + running
+        if not fits(round_):
+            cut = True
+            break
+        for entrant in round_:
             draw(entrant, seed)
         used += len(running)
+    if cut:
+        most = max(len(e.times) for e in entrants.values())
+        stop = f"race cut: {most} of {len(seeds)} seeds (the wall-clock budget left did not hold another round)"
     running = contenders(entrants)
     separated = len(running) == 1 and len(entrants) > 1
     if not stop:
         stop = "the leader separated" if separated or len(entrants) == 1 else f"the seeds ran out ({len(seeds)})"
-    return RaceResult(entrants, ref, leader_of(entrants).name, separated, stop, runs)
+    return RaceResult(entrants, ref, leader_of(entrants).name, separated, stop, runs, cut)
 
 
 def single_draw_pick(candidates: list[str], measure: Callable[[str, int], float], seed: int) -> str:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from experiments import make_config
 from harness.studies import calibrated_target
-from harness.studies.race import RaceResult
+from harness.studies.race import MIN_SEEDS, RaceResult
 from harness.studies.variants import searches_lr
 from harness.studies.study_report import markdown
 from harness.specs.study_spec import StudySpec
@@ -116,7 +116,7 @@ def _race_section(spec: StudySpec, candidates, result: RaceResult, by_role: dict
         lo, hi = entrant.interval
         reached = sum(math.isfinite(t) for t in entrant.times)
         table.append({
-            "candidate": label + (" (winner)" if label == result.leader else ""),
+            "candidate": label + (" (winner)" if label == result.leader and result.named else ""),
             "in-study s": in_study.get(label, "(the reference)"), "re-measured median s": entrant.median,
             "95% interval s": f"{fmt(lo)} to {fmt(hi)}", "seeds": len(entrant.times),
             "reached": f"{reached}/{len(entrant.times)}",
@@ -133,6 +133,11 @@ def _race_section(spec: StudySpec, candidates, result: RaceResult, by_role: dict
 
 def _winner_section(spec: StudySpec, candidates, result: RaceResult) -> list[str]:
     """The winner, named on the re-measured intervals, its speed-up and the goal's verdict."""
+    if not result.named:
+        seeds = len(result.entrants[result.leader].times)
+        return [f"**No winner named**: {result.stop}; the leader, {result.leader}, has {seeds} seed(s), fewer than "
+                f"the {MIN_SEEDS} a winner is named on. Give the study more budget and run it again: it resumes "
+                "the race where it was cut.", ""]
     win, tuned, reference = result.entrants[result.leader].times, result.reference.times, result.reference.name
     x = ratio(statistics.median(tuned), statistics.median(win))
     lo, hi = bootstrap_ratio(tuned, win)

@@ -30,10 +30,12 @@ from harness.studies.trial_loop import StopReason, StudyOutcome, TrialLoop
 def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any],
               n_trials: int | None = None, timeout: float | None = None, workers: int = 1,
               launcher: Launcher | None = None, role: WorkerRole | None = None, show_progress: bool = True,
-              out_dir: Path | None = None, log: Log = print) -> StudyOutcome:
+              out_dir: Path | None = None, log: Log = print, budget_s: float | None = None) -> StudyOutcome:
     """Run (or resume) a study until it has `n_trials` finished trials, in this process or in
     `workers` worker processes (harness/invocation.py); then report it. With `role`, this process is
-    one of a launcher's workers: it runs trials under the launcher's parent run and reports nothing."""
+    one of a launcher's workers: it runs trials under the launcher's parent run and reports nothing.
+    With `budget_s` (or a budget its storage keeps) no trial starts once the time left is what the
+    race needs (studies/search_budget.py)."""
     if spec.baseline is not None and (workers > 1 or role is not None):
         raise UserError(f"study {spec.name} times its trials against a baseline trial; run it with one worker "
                         "(parallel trials would share the cores they are timed on, and wait for the baseline).")
@@ -41,11 +43,24 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     overrides = run.worker_overrides(overrides, lambda given: None if "threads" in given else
                                      make_config(spec.fixed_for_checks(scale, given)).threads)
     loop = _trial_loop(spec, run, scale, overrides, n_trials, timeout, show_progress)
+    loop.search_budget = _search_budget(spec, loop.study, scale, budget_s, log)
     check_same_store(loop.study, store, loop.experiment_id, db_url)
     if role is not None:
         return run.as_worker(lambda claims: loop.work(claims, role.parent_run_id), finished_tags,
                              faults=lambda: storage_faults(db_url))
-    return _as_parent(run, loop, overrides, out_dir)
+    outcome = _as_parent(run, loop, overrides, out_dir)
+    outcome.budgeted = loop.search_budget is not None
+    return outcome
+
+
+def finish_budget(spec: StudySpec, db_url: str, *, scale: str, overrides: dict[str, Any], log: Log = print) -> None:
+    """After the race of a budgeted study: its phase is done, and what it spent is said."""
+    from harness.studies.budget import DONE, Budget
+
+    kept = Budget.open(open_study(spec, spec.study_name(scale, overrides), db_url, create=False), None, log)
+    if kept is not None:
+        kept.enter(DONE)
+        log(kept.line())
 
 
 def _trial_loop(spec: StudySpec, run: Invocation, scale: str, overrides: dict[str, Any], n_trials: int | None,
@@ -63,6 +78,22 @@ def _trial_loop(spec: StudySpec, run: Invocation, scale: str, overrides: dict[st
     seeded.check_study(study, spec.seeds_at(scale))
     return TrialLoop(spec, study, run.store, run.open_experiment(spec.name), scale, fixed, target, timeout,
                      show_progress, run.log)
+
+
+def _search_budget(spec: StudySpec, study, scale: str, seconds: float | None, log: Log):
+    """The study's budget with what its race needs, or None for a study without one."""
+    from harness.studies.budget import Budget
+    from harness.studies.search_budget import SearchBudget
+
+    kept = Budget.open(study, seconds, log)
+    if kept is None:
+        return None
+    found = calibrated_target.read(spec, scale)
+    tuned = dict(spec.baseline.params) if spec.baseline is not None else {}
+    if found is not None and "lr_factor" in tuned:
+        tuned["lr_factor"] = float(found["lr_factor"])
+    calibrated = found.get("reference_time_to_target_s") if found else None
+    return SearchBudget(spec, study, kept, calibrated, tuned, log)
 
 
 def _as_parent(run: Invocation, loop: TrialLoop, overrides: dict[str, Any], out_dir: Path | None) -> StudyOutcome:

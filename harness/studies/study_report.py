@@ -18,7 +18,7 @@ from harness.folders import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
 from harness.specs.study_spec import StudySpec
-from harness.studies import trial_status
+from harness.studies import budget, incumbent, trial_status
 from harness.studies.trial_status import TrialStatus
 from harness.studies.trial_tags import CONTENDED, METRICS_ATTR, RUN_ATTR
 from harness.machine.machine_load import CONTENDED_CORES
@@ -35,6 +35,8 @@ class StudyReport:
     target: float | None = None            # the target accuracy the baseline set for the others
     all_trials: pd.DataFrame | None = None  # every trial whatever its state, with the state and the start state
     requeues: list = field(default_factory=list)  # (interrupted trial, its requeued trial or None, that one's status)
+    budget_line: str | None = None         # a budgeted study's budget, spent, left and phase
+    pruned: list = field(default_factory=list)    # (trial, why it was stopped) for each trial stopped short
 
 
 def build(spec: StudySpec, study) -> StudyReport:
@@ -65,6 +67,9 @@ def build(spec: StudySpec, study) -> StudyReport:
             report.front.insert(report.front.columns.get_loc(first) + 1, "speedup", speedup)
         report.target = study.user_attrs.get(study_baseline.TARGET_ATTR)
     report.requeues = trial_status.requeues(trials)
+    report.budget_line = budget.status_line(study.user_attrs)
+    report.pruned = [(t.number, t.user_attrs[incumbent.PRUNED_ATTR]["reason"]) for t in trials
+                     if t.state == TrialState.PRUNED and incumbent.PRUNED_ATTR in t.user_attrs]
     report.all_trials = _all_trials(spec, trials, {int(t) for t in report.front["trial"]} if len(report.front) else set())
     report.text = to_text(spec, report)
     return report
@@ -115,7 +120,8 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
     lines = [f"study {report.study_name}: {c['complete']} complete, {c['pruned']} pruned, {c['fail']} failed, "
              + (f"{c['interrupted']} interrupted, " if c["interrupted"] else "")
              + f"{c['running']} running, {c['waiting']} waiting" + (f", {c['requeued']} requeued" if c["requeued"] else ""),
-             *requeue_lines(report.requeues)]
+             *requeue_lines(report.requeues), *([report.budget_line] if report.budget_line else []),
+             *pruned_lines(spec, report.pruned)]
     if not len(report.front):
         lines.append("no complete trial yet")
         return "\n".join(lines)
@@ -147,6 +153,21 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
                      + "".join(f"; {m} {_fmt(best[m])} vs {_fmt(report.baseline[m].iloc[0])}"
                                for m in spec.report_metrics if m in best))
     return "\n".join(lines)
+
+
+SHOWN_PRUNED = 5
+
+
+def pruned_lines(spec: StudySpec, pruned: list) -> list[str]:
+    """The trials stopped short of the target, and why (the first few; the CSV has each one's state)."""
+    if not pruned:
+        return []
+    lines = [f"pruned (stopped short of the target: past {spec.prune_after:g}x the fastest time to it so far, or "
+             "the cap, or the end of their epochs; counted apart from failed):"]
+    lines += [f"  trial {number}: {why}" for number, why in pruned[:SHOWN_PRUNED]]
+    if len(pruned) > SHOWN_PRUNED:
+        lines.append(f"  and {len(pruned) - SHOWN_PRUNED} more")
+    return lines
 
 
 SHOWN_REQUEUES = 5

@@ -33,7 +33,7 @@ from harness.specs.study_spec import NOT_REACHED, StudySpec
 from harness.store import Claims, Outcome, Store
 from harness.store.claims import Claim, ClaimState
 from harness.store.tracking import KIND, SCALE
-from harness.studies import baseline, isolation, requeue, seeded
+from harness.studies import baseline, budget, incumbent, isolation, requeue, seeded
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies import trial_status
 from harness.studies.trial_status import INTERRUPTED_ATTR, RETRY_OF, TrialStatus
@@ -49,6 +49,7 @@ WAIT_POLL_S = 0.5  # how often a worker with no slot left looks at the trials it
 class StopReason(Enum):
     TARGET_REACHED = "target reached"
     TIMEOUT = "timeout"
+    BUDGET = "the budget left is what the race needs"
     OTHERS_RUNNING = "every remaining trial is running in another worker"
     TOO_MANY_FAILURES = f"{MAX_FAILS_IN_A_ROW} trials in a row failed"
     WORKERS_FAILED = "a worker exited with an error"
@@ -56,8 +57,8 @@ class StopReason(Enum):
 
     @property
     def exit_code(self) -> int:
-        return 0 if self in (StopReason.TARGET_REACHED, StopReason.TIMEOUT, StopReason.OTHERS_RUNNING,
-                             StopReason.DETACHED) else 1
+        return 0 if self in (StopReason.TARGET_REACHED, StopReason.TIMEOUT, StopReason.BUDGET,
+                             StopReason.OTHERS_RUNNING, StopReason.DETACHED) else 1
 
 
 @dataclass
@@ -70,13 +71,15 @@ class StudyOutcome:
     last_failure: str | None = None
     finished: int = 0                                  # the study's finished trials at the end
     parent_run_id: str = ""
+    budgeted: bool = False                             # the study runs under a wall-clock budget (then races)
 
     @property
     def exit_code(self) -> int:
         """0 when the study has what was asked (or the timeout said stop), 1 when it fell short."""
         if self.stop.exit_code:
             return self.stop.exit_code
-        return 1 if self.stop not in (StopReason.TIMEOUT, StopReason.DETACHED) and self.finished < self.target else 0
+        return 1 if self.stop not in (StopReason.TIMEOUT, StopReason.BUDGET, StopReason.DETACHED) \
+            and self.finished < self.target else 0
 
     def line(self) -> str:
         ran = ", ".join(f"{n} {s}" for s, n in self.states.items()) or "none"
@@ -115,6 +118,10 @@ class TrialLoop:
     timeout: float | None
     show_progress: bool
     log: Log
+    # with a budget (studies/search_budget.py): says why no further trial starts (None: one may), and
+    # is told each trial's wall clock
+    search_budget: Any = None
+    _began: float = field(default=0.0, init=False)
 
     @property
     def namespace(self) -> str:
@@ -153,9 +160,15 @@ class TrialLoop:
                 return StopReason.OTHERS_RUNNING
             if grant.previous is not None and self._took_over(claims, slot, grant.previous):
                 continue
+            if self.search_budget is not None and (why := self.search_budget.stop_search()):
+                claims.drop(self.namespace, slot)
+                self.log(f"  no more trials: {why}")
+                return StopReason.BUDGET
             baseline.queue(self.spec, self.study)  # a study with a baseline runs it first (again, if it failed)
             self.store.check_still_there()  # no trial is run into, or counted by, a deleted store
             state, reason = self.one_trial(claims, slot, parent, execute)
+            if self.search_budget is not None:
+                self.search_budget.spend(time.monotonic() - self._began)
             outcome.count(state, reason)
             fails_in_a_row = fails_in_a_row + 1 if state == TrialStatus.FAIL else 0
             if fails_in_a_row >= MAX_FAILS_IN_A_ROW:
@@ -193,6 +206,7 @@ class TrialLoop:
     # --- one trial: ask, run, tell ----------------------------------------------------------------
     def one_trial(self, claims: Claims, slot: str, parent: str, execute=None) -> tuple[TrialStatus, str | None]:
         """Ask for a trial, run it as a cell, tell Optuna how it ended; returns its state and reason."""
+        self._began = time.monotonic()
         trial = self.study.ask()
         try:
             cell = self.ask(trial, claims, slot)
@@ -228,6 +242,8 @@ class TrialLoop:
         for name, value in sampled.items():
             values.update(spec.space[name].fields(value))
         values = baseline.trial_values(spec, self.study, trial, values)
+        if not trial.user_attrs.get(baseline.BASELINE_ATTR):   # the baseline's time is the reference: never cut
+            values = self._limited(trial, values)
         label = f"trial {trial.number}: " + " ".join(
             spec.space[k].optuna_value(v) if spec.space[k].compound else f"{k}={_short(v)}" for k, v in sampled.items())
         if trial.user_attrs.get(baseline.BASELINE_ATTR):
@@ -235,6 +251,16 @@ class TrialLoop:
         cell = Cell.build(values, label)
         trial.set_user_attr("cell_id", cell.cell_id)
         return cell
+
+    def _limited(self, trial, values: dict[str, Any]) -> dict[str, Any]:
+        """The trial's values with the training seconds it may spend before it cannot win."""
+        found = incumbent.limit(self.spec, self.study, values)
+        if found is None:
+            return values
+        seconds, why = found
+        seconds = round(seconds, 3)   # not to 0.1 s: a tiny model's whole time to the target can be less
+        trial.set_user_attr(incumbent.LIMIT_ATTR, {"limit_s": seconds, "why": why})
+        return {**values, "give_up_after_s": seconds}
 
     def tags(self, trial) -> dict[str, str]:
         """The MLflow tags of the trial's run (and a line when it retries an interrupted trial)."""
@@ -266,6 +292,13 @@ class TrialLoop:
             result.outcome, result.reason = Outcome.FAILED, (
                 f"experiment {spec.experiment} returned no metric '{missing[0]}'; it returns {', '.join(sorted(result.metrics))}")
         if result.outcome == Outcome.OK:
+            trial.set_user_attr(budget.WALL_ATTR, round(time.monotonic() - self._began, 2))
+            if "train_time_s" in result.metrics:
+                trial.set_user_attr(budget.CLOCK_ATTR, result.metrics["train_time_s"])
+        if result.outcome == Outcome.OK and not trial.user_attrs.get(baseline.BASELINE_ATTR) \
+                and incumbent.not_reached(spec, result.metrics):
+            result.outcome, result.reason = Outcome.PRUNED, self._pruned(trial, result.metrics)
+        if result.outcome == Outcome.OK:
             trial.set_user_attr(METRICS_ATTR, {m: result.metrics[m] for m in (*spec.report_metrics, *LOAD_METRICS)
                                                if m in result.metrics})
             self.study.tell(trial, values)
@@ -288,6 +321,17 @@ class TrialLoop:
         reason = f"{result.outcome}: {result.reason}"
         self.log(f"  trial {trial.number} failed: {reason}")
         return TrialStatus.FAIL, reason
+
+    def _pruned(self, trial, metrics: dict[str, float]) -> str:
+        """A trial that did not reach the target: its best accuracy, clock and why it stopped, kept on it."""
+        given = trial.user_attrs.get(incumbent.LIMIT_ATTR) or {}
+        reason = incumbent.pruned_reason(metrics, given.get("limit_s"), given.get("why"))
+        trial.set_user_attr(incumbent.PRUNED_ATTR, {"reason": reason, "best_test_accuracy": metrics.get("best_test_accuracy"),
+                                                     "train_time_s": metrics.get("train_time_s"),
+                                                     "limit_s": given.get("limit_s")})
+        trial.set_user_attr(METRICS_ATTR, {m: metrics[m] for m in (*self.spec.report_metrics, *LOAD_METRICS)
+                                           if m in metrics})
+        return reason
 
     # --- the trials of a launcher's workers, and the report ---------------------------------------
     def launch(self, run: Invocation, claims: Claims, parent: str, overrides: dict[str, Any]) -> StudyOutcome:

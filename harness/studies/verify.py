@@ -26,6 +26,8 @@ beside the study's.
 from __future__ import annotations
 
 import math
+import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,11 @@ TIME = "time_to_accuracy_s"
 
 
 def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrides: dict[str, Any],
-               out_dir: Path | None = None, show_progress: bool = False, log=print) -> list[Path]:
+               out_dir: Path | None = None, show_progress: bool = False, log=print,
+               budgeted: bool = False) -> list[Path]:
+    """The race and the ablation; `budgeted`: within what the study's wall-clock budget has left
+    (studies/budget.py), each run's seconds spent from it, the race and the ablation cut short when
+    the next round or run does not fit."""
     name = spec.study_name(scale, overrides)
     fixed = calibrated_target.applied(spec, scale, spec.fixed(scale, overrides))
     base, candidates, target = _entrants_of(spec, name, scale, db_url, fixed)
@@ -65,16 +71,21 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
     preflight([make_config(fixed)])
     runs: list[dict[str, Any]] = []
     trials = isolation.runner(isolation.PROCESS)
+    clock = _RaceClock.of(spec, name, db_url, log) if budgeted else None
     try:
         def timed(variant: Variant, seed: int) -> dict[str, Any]:
+            began = time.monotonic()
             row = _run(store, experiment_id, spec, name, scale, fixed, variant, seed, trials, show_progress, log)
+            if clock is not None:
+                clock.spend(time.monotonic() - began, row)
             runs.append(row)
             return row
 
         tuned = _tuned_baseline(spec, scale, book, timed)
-        result = _race(spec, candidates, tuned, runs, timed)
+        result = _race(spec, candidates, tuned, runs, timed, clock)
         methods = _ablation(spec, _ablation_reference(spec, book, tuned),
-                            _params(spec, _trial_named(candidates, result.leader).params), timed)
+                            _params(spec, _trial_named(candidates, result.leader).params), timed, clock) \
+            if result.named else []
     finally:
         trials.close()
     text = race_report.text(spec, name, scale, target, fixed, base, candidates, result, runs, tuned.lr_factor, methods)
@@ -117,7 +128,43 @@ def _tuned_baseline(spec: StudySpec, scale: str, book: dict[str, Any], timed) ->
     return Variant(role, book, factor)
 
 
-def _race(spec: StudySpec, candidates: list, tuned: Variant, runs: list[dict[str, Any]], timed) -> race.RaceResult:
+class _RaceClock:
+    """The race's share of a study's budget: each run's wall clock spent from it, and whether the
+    next round or run still fits (its runs estimated at each entrant's median wall clock so far)."""
+
+    def __init__(self, kept, log) -> None:
+        self.kept, self.log = kept, log
+        self.walls: dict[str, list[float]] = {}   # role -> the wall clock of each of its runs
+
+    @classmethod
+    def of(cls, spec: StudySpec, name: str, db_url: str, log) -> "_RaceClock | None":
+        from harness.studies.budget import RACE, Budget
+
+        kept = Budget.open(open_study(spec, name, db_url, create=False), None, log)
+        if kept is None:
+            return None
+        kept.enter(RACE)
+        log(f"race: {kept.line()}")
+        return cls(kept, log)
+
+    def spend(self, seconds: float, row: dict[str, Any]) -> None:
+        self.kept.spend(seconds)
+        self.walls.setdefault(row["role"], []).append(seconds)
+
+    def estimate(self, role: str) -> float:
+        """A run of `role`: its own median wall clock, else the slowest median of any role so far."""
+        own = self.walls.get(role)
+        if own:
+            return statistics.median(own)
+        known = [statistics.median(w) for w in self.walls.values()]
+        return max(known) if known else 0.0
+
+    def affords(self, roles: list[str]) -> bool:
+        return sum(self.estimate(r) for r in roles) <= self.kept.left_s
+
+
+def _race(spec: StudySpec, candidates: list, tuned: Variant, runs: list[dict[str, Any]], timed,
+          clock: _RaceClock | None = None) -> race.RaceResult:
     """The candidates raced over the seeds against the tuned baseline; the leader's rows become the winner's."""
     v = spec.verify
     entrants = {f"trial {t.number}": Variant(f"trial {t.number}", _params(spec, t.params)) for t in candidates}
@@ -126,11 +173,11 @@ def _race(spec: StudySpec, candidates: list, tuned: Variant, runs: list[dict[str
         return timed(tuned if role == tuned.role else entrants[role], seed)[TIME]
 
     result = race.race(list(entrants), measure, seeds=list(v.seeds), first=v.first_seeds, budget=v.budget,
-                       reference=tuned.role)
+                       reference=tuned.role, affordable=clock.affords if clock is not None else None)
     for row in runs:
         if row["role"] in entrants:
             row["trial"] = int(row["role"].split()[1])
-        if row["role"] == result.leader:
+        if row["role"] == result.leader and result.named:
             row["role"] = WINNER
     return result
 
@@ -150,9 +197,11 @@ def _ablation_reference(spec: StudySpec, book: dict[str, Any], tuned: Variant) -
     return {**book, "lr_factor": _own_factor(spec, book) * tuned.lr_factor}
 
 
-def _ablation(spec: StudySpec, reference: dict[str, Any], winner: dict[str, Any], timed) -> list[str]:
+def _ablation(spec: StudySpec, reference: dict[str, Any], winner: dict[str, Any], timed,
+              clock: _RaceClock | None = None) -> list[str]:
     """Each method the winner changes alone on the reference (_ablation_reference), and the winner
-    without it, on the first `ablation_seeds` seeds; returns those methods."""
+    without it, on the first `ablation_seeds` seeds; returns those methods. Within a budget, the
+    ablation stops at the first run that does not fit, saying how many ran."""
     v = spec.verify
     methods = [k for k in spec.space if winner[k] != reference[k]]
     ablation = []
@@ -160,9 +209,12 @@ def _ablation(spec: StudySpec, reference: dict[str, Any], winner: dict[str, Any]
         note = v.changes.get(k, "")
         ablation.append(Variant(f"alone: {k}", {**reference, k: winner[k]}, note=note))
         ablation.append(Variant(f"without: {k}", {**winner, k: reference[k]}, note=note))
-    for seed in v.seeds[:v.ablation_seeds]:
-        for variant in ablation:
-            timed(variant, seed)
+    planned = [(variant, seed) for seed in v.seeds[:v.ablation_seeds] for variant in ablation]
+    for done, (variant, seed) in enumerate(planned):
+        if clock is not None and not clock.affords([variant.role]):
+            clock.log(f"ablation cut: {done} of {len(planned)} runs (the wall-clock budget left did not hold the next)")
+            break
+        timed(variant, seed)
     return methods
 
 
