@@ -9,8 +9,12 @@ Methods (config fields, harness/training/speed_methods.py): `sparsity` (Conv2d f
 initialisation), `channels_last`, `execution=compile` with `compile_mode`, autocast `dtype`,
 `batch_size` with `lr_base_batch` (linear lr scaling), `lr_factor` (a tuned lr), `threads`, and the
 DDP layout `world_size` ranks x `threads` each over this machine's cores; `malloc`, every
-experiment's field, is one more (harness/training/allocator.py). A combination that cannot run here is a skipped
-cell with the reason.
+experiment's field, is one more (harness/training/allocator.py). Beyond the book's: `lr_schedule=one_cycle`
+over `schedule_epochs` (a rise to the effective lr and a fall to 0, every step), `batchnorm` (a BatchNorm2d
+after every Conv2d), `label_smoothing`, `ema_decay` (every evaluation reads an exponential moving average
+of the weights) and Composer's selective backprop (`selective_backprop_keep` < 1). What each changes
+besides speed: harness/training/catalogue.py's SPEED_METHODS. A combination that cannot run here is a
+skipped cell with the reason.
 
 There is no warm-up epoch: time to accuracy counts every step from initialisation, torch.compile's
 compilation in the first steps included. The test set is evaluated `evals_per_epoch` times an
@@ -19,9 +23,11 @@ epoch with the clock stopped; `stop_at_target` ends training at the first check 
 
 from __future__ import annotations
 
+from typing import Callable
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel
 
 from experiments.descriptors.recipe import RecipeConfig
 from harness.training import accuracy_probe, speed_methods
@@ -79,13 +85,19 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
                        train_limit=cfg.train_limit, test_limit=cfg.test_limit)
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     model = build_model(cfg.model, data.num_classes)
+    if cfg.batchnorm:
+        model = speed_methods.with_batchnorm(model)
     param_count_before = count_parameters(model)
     model = speed_methods.prune_at_init(model, cfg.sparsity, data.train.x[:cfg.batch_size], cfg.pruning_backend)
+    if cfg.batchnorm:
+        model = speed_methods.forget_batchnorm_statistics(model)
     model = model.to(device)
     layout = torch.channels_last if cfg.channels_last else torch.preserve_format
     if cfg.channels_last:
         model = speed_methods.to_channels_last(model)
     per_sample = flops_per_sample(model, data.train.x[:2].to(device, memory_format=layout), cfg.dtype)
+    ema = speed_methods.averaged(model, cfg.ema_decay) if cfg.ema_decay else None
+    evaluated = ema.module if ema is not None else model
 
     net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
         if ctx.distributed else model
@@ -95,8 +107,9 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
     lr = lr_effective(cfg, ctx.world_size)
     optimizer = make_optimizer(cfg.model_copy(update={"lr": lr}), net)
 
-    def accuracy_on(split: Split):  # rank 0 evaluates the plain model (fp32, no compile), every rank gets it
-        return lambda: ctx.broadcast(evaluate(model, split, batch_size=cfg.eval_batch_size, device=device)
+    # rank 0 evaluates the plain model, or its weight average (fp32, no compile); every rank gets the accuracy
+    def accuracy_on(split: Split):
+        return lambda: ctx.broadcast(evaluate(evaluated, split, batch_size=cfg.eval_batch_size, device=device)
                                      if ctx.rank == 0 else None)
 
     probe = accuracy_probe.stratified_indices(data.test.y, cfg.probe_size)
@@ -111,10 +124,14 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
             on_epoch(epoch, metrics)
 
     mine = shard(data.train, ctx.rank, ctx.world_size, cfg.seed)
+    steps_per_epoch = -(-len(mine) // batch)
+    loss = speed_methods.smoothed_loss(cfg.label_smoothing)
+    select = selection(cfg, net, precision, steps_per_epoch, ctx.rank)
     ctx.barrier()  # the ranks start their clocks together
     times = train_epochs(net, optimizer, mine, epochs=cfg.epochs,
                          batch_size=batch, device=device, generator=torch.Generator().manual_seed(cfg.seed + ctx.rank),
-                         on_epoch=record, precision=precision, watch=watch, memory_format=layout, beat=ctx.beat)
+                         on_epoch=record, precision=precision, watch=watch, memory_format=layout, beat=ctx.beat,
+                         loss_fn=loss, select=select, after_step=per_step(cfg, optimizer, model, ema, steps_per_epoch))
     with timed(device) as evaluation:
         accuracy = test_accuracy()
 
@@ -139,7 +156,40 @@ def train_recipe(cfg: RunConfig, ctx: RankContext, on_epoch: EpochCallback | Non
         "param_count": count_parameters(model), "param_count_before": param_count_before,
         "scaler_skipped_steps": precision.skipped_steps(), "epoch_records": records,
     })
+    if select is not None:
+        result["selected_steps"] = select.selected
     return result
+
+
+def per_step(cfg: RunConfig, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
+             ema: AveragedModel | None, steps_per_epoch: int) -> list[Callable[[], None]]:
+    """What runs after every optimizer step, inside the clock: the one-cycle schedule's step, then the
+    weight average's update from the module the optimizer trains (DDP's and compile's wrappers share
+    its tensors)."""
+    hooks = []
+    if cfg.lr_schedule == "one_cycle":
+        planned = max(1, round(cfg.schedule_epochs * steps_per_epoch))
+        hooks.append(speed_methods.one_cycle(optimizer, planned, cfg.lr_warmup_fraction).step)
+    if ema is not None:
+        hooks.append(lambda: ema.update_parameters(model))
+    return hooks
+
+
+def selection(cfg: RunConfig, net: torch.nn.Module, precision: Precision, steps_per_epoch: int,
+              rank: int) -> speed_methods.SelectiveBackprop | None:
+    """Selective backprop on the training model, scored with the training loss, or None when it is off.
+    Each rank draws from its own seeded stream; every rank keeps the same number of samples."""
+    if cfg.selective_backprop_keep == 1.0:
+        return None
+    smoothing = cfg.label_smoothing
+
+    def per_sample_loss(logits, y, reduction):
+        return torch.nn.functional.cross_entropy(logits, y, reduction=reduction, label_smoothing=smoothing)
+
+    return speed_methods.SelectiveBackprop(
+        net, per_sample_loss, keep=cfg.selective_backprop_keep, start=cfg.selective_backprop_start,
+        end=cfg.selective_backprop_end, interrupt=cfg.selective_backprop_interrupt, steps_per_epoch=steps_per_epoch,
+        epochs=cfg.epochs, autocast=precision.autocast, generator=torch.Generator().manual_seed(cfg.seed + rank))
 
 
 def shard(split: Split, rank: int, world_size: int, seed: int) -> Split:

@@ -1,11 +1,12 @@
 """What the training half offers, by name, readable without importing torch: the models (with the
-input each expects and the weights it can start from), the datasets, and the metric names and clock
-texts the experiments' descriptors cite.
+input each expects and the weights it can start from), the datasets, the metric names and clock
+texts the experiments' descriptors cite, and the recipe's speed methods with what each changes besides
+speed (SPEED_METHODS, the table their method cards are made from).
 
 The command line checks a sweep's names and values against these before it loads torch, MLflow or
 Optuna, so a mistake is answered in a fraction of a second. The code behind each name lives beside
 it: the builders in models.py, the loaders in data.py, the clocks in train.py and
-harness/distributed/ddp_train.py, the FLOP metrics in flops.py.
+harness/distributed/ddp_train.py, the FLOP metrics in flops.py, the speed methods in speed_methods.py.
 """
 
 from __future__ import annotations
@@ -76,3 +77,66 @@ TRAINING_METRICS = ("train_time_s", "test_accuracy", "samples_per_s", "epoch_tim
 # What an experiment that trains on torchrun ranks reports of them (its processes' own figures:
 # the cell runner measures them itself only in one process).
 RANK_METRICS = ("ranks", "global_batch", "threads_used", "peak_rss_mb")
+
+
+# --- the speed methods of the recipe experiment, for their method cards ---------------------------------
+# What a method changes besides how fast a step runs, as [verify.changes] in a study file begins its line
+# ("the model: ..."); "speed only" where it changes nothing else.
+CHANGES = ("model", "optimizer", "arithmetic", "data", "loss", "speed only")
+
+
+@dataclass(frozen=True)
+class SpeedMethod:
+    fields: tuple[str, ...]   # the config fields that switch it on and shape it, the switch first
+    changes: str              # one of CHANGES
+    description: str          # one line: what it does
+    source: str               # where it comes from
+
+
+# Every speed method experiments/recipe.py stacks, by name (harness/training/speed_methods.py holds the code).
+SPEED_METHODS: dict[str, SpeedMethod] = {
+    "sparsity": SpeedMethod(("sparsity", "pruning_backend"), "model",
+                            "Conv2d filters removed by L1 norm at initialisation: a narrower network from the start.",
+                            "book ch. 6 (T6.1)"),
+    "channels_last": SpeedMethod(("channels_last",), "speed only",
+                                 "Weights and batches in NHWC, the layout oneDNN and cuDNN convolve fastest.",
+                                 "PyTorch's channels-last memory format"),
+    "compile": SpeedMethod(("execution", "compile_mode", "compile_backend"), "speed only",
+                           "torch.compile of the training model; its compilation is inside the clock.",
+                           "d2l 12.1 (D12.1)"),
+    "autocast": SpeedMethod(("dtype", "grad_scaler"), "arithmetic",
+                            "Forward and loss under torch.autocast in bf16 or fp16 (fp16 with a gradient scaler).",
+                            "book ch. 7 (T7)"),
+    "batch_scaling": SpeedMethod(("batch_size", "lr_base_batch"), "optimizer",
+                                 "A bigger batch with the lr scaled linearly with it.", "Goyal et al. 2017"),
+    "lr_factor": SpeedMethod(("lr_factor",), "optimizer", "The lr tuned: the configured lr times a factor.",
+                             "the speed-recipe study"),
+    "data_parallel": SpeedMethod(("world_size", "batch_is_global"), "optimizer",
+                                 "DDP ranks, each training its share of the data; a per-rank batch makes the global "
+                                 "batch world_size times larger.", "book ch. 9"),
+    "threads": SpeedMethod(("threads",), "speed only", "Intra-op threads of each process.", "torch.set_num_threads"),
+    "malloc": SpeedMethod(("malloc",), "speed only",
+                          "glibc keeps freed memory for reuse instead of returning it to the kernel.",
+                          "harness/training/allocator.py"),
+    "one_cycle": SpeedMethod(("lr_schedule", "schedule_epochs", "lr_warmup_fraction"), "optimizer",
+                             "A linear rise to the peak lr and a linear fall to 0 over a planned number of epochs, "
+                             "stepped every optimizer step.", "Smith & Topin 2017 (super-convergence)"),
+    "batchnorm": SpeedMethod(("batchnorm",), "model", "A BatchNorm2d after every Conv2d of the book's CNN.",
+                             "Ioffe & Szegedy 2015"),
+    "label_smoothing": SpeedMethod(("label_smoothing",), "loss",
+                                   "Cross-entropy against targets with part of their weight spread over every class.",
+                                   "Szegedy et al. 2016; Composer's LabelSmoothing"),
+    "ema": SpeedMethod(("ema_decay",), "model",
+                       "The weights evaluated are an exponential moving average of the trained ones, updated every "
+                       "step.", "Polyak & Juditsky 1992; Composer's EMA"),
+    "selective_backprop": SpeedMethod(
+        ("selective_backprop_keep", "selective_backprop_start", "selective_backprop_end",
+         "selective_backprop_interrupt"),
+        "data", "In a window of training each step learns only from the part of its batch with the highest losses, "
+                "found by a forward pass without gradients.", "Jiang et al. 2019; Composer's SelectiveBackprop"),
+}
+
+
+def speed_method_of(field: str) -> str | None:
+    """The speed method a config field belongs to, or None."""
+    return next((name for name, method in SPEED_METHODS.items() if field in method.fields), None)

@@ -208,6 +208,114 @@ class SpeedMethodsFields(ModelFields, ChannelsLastFields, CompilationFields, Pru
         "learning rate, as the speed-recipe study searches it; 1 = the configured lr).")
 
 
+class LrScheduleFields(FieldGroup):
+    """What `speed_methods.one_cycle` reads: how the lr moves over the steps of a planned number of epochs."""
+
+    lr_schedule: Literal["constant", "one_cycle"] = Field(
+        "constant", description="Recipe: constant: the effective lr at every step (the book); one_cycle: a linear "
+        "rise to the effective lr (the peak) over lr_warmup_fraction of the steps of schedule_epochs epochs, then a "
+        "linear fall to 0 at their end (held there after), stepped every optimizer step.")
+    schedule_epochs: float = Field(
+        0.0, ge=0, description="Recipe: the epochs a one_cycle schedule is planned over, fixed in advance whatever "
+        "stop_at_target ends (at least 1 with one_cycle; 0 with constant).")
+    lr_warmup_fraction: float = Field(
+        0.2, description="Recipe: the share of one_cycle's planned steps spent rising to the peak lr, in [0, 1) "
+        "(0.2 as airbench's baseline rung; read only with one_cycle).")
+
+    @field_validator("lr_warmup_fraction")
+    @classmethod
+    def _warmup_within_the_cycle(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError("must be in [0, 1): the share of the cycle's steps spent rising to the peak")
+        return value
+
+    @model_validator(mode="after")
+    def _schedule_planned_once(self):
+        if self.lr_schedule == "one_cycle" and self.schedule_epochs < 1:
+            raise ValueError(f"lr_schedule one_cycle needs schedule_epochs of at least 1 "
+                             f"(got {self.schedule_epochs:g}): the epochs its cycle is planned over")
+        # an unread knob is a mistake, not a silent no-op (and would give the same training a second cell id)
+        defaults = type(self).model_fields
+        if self.lr_schedule == "constant" and (self.schedule_epochs != defaults["schedule_epochs"].default
+                                               or self.lr_warmup_fraction != defaults["lr_warmup_fraction"].default):
+            raise ValueError("schedule_epochs and lr_warmup_fraction shape a one_cycle schedule; "
+                             "set lr_schedule=one_cycle or leave them out")
+        return self
+
+
+class SelectiveBackpropFields(FieldGroup):
+    """What `speed_methods.SelectiveBackprop` reads: MosaicML Composer's selective backprop, its defaults
+    Composer's (composer/algorithms/selective_backprop)."""
+
+    selective_backprop_keep: float = Field(
+        1.0, description="Recipe: selective backprop (Jiang et al. 2019, as Composer has it): in its window each "
+        "batch is first scored by a forward pass without gradients and only this fraction of it, drawn towards the "
+        "highest losses, is trained on; in (0, 1] (1 = off: every sample, no scoring pass).")
+    selective_backprop_start: float = Field(
+        0.5, description="Recipe: selective backprop's window opens at this fraction of the `epochs` budget "
+                         "(Composer's 0.5; read only with selective_backprop_keep < 1).")
+    selective_backprop_end: float = Field(
+        0.9, description="Recipe: selective backprop's window closes at this fraction of the `epochs` budget "
+                         "(Composer's 0.9; read only with selective_backprop_keep < 1).")
+    selective_backprop_interrupt: int = Field(
+        2, ge=0, description="Recipe: in the window every this-many-th batch of an epoch is a plain step on the whole "
+        "batch (Composer's 2: every other; 0 = none; read only with selective_backprop_keep < 1).")
+
+    @field_validator("selective_backprop_keep")
+    @classmethod
+    def _keep_a_fraction(cls, value: float) -> float:
+        if not 0.0 < value <= 1.0:
+            raise ValueError("must be in (0, 1]: the fraction of each batch trained on (1 = every sample, off)")
+        return value
+
+    @model_validator(mode="after")
+    def _window_within_the_budget(self):
+        if not 0.0 <= self.selective_backprop_start < self.selective_backprop_end <= 1.0:
+            raise ValueError(f"selective backprop's window must satisfy 0 <= selective_backprop_start < "
+                             f"selective_backprop_end <= 1 (got {self.selective_backprop_start:g} to "
+                             f"{self.selective_backprop_end:g}): fractions of the epochs budget")
+        defaults = type(self).model_fields
+        shaped = any(getattr(self, name) != defaults[name].default for name in
+                     ("selective_backprop_start", "selective_backprop_end", "selective_backprop_interrupt"))
+        if self.selective_backprop_keep == 1.0 and shaped:
+            raise ValueError("selective_backprop_start, _end and _interrupt shape selective backprop; "
+                             "set selective_backprop_keep below 1 or leave them out")
+        return self
+
+
+class TrainingMethodsFields(LrScheduleFields, SelectiveBackpropFields):
+    """What the recipe's training methods beyond the book's read (speed_methods: one_cycle, with_batchnorm,
+    smoothed_loss, averaged, SelectiveBackprop); each is off by default. What each changes is
+    catalogue.SPEED_METHODS."""
+
+    batchnorm: bool = Field(
+        False, description="Recipe: a BatchNorm2d after every Conv2d of the model (the book's CNN has none), inserted "
+        "before pruning, which then drops each removed filter's BatchNorm channel too; DDP ranks normalise "
+        "with their own batch's statistics (no SyncBatchNorm) and share rank 0's running averages.")
+    label_smoothing: float = Field(
+        0.0, description="Recipe: cross-entropy against targets that spread this much of their weight evenly over "
+        "every class (Szegedy et al. 2016); in [0, 1), 0 = the book's loss.")
+    ema_decay: float = Field(
+        0.0, description="Recipe: keep an exponential moving average of the weights (and BatchNorm statistics), "
+        "updated after every optimizer step inside the clock, and evaluate it instead of the trained weights (every "
+        "accuracy check and the final test accuracy); in [0, 1), 0 = off, 0.99 averages over about 100 steps.")
+
+    @field_validator("label_smoothing")
+    @classmethod
+    def _smoothing_range(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError("must be in [0, 1): 0 is the plain cross-entropy, 0.1 moves a tenth of each "
+                             "target onto the other classes")
+        return value
+
+    @field_validator("ema_decay")
+    @classmethod
+    def _decay_range(cls, value: float) -> float:
+        if not 0.0 <= value < 1.0:
+            raise ValueError("must be in [0, 1): 0 keeps no average, 0.99 averages over about 100 steps")
+        return value
+
+
 class TimingRepeatsFields(FieldGroup):
     timing_repeats: PositiveInt = Field(
         5, description="D12.1/D12.2: repeats of a short measurement inside a cell; median and IQR are logged.")

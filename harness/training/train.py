@@ -2,7 +2,9 @@
 
 What is inside the clock, stated once: for each timed epoch, taking the mini-batches from the
 in-memory tensors, moving them to the device (on CUDA through pinned buffers, so the copy is queued
-and the host goes on; see data.DeviceBatches), forward, loss, backward and the optimizer step.
+and the host goes on; see data.DeviceBatches), forward, loss, backward and the optimizer step, and
+whatever a recipe's methods do at each step (a selection's scoring pass, an lr schedule's step, a
+weight average's update: train_epochs' select and after_step).
 Outside it: warm-up epochs, pruning, evaluation, logging and the per-epoch callback. The device is
 synchronized before each reading (see timing.timed). Warm-up epochs are undone afterwards (model,
 optimizer and random streams restored, harness.training.warmup): they warm the clock and train nothing.
@@ -11,7 +13,7 @@ optimizer and random streams restored, harness.training.warmup): they warm the c
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 from torch import nn
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 CLOCK = TRAINING_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
 
 EpochCallback = Callable[[int, dict], None]
+# A batch in, the part of it a step trains on out (speed_methods.SelectiveBackprop).
+BatchSelection = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def prepare(cfg: RunConfig) -> torch.device:
@@ -74,7 +78,8 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
                  on_epoch: EpochCallback | None = None, first_epoch: int = 0,
                  precision: "Precision | None" = None, watch: "AccuracyWatch | None" = None,
                  memory_format: torch.memory_format = torch.preserve_format,
-                 beat: Callable[[], None] | None = None) -> list[float]:
+                 beat: Callable[[], None] | None = None, loss_fn: nn.Module | None = None,
+                 select: BatchSelection | None = None, after_step: Sequence[Callable[[], None]] = ()) -> list[float]:
     """Train `epochs` epochs; return each epoch's seconds. `on_epoch(i, metrics)` runs off the clock.
     `precision` (harness.training.precision) puts autocast around forward and loss and a gradient scaler
     around backward and step; None is the plain fp32 step. `watch` (harness.training.time_to_accuracy)
@@ -82,8 +87,14 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
     (the last epoch's seconds are then those trained). `memory_format=torch.channels_last` puts
     each batch in NHWC as it is copied to the device. `beat` is called after every step: a torchrun
     rank's heartbeat (RankContext.beat, throttled), without which its launcher takes a rank whose
-    epoch outlasts dist_timeout_s for a hung one and kills it."""
-    loss_fn = nn.CrossEntropyLoss()
+    epoch outlasts dist_timeout_s for a hung one and kills it.
+
+    The recipe's training methods hook in here, inside the clock (harness/training/speed_methods.py):
+    `loss_fn` (default the book's cross-entropy), `select(x, y)` the part of each batch its step trains
+    on (selective backprop; the epoch's samples still count whole, `train_loss` is the mean over the
+    samples stepped on), and `after_step`, called after every optimizer step (an lr schedule's step,
+    a weight average's update)."""
+    loss_fn = nn.CrossEntropyLoss() if loss_fn is None else loss_fn
     model.train()
     to_device = DeviceBatches(device)
     times = []
@@ -92,17 +103,22 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
     for epoch in range(first_epoch, first_epoch + epochs):
         # Summed on the device and read once per epoch: a per-batch .item() would synchronize.
         loss_sum = torch.zeros((), device=device)
-        seconds, done, seen, metrics = 0.0, 0, 0, {}
+        seconds, done, seen, stepped, metrics = 0.0, 0, 0, 0, {}
         order = shuffled_indices(len(data), batch_size, generator)
         for bound in bounds:
             before = seen
             with timed(device) as clock:
                 for idx in itertools.islice(order, bound - done):
                     x, y = to_device(data, idx)
-                    if memory_format is not torch.preserve_format:
-                        x = x.contiguous(memory_format=memory_format)
-                    loss_sum += train_step(model, optimizer, loss_fn, x, y, precision) * len(y)
                     seen += len(y)
+                    x = laid_out(x, memory_format)
+                    if select is not None:
+                        x, y = select(x, y)
+                        x = laid_out(x, memory_format)   # indexing a batch may give it back in NCHW
+                    loss_sum += train_step(model, optimizer, loss_fn, x, y, precision) * len(y)
+                    stepped += len(y)
+                    for hook in after_step:
+                        hook()
                     if beat is not None:
                         beat()
             seconds += clock.seconds
@@ -115,10 +131,17 @@ def train_epochs(model: nn.Module, optimizer: torch.optim.Optimizer, data: Split
                     break
         times.append(seconds)
         if on_epoch is not None:
-            on_epoch(epoch, {"epoch_time_s": seconds, "train_loss": loss_sum.item() / max(seen, 1), **metrics})
+            on_epoch(epoch, {"epoch_time_s": seconds, "train_loss": loss_sum.item() / max(stepped, 1), **metrics})
         if watch is not None and watch.should_stop:
             break
     return times
+
+
+def laid_out(x: torch.Tensor, memory_format: torch.memory_format) -> torch.Tensor:
+    """The batch in `memory_format` (preserve_format: as it is)."""
+    if memory_format is torch.preserve_format:
+        return x
+    return x.contiguous(memory_format=memory_format)
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn, x: torch.Tensor, y: torch.Tensor,
