@@ -247,3 +247,22 @@ def test_trials_that_cannot_win_are_pruned_with_why_and_the_budget_leaves_the_ra
 def _step_s(trial) -> float:
     """A check's worth of slack: the limit is read at the accuracy checks, four an epoch here."""
     return max(1.0, trial.user_attrs.get(budget.CLOCK_ATTR, 1.0) / 4)
+
+
+# --- method cards ---------------------------------------------------------------------------------------
+def test_a_method_card_pairs_its_runs_by_seed_with_the_tuned_loop_and_the_winner():
+    from harness.studies import method_cards
+
+    rows = [{"role": role, "seed": seed, "time_to_accuracy_s": t} for role, seed, t in [
+        ("tuned baseline", 0, 60.0), ("tuned baseline", 1, 66.0), ("tuned baseline", 2, 54.0),
+        ("winner", 0, 20.0), ("winner", 1, 22.0), ("winner", 2, 18.0),
+        ("alone: dtype", 0, 30.0), ("alone: dtype", 1, 33.0), ("alone: dtype", 2, math.inf),
+        ("without: dtype", 0, 40.0), ("without: dtype", 1, 44.0),
+    ]]
+    assert method_cards.paired_ratios({0: 60.0, 1: 66.0, 2: 54.0}, {0: 30.0, 1: 33.0, 2: math.inf}) == [2.0, 2.0, 0.0]
+    text = method_cards.card("dtype", "bf16", rows, "tuned baseline", "arithmetic: bf16 autocast")
+    assert "### `dtype` = bf16" in text and "arithmetic: bf16 autocast" in text
+    assert "**2x** (interval not reached to 2x, 3 seeds)" in text      # the seed that missed reads 0
+    assert "**2x** (interval 2x to 2x, 2 seeds)" in text                # left out: 40/20 and 44/22
+    cut = method_cards.card("sparsity", 0.25, rows, "tuned baseline", "")
+    assert "not measured (the ablation was cut before it)" in cut and "only how fast a step runs" in cut

@@ -40,7 +40,8 @@ from harness.specs.cell_spec import Cell
 from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Store
-from harness.studies import baseline as study_baseline, calibrated_target, isolation, race, race_report, remeasure
+from harness.studies import (baseline as study_baseline, calibrated_target, isolation, method_cards, race, race_report,
+                             remeasure)
 from harness.studies.study_storage import open_study
 from harness.studies.race_report import (bootstrap_median, bootstrap_ratio, fmt_speedup as _fmt_speedup,  # noqa: F401
                                          methods_text as _methods)
@@ -89,7 +90,29 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
     finally:
         trials.close()
     text = race_report.text(spec, name, scale, target, fixed, base, candidates, result, runs, tuned.lr_factor, methods)
-    return _write(name, text, runs, out_dir, log)
+    winner = _params(spec, _trial_named(candidates, result.leader).params)
+    cards = method_cards.cards(methods, winner, runs, result.reference.name, lambda k: _changes_of(spec, k),
+                               title=spec.title, host=_host()) if result.named else None
+    return _write(name, text, runs, out_dir, log, cards)
+
+
+def _changes_of(spec: StudySpec, param: str) -> str:
+    """What a searched parameter changes besides speed: the method table's kind and line for the
+    fields it sets (harness/training/catalogue.py), and the study file's own note, if it has one."""
+    from harness.training.catalogue import SPEED_METHODS, speed_method_of
+
+    named = next((m for m in map(speed_method_of, spec.space[param].field_names()) if m), None)
+    method = SPEED_METHODS.get(named) if named else None
+    said = f"{method.changes}: {method.description}" if method else ""
+    note = spec.verify.changes.get(param, "")
+    return "; ".join(x for x in (said, note) if x)
+
+
+def _host() -> str:
+    from harness.machine.fingerprint import FINGERPRINT, fingerprint, machine_text
+
+    here = fingerprint()
+    return f"{machine_text(here)} (fingerprint {here[FINGERPRINT]})"
 
 
 def _entrants_of(spec: StudySpec, name: str, scale: str, db_url: str, fixed: dict[str, Any]):
@@ -218,12 +241,16 @@ def _ablation(spec: StudySpec, reference: dict[str, Any], winner: dict[str, Any]
     return methods
 
 
-def _write(name: str, text: str, runs: list[dict[str, Any]], out_dir: Path | None, log) -> list[Path]:
+def _write(name: str, text: str, runs: list[dict[str, Any]], out_dir: Path | None, log,
+           cards: str | None = None) -> list[Path]:
     out = Path(out_dir or REPORTS_DIR)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{name}-verify.md", out / f"{name}-verify.csv"]
     paths[0].write_text(text)
     pd.DataFrame(runs).to_csv(paths[1], index=False)
+    if cards is not None:   # one card per method of the winner, beside the race's report
+        paths.append(out / f"{name}-cards.md")
+        paths[2].write_text(cards)
     log(text)
     log("written: " + ", ".join(str(p) for p in paths))
     return paths
