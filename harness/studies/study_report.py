@@ -2,7 +2,8 @@
 objective) or the Pareto front (several), as a table and a plot written under reports/ and logged
 with the study's parent run in MLflow. A study with a baseline trial shows it first, each other
 row's speed-up over it (its first objective, when that is a time to minimize), and the [report]
-metrics (MFU) beside the objectives; a target a trial never reached reads "not reached"."""
+metrics (MFU) beside the objectives; a target a trial never reached reads "not reached". A warm
+start's name is shown beside its trial, and what the host's fit left out of the space under the counts."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from harness.folders import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
 from harness.specs.study_spec import StudySpec
-from harness.studies import trial_status
+from harness.studies import host_space, trial_status, warm_starts
 from harness.studies.trial_status import TrialStatus
-from harness.studies.trial_tags import CONTENDED, METRICS_ATTR, RUN_ATTR
+from harness.studies.trial_tags import CONTENDED, METRICS_ATTR, RUN_ATTR, WARM_START_ATTR
 from harness.machine.machine_load import CONTENDED_CORES
 
 
@@ -35,6 +36,7 @@ class StudyReport:
     target: float | None = None            # the target accuracy the baseline set for the others
     all_trials: pd.DataFrame | None = None  # every trial whatever its state, with the state and the start state
     requeues: list = field(default_factory=list)  # (interrupted trial, its requeued trial or None, that one's status)
+    notes: list[str] = field(default_factory=list)  # the space on the study's host, warm starts left out
 
 
 def build(spec: StudySpec, study) -> StudyReport:
@@ -66,6 +68,8 @@ def build(spec: StudySpec, study) -> StudyReport:
         report.target = study.user_attrs.get(study_baseline.TARGET_ATTR)
     report.requeues = trial_status.requeues(trials)
     report.all_trials = _all_trials(spec, trials, {int(t) for t in report.front["trial"]} if len(report.front) else set())
+    _name_warm_starts(report, trials)
+    report.notes = host_space.report_lines(study) + warm_starts.report_lines(study)
     report.text = to_text(spec, report)
     return report
 
@@ -78,6 +82,14 @@ def _all_trials(spec: StudySpec, trials, front: set[int]) -> pd.DataFrame:
     frame.insert(2, "on_front", [t.number in front for t in trials])
     frame.insert(3, "baseline", [bool(t.user_attrs.get(study_baseline.BASELINE_ATTR)) for t in trials])
     return frame
+
+
+def _name_warm_starts(report: StudyReport, trials) -> None:
+    """A column beside the trial number naming each warm start, in a study that has them."""
+    names = {t.number: t.user_attrs[WARM_START_ATTR] for t in trials if WARM_START_ATTR in t.user_attrs}
+    if names:
+        for frame in (report.front, report.all_trials):
+            frame.insert(1, "warm_start", [names.get(int(n), "") for n in frame["trial"]])
 
 
 def _speeds_up(spec: StudySpec) -> bool:
@@ -115,7 +127,7 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
     lines = [f"study {report.study_name}: {c['complete']} complete, {c['pruned']} pruned, {c['fail']} failed, "
              + (f"{c['interrupted']} interrupted, " if c["interrupted"] else "")
              + f"{c['running']} running, {c['waiting']} waiting" + (f", {c['requeued']} requeued" if c["requeued"] else ""),
-             *requeue_lines(report.requeues)]
+             *requeue_lines(report.requeues), *report.notes]
     if not len(report.front):
         lines.append("no complete trial yet")
         return "\n".join(lines)
