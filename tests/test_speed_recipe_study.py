@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from harness.cli import main
-from harness.studies import baseline
+from harness.studies import baseline, host_space
 from harness.studies.trial_loop import objective
+from harness.studies.trial_tags import WARM_START_ATTR
 from harness.store.tracking import Store
 from conftest import assert_one_sentence_exit_2, mlflow_client
 
@@ -169,7 +170,13 @@ def test_the_shipped_speed_recipe_study_runs_at_smoke_scale(tmp_path):
     assert main(["study", "speed_recipe", "--scale", "smoke", "--tracking-uri", uri, "--no-progress",
                  "--out", str(tmp_path / "out")]) == 0
     study = optuna.load_study(study_name="study_speed_recipe-smoke", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
-    assert len(study.trials) == 4 and study.trials[0].user_attrs[baseline.BASELINE_ATTR]
+    finished = [t for t in study.trials if t.state.is_finished()]
+    assert len(finished) == 4 and study.trials[0].user_attrs[baseline.BASELINE_ATTR]
+    # then the file's warm starts, in order (the tuned loop is the baseline itself at smoke); those past
+    # the 4 trials wait for a resumed study
+    emulates_bf16 = "bf16" in study.user_attrs.get(host_space.HOST_ATTR, {}).get("left_out", [])
+    assert [t.user_attrs.get(WARM_START_ATTR) for t in finished[1:]] == [
+        "tuned + channels_last", "tuned + compile", "tuned + batch 128" if emulates_bf16 else "tuned + bf16"]
     report = (tmp_path / "out" / "study_speed_recipe-smoke.md").read_text()
     assert "baseline (the book's loop, trial 0)" in report and "| speedup |" in report and "| mfu |" in report
     assert (tmp_path / "out" / "study_speed_recipe-smoke.png").stat().st_size > 0

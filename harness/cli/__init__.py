@@ -93,6 +93,8 @@ def _add_study(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--calibrate-target", action="store_true", help="measure the study's target at --scale from its "
                    "tuned baseline ([target] in the study file) and write results/targets/<study>-<scale>.json; resumable")
     p.add_argument("--out", help="folder for the study's .md, .csv and .png (default: reports/)")
+    p.add_argument("--keep-emulated", action="store_true", help="keep in the space the dtypes this CPU emulates "
+                   "through fp32 (left out by default: many times slower, they cannot win here)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_worker_args(p)
 

@@ -235,7 +235,8 @@ def cmd_study(args) -> int:
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = _launcher(args)
     _check_data_folders([make_config(spec.fixed_for_checks(args.scale, overrides))])
-    if role is None:   # after the checks: it may load torch; the calibration and the race train too
+    spec = _fit_to_host(spec, args, overrides, role)   # after the checks: it loads torch
+    if role is None:   # the calibration and the race train too
         from harness.cli import emulated_dtype
         emulated_dtype.warn_study(spec, args.scale, spec.fixed(args.scale, overrides))
     store = _store(args)
@@ -301,6 +302,18 @@ def _check_budget(spec, args, seconds: float, workers: int) -> None:
     need = budget.race_need(spec.verify, reference_s=reference, incumbent_s=None, overhead_s=budget.FIRST_OVERHEAD_S,
                             methods=1, neighbour_runs=2 * spec.verify.first_seeds if "lr_factor" in spec.space else 0)
     budget.check_affords(seconds, reference_s=reference, need=need, overhead=budget.FIRST_OVERHEAD_S)
+
+
+def _fit_to_host(spec, args, overrides: dict, role):
+    """The study's space without the dtypes this CPU emulates (unless --keep-emulated), each one left
+    out said in a line by the process that owns the study (studies/host_space.py)."""
+    from harness.studies import host_space
+
+    fitted = host_space.fit(spec, args.scale, overrides, keep_emulated=args.keep_emulated)
+    if role is None:
+        for line in host_space.lines(fitted):
+            print(f"study {spec.name} ({args.scale}): {line}", flush=True)
+    return fitted
 
 
 def _study_status(spec, args, overrides: dict) -> int:

@@ -9,7 +9,8 @@ same experiment `run(cfg)` as a grid cell; experiment code never sees Optuna.
 A choice may set several fields together (`layout = { choices = [{ world_size = 1, threads = 2 },
 { world_size = 2, threads = 1 }] }`: Optuna sees each as a label, "world_size=2 threads=1"). A
 `[baseline]` is a fixed trial run first (the book's own loop) whose accuracy after
-`target_from_epoch` epochs becomes the target every later trial is timed to (studies/baseline.py).
+`target_from_epoch` epochs becomes the target every later trial is timed to (studies/baseline.py);
+`[[warm_start]]` tables are known recipes run right after it (specs/warm_start.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import hashlib
 import json
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from experiments import check_keys, make_config
 from harness.specs import specfile
@@ -26,6 +27,7 @@ from harness.errors import UserError
 from harness.folders import SWEEPS_DIR
 from harness.specs.specfile import SCALES, SpecFile
 from harness.specs.search import EPOCH_METRIC, TPE, AnyPruner, AnySampler, NoPruner
+from harness.specs.warm_start import WarmStart, check as check_warm_starts
 
 PREFIX = "study_"
 Direction = Literal["maximize", "minimize"]
@@ -189,6 +191,7 @@ class StudySpec(SpecFile):
     sampler: AnySampler = TPE()               # [sampler] and [pruner]: specs/search.py
     pruner: AnyPruner = NoPruner()
     baseline: Baseline | None = None
+    warm_start: list[WarmStart] = []           # [[warm_start]]: known recipes run first, after the baseline
     verify: Verify = Verify()
     target: TargetSpec | None = None           # [target]: a calibrated target (studies/calibrated_target.py)
     # each trial runs this many seeds, its value their median (studies/seeded.py); a table gives it per scale
@@ -201,6 +204,8 @@ class StudySpec(SpecFile):
     # fastest time to the target so far (studies/incumbent.py): 1 would stop a trial that is merely as
     # fast, so a tie could never be seen; 1.5 leaves room for a trial's own noise (CV about 10-20% here)
     prune_after: float = Field(1.5, ge=1)
+    # the host class the space was fitted to (studies/host_space.py); None: the file's space as written
+    _host: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _normalize(self) -> "StudySpec":
@@ -342,6 +347,7 @@ def check(spec: StudySpec) -> None:
     spec.check_fields()
     if spec.baseline is not None:
         check_baseline(spec)
+    check_warm_starts(spec)
     _check_seeds_and_target(spec)
     _check_pruner(spec, experiment)
     for scale in spec.scales:

@@ -11,7 +11,7 @@ from harness.store.claims import Claim
 from harness.studies import baseline
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies.trial_status import RETRY_OF
-from harness.studies.trial_tags import RETRIES_ATTR, STUDY, TRIAL
+from harness.studies.trial_tags import RETRIES_ATTR, STUDY, TRIAL, WARM_START_ATTR
 
 MAX_RETRY = 2
 
@@ -57,7 +57,8 @@ def fail_and_requeue(study, number: int, params: dict[str, Any], user_attrs: dic
     study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
     retries = int(user_attrs.get(RETRIES_ATTR, 0))
     if params and retries < MAX_RETRY:
-        kept = {k: v for k, v in user_attrs.items() if k == baseline.BASELINE_ATTR}  # a cut-off baseline stays one
+        # a cut-off baseline stays one, and a cut-off warm start keeps its name
+        kept = {k: v for k, v in user_attrs.items() if k in (baseline.BASELINE_ATTR, WARM_START_ATTR)}
         study.enqueue_trial(params, user_attrs={RETRY_OF: number, RETRIES_ATTR: retries + 1, **kept},
                             skip_if_exists=False)
         return _queued_retry_of(study, number)

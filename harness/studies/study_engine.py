@@ -21,7 +21,7 @@ from harness.launchers import Launcher, WorkerRole
 from harness.specs.study_spec import StudySpec
 from harness.store import Outcome, Store
 from harness.store.uris import is_sqlite
-from harness.studies import calibrated_target, seeded
+from harness.studies import calibrated_target, seeded, warm_starts
 from harness.studies.study_parent import check_same_store, finished_tags, open_parent
 from harness.studies.study_storage import open_study, storage_faults
 from harness.studies.trial_loop import StopReason, StudyOutcome, TrialLoop
@@ -45,6 +45,7 @@ def run_study(spec: StudySpec, store: Store, db_url: str, *, scale: str, overrid
     loop = _trial_loop(spec, run, scale, overrides, n_trials, timeout, show_progress)
     loop.search_budget = _search_budget(spec, loop.study, scale, budget_s, log)
     check_same_store(loop.study, store, loop.experiment_id, db_url)
+    warm_starts.queue(spec, loop.study, scale, run.log)   # before any worker starts, in a study without a baseline
     if role is not None:
         return run.as_worker(lambda claims: loop.work(claims, role.parent_run_id), finished_tags,
                              faults=lambda: storage_faults(db_url))

@@ -40,8 +40,10 @@ def check_same_store(study, store: Store, experiment_id: str, url: str) -> None:
     """A study belongs to the MLflow store that holds its runs. One study database shared by two
     stores (one --storage given to both, or two tracking servers over the project's default
     mlruns/optuna.db) would otherwise let the second "resume" trials whose runs the first holds."""
-    if not study.get_trials(deepcopy=False):
-        return   # a new study is this store's from its first trial on
+    from optuna.trial import TrialState
+
+    if all(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False)):
+        return   # a new study (or one whose queued trials never started) is this store's from its first trial on
     if store.runs(experiment_id, tags={STUDY: study.study_name}):
         return
     raise UserError(f"study '{study.study_name}' in {redact(url)} has trials whose runs another tracking store "

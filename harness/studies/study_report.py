@@ -2,7 +2,8 @@
 objective) or the Pareto front (several), as a table and a plot written under reports/ and logged
 with the study's parent run in MLflow. A study with a baseline trial shows it first, each other
 row's speed-up over it (its first objective, when that is a time to minimize), and the [report]
-metrics (MFU) beside the objectives; a target a trial never reached reads "not reached"."""
+metrics (MFU) beside the objectives; a target a trial never reached reads "not reached". A warm
+start's name is shown beside its trial, and what the host's fit left out of the space under the counts."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from harness.folders import REPORTS_DIR
 from harness.store.paths import inside
 from harness.studies import baseline as study_baseline
 from harness.specs.study_spec import StudySpec
-from harness.studies import budget, incumbent, trial_status
+from harness.studies import budget, host_space, incumbent, trial_status, warm_starts
 from harness.studies.trial_status import TrialStatus
-from harness.studies.trial_tags import CONTENDED, METRICS_ATTR, RUN_ATTR
+from harness.studies.trial_tags import CONTENDED, METRICS_ATTR, RUN_ATTR, WARM_START_ATTR
 from harness.machine.machine_load import CONTENDED_CORES
 
 
@@ -37,6 +38,7 @@ class StudyReport:
     requeues: list = field(default_factory=list)  # (interrupted trial, its requeued trial or None, that one's status)
     budget_line: str | None = None         # a budgeted study's budget, spent, left and phase
     pruned: list = field(default_factory=list)    # (trial, why it was stopped) for each trial stopped short
+    notes: list[str] = field(default_factory=list)  # the space on the study's host, warm starts left out
 
 
 def build(spec: StudySpec, study) -> StudyReport:
@@ -71,6 +73,8 @@ def build(spec: StudySpec, study) -> StudyReport:
     report.pruned = [(t.number, t.user_attrs[incumbent.PRUNED_ATTR]["reason"]) for t in trials
                      if t.state == TrialState.PRUNED and incumbent.PRUNED_ATTR in t.user_attrs]
     report.all_trials = _all_trials(spec, trials, {int(t) for t in report.front["trial"]} if len(report.front) else set())
+    _name_warm_starts(report, trials)
+    report.notes = host_space.report_lines(study) + warm_starts.report_lines(study)
     report.text = to_text(spec, report)
     return report
 
@@ -83,6 +87,14 @@ def _all_trials(spec: StudySpec, trials, front: set[int]) -> pd.DataFrame:
     frame.insert(2, "on_front", [t.number in front for t in trials])
     frame.insert(3, "baseline", [bool(t.user_attrs.get(study_baseline.BASELINE_ATTR)) for t in trials])
     return frame
+
+
+def _name_warm_starts(report: StudyReport, trials) -> None:
+    """A column beside the trial number naming each warm start, in a study that has them."""
+    names = {t.number: t.user_attrs[WARM_START_ATTR] for t in trials if WARM_START_ATTR in t.user_attrs}
+    if names:
+        for frame in (report.front, report.all_trials):
+            frame.insert(1, "warm_start", [names.get(int(n), "") for n in frame["trial"]])
 
 
 def _speeds_up(spec: StudySpec) -> bool:
@@ -120,7 +132,7 @@ def to_text(spec: StudySpec, report: StudyReport) -> str:
     lines = [f"study {report.study_name}: {c['complete']} complete, {c['pruned']} pruned, {c['fail']} failed, "
              + (f"{c['interrupted']} interrupted, " if c["interrupted"] else "")
              + f"{c['running']} running, {c['waiting']} waiting" + (f", {c['requeued']} requeued" if c["requeued"] else ""),
-             *requeue_lines(report.requeues), *([report.budget_line] if report.budget_line else []),
+             *requeue_lines(report.requeues), *report.notes, *([report.budget_line] if report.budget_line else []),
              *pruned_lines(spec, report.pruned)]
     if not len(report.front):
         lines.append("no complete trial yet")

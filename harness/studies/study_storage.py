@@ -22,7 +22,7 @@ from harness.specs.study_spec import StudySpec
 from harness.store import redact
 from harness.store.shared_db import check_url, engine_kwargs, patient_sqlite
 from harness.store.uris import hide_password, is_sqlite
-from harness.studies import study_status, trial_status
+from harness.studies import host_space, study_status, trial_status
 from harness.studies.trial_status import TrialStatus
 
 SPACE_ATTR = "harness.space"        # the study's own attribute: a digest of the [space] that created it
@@ -78,7 +78,11 @@ def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed
     study = optuna.create_study(study_name=study_name, storage=store, directions=spec.directions,
                                 load_if_exists=True, sampler=spec.sampler.to_optuna(seed),
                                 pruner=spec.pruner.to_optuna())
+    # first: a host of another class (or another --keep-emulated) fits another space than the one recorded
+    host_space.check_study(study, spec, study_name, url,
+                           space_changed=study.user_attrs.get(SPACE_ATTR) not in (None, space_digest(spec)))
     _check_space(study, spec, study_name, url)
+    host_space.record(study, spec)
     return study
 
 

@@ -33,7 +33,7 @@ from harness.specs.study_spec import NOT_REACHED, StudySpec
 from harness.store import Claims, Outcome, Store
 from harness.store.claims import Claim, ClaimState
 from harness.store.tracking import KIND, SCALE
-from harness.studies import baseline, budget, incumbent, isolation, requeue, seeded
+from harness.studies import baseline, budget, host_space, incumbent, isolation, requeue, seeded, warm_starts
 from harness.studies.liveness import OWNER_ATTR, SLOT_ATTR
 from harness.studies import trial_status
 from harness.studies.trial_status import INTERRUPTED_ATTR, RETRY_OF, TrialStatus
@@ -165,6 +165,7 @@ class TrialLoop:
                 self.log(f"  no more trials: {why}")
                 return StopReason.BUDGET
             baseline.queue(self.spec, self.study)  # a study with a baseline runs it first (again, if it failed)
+            warm_starts.queue(self.spec, self.study, self.scale, self.log)   # then its warm starts, once
             self.store.check_still_there()  # no trial is run into, or counted by, a deleted store
             state, reason = self.one_trial(claims, slot, parent, execute)
             if self.search_budget is not None:
@@ -248,6 +249,7 @@ class TrialLoop:
             spec.space[k].optuna_value(v) if spec.space[k].compound else f"{k}={_short(v)}" for k, v in sampled.items())
         if trial.user_attrs.get(baseline.BASELINE_ATTR):
             label += f" ({spec.baseline.name})"
+        label += warm_starts.label(trial)
         cell = Cell.build(values, label)
         trial.set_user_attr("cell_id", cell.cell_id)
         return cell
@@ -342,7 +344,7 @@ class TrialLoop:
         before = {t.number for t in self.study.get_trials(deepcopy=False)}
         if self.finished_slots(claims) < target:  # else there is nothing for workers to do
             args = [str(self.spec.path), "--scale", self.scale, "--n-trials", str(target),
-                    *(["--timeout", str(timeout)] if timeout else [])]
+                    *(["--timeout", str(timeout)] if timeout else []), *host_space.worker_args(self.spec)]
             progress = (lambda: (self.finished_slots(claims), target)) if self.show_progress else None
             codes = run.launch(f"study {name}", args, overrides, threads=make_config(self.fixed).threads or 1,
                                parent=parent, token=claims.token, progress=progress)

@@ -11,6 +11,7 @@ Usable on its own:
 
 from __future__ import annotations
 
+import os
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # CPU instructions that compute in the dtype itself; without them oneDNN converts to fp32 and back.
 NATIVE_CPU_FLAGS = {"bf16": {"avx512_bf16", "amx_bf16"}, "fp16": {"avx512_fp16", "amx_fp16"}}
+# Stands in for /proc/cpuinfo's flags (space-separated) when set: how a test makes this machine a host
+# that emulates bf16, or one that computes it, in every process a study starts (trials run in forks).
+CPU_FLAGS_ENV = "HARNESS_CPU_FLAGS"
 
 
 @dataclass
@@ -143,7 +147,13 @@ def native_support(device: torch.device, name: str, flags: set[str] | None = Non
     if device.type == "cuda":
         major, _ = torch.cuda.get_device_capability(device)
         return major >= 8 if name == "bf16" else major >= 7  # Ampere for bf16, tensor cores for fp16
-    return bool((cpu_flags() if flags is None else flags) & NATIVE_CPU_FLAGS[name])
+    return bool((host_cpu_flags() if flags is None else flags) & NATIVE_CPU_FLAGS[name])
+
+
+def host_cpu_flags() -> set[str]:
+    """The CPU's feature flags: HARNESS_CPU_FLAGS when set (a test's stand-in), else /proc/cpuinfo's."""
+    given = os.environ.get(CPU_FLAGS_ENV)
+    return set(given.split()) if given is not None else cpu_flags()
 
 
 # config field -> the torch.backends attributes it sets (the four flags of the book, TF32 as one)
