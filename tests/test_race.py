@@ -89,3 +89,41 @@ def test_the_race_report_puts_each_in_study_figure_beside_its_re_measured_interv
     assert "| trial 7 | 0.6 | 1.55 | 1.5 to 1.6 | 2 | 2/2 | 0.01 | no |" in text     # the lucky draw, outside
     assert "| trial 9 (winner) | 1 | 1.05 | 1 to 1.1 | 2 | 2/2 | 0.01 | yes |" in text   # apart after two seeds
     assert "over the tuned baseline: **2.86x**" in text and "Checked every 640 training samples" in text
+
+
+def test_the_race_report_says_whether_the_tuned_lr_was_the_fastest_of_its_neighbours_on_this_host():
+    from types import SimpleNamespace
+
+    from harness.specs import study_spec
+    from harness.studies import race_report
+
+    spec = study_spec.load("study_speed_recipe")
+    book = {k: spec.space[k].optuna_value(v) for k, v in spec.baseline.params.items()}
+    trials = [SimpleNamespace(number=9, values=[1.0], params={**book, "batch_size": 128})]
+    times = {("trial 9", s): 1.0 + 0.1 * s for s in range(3)} | {("tuned baseline", s): 3.0 for s in range(3)}
+    result = race(["trial 9"], lambda n, s: times[n, s], seeds=[0, 1, 2], first=2, reference="tuned baseline")
+    fixed = {**spec.fixed("smoke"), "target_from_epoch": 0, "target_accuracy": 0.6}
+
+    def report(below: list[float], above: list[float]) -> str:
+        runs = [{"role": "winner" if n == "trial 9" else n, "seed": s, "time_to_accuracy_s": t, "lr_factor": 64.0,
+                 "lr": 6.4e-4, "time_to_accuracy_resolution_s": 0.01, "test_accuracy": 0.6} for n, s, t in result.runs]
+        for role, factor, seconds in (("tuned lr x/2", 32.0, below), ("tuned lr x2", 128.0, above)):
+            runs += [{"role": role, "seed": s, "time_to_accuracy_s": t, "lr_factor": factor, "lr": factor * 1e-5}
+                     for s, t in enumerate(seconds)]
+        return race_report.text(spec, "study_speed_recipe-smoke", "smoke", 0.6, fixed,
+                                SimpleNamespace(number=0, values=[4.0]), trials, result, runs, 64.0, [])
+
+    text = report([3.5, 3.6], [4.0, math.inf])
+    assert "## The tuned lr on this host (seeds 0, 1)" in text
+    assert "the tuned lr, x64, was the fastest of the three" in text
+    table = text.split("## The tuned lr on this host")[1].split("## The race")[0]
+    rows = ["| tuned lr x/2 | 32 |", "| tuned baseline | 64 |", "| tuned lr x2 | 128 |"]   # by lr factor
+    assert [table.index(row) for row in rows] == sorted(table.index(row) for row in rows)
+    assert "| 0: 4, 1: not reached | not reached |" in table     # a miss is slower than any time, at its median
+    text = report([3.5, 3.6], [2.0, 2.5])                       # the host's fastest is x128: said, not hidden
+    assert "**x128 was faster than the tuned lr, x64, on this host**" in text
+    assert "over the tuned baseline: **2.86x**" in text        # still formed against the tuned factor alone (3 / 1.05)
+    assert "The tuned lr on this host" not in race_report.text(  # no neighbours ran (airbench): no section
+        spec, "s", "smoke", 0.6, fixed, SimpleNamespace(number=0, values=[4.0]), trials, result,
+        [{"role": "winner" if n == "trial 9" else n, "seed": s, "time_to_accuracy_s": t} for n, s, t in result.runs],
+        64.0, [])

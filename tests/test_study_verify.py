@@ -95,6 +95,12 @@ def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_ru
         assert float(run.data.params["target_accuracy"]) == target and run.data.params["target_from_epoch"] == "0"
     roles = table.groupby("role")["seed"].apply(sorted).to_dict()
     assert roles["lr x1"] == roles["lr x2"] == [0]
+    # beside the tuned baseline, on the race's first seeds only: the loop at half and twice its lr
+    assert roles["tuned lr x/2"] == roles["tuned lr x2"] == [0, 1]
+    factor = {role: set(table.loc[table["role"] == role, "lr_factor"]) for role in ("tuned baseline", "tuned lr x/2",
+                                                                                     "tuned lr x2")}
+    tuned = factor["tuned baseline"].pop()
+    assert factor["tuned lr x/2"] == {tuned / 2} and factor["tuned lr x2"] == {tuned * 2}
     # every candidate ran the first two seeds, in rounds with the tuned baseline; the winner ran every round
     raced = table[(table["role"] == "winner") | table["role"].str.startswith("trial ")]
     assert set(raced["trial"]) <= {1, 2} and len(set(raced["trial"])) == 2
@@ -111,6 +117,7 @@ def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_ru
     report = (tmp_path / "out" / "study_verifyme-full-verify.md").read_text()
     assert f"Target: test accuracy **{target:.4g}**" in report and "end of epoch 2" in report
     assert "## The race" in report and "in-study inside interval" in report and "95% bootstrap interval" in report
+    assert "## The tuned lr on this host (seeds 0, 1)" in report
     assert "Winner, named on the re-measured intervals: **trial " in report and "goal (at least 2x" in report
 
     before = len(runs)
@@ -153,6 +160,37 @@ def test_in_a_study_that_searches_lr_factor_the_tuned_baseline_is_the_same_run_a
     assert lr_effective(cell.config) == lr_effective(make_config({**fixed, "lr_factor": 8.0}))
     best = verify._row(spec, verify.Variant("best", {**book, "lr_factor": 32.0}), 0, cell, {}, "r")
     assert best["lr_factor"] == 32.0 and best[verify.TIME] == math.inf
+
+
+def test_the_tuned_baselines_neighbours_run_beside_it_on_the_first_seeds_and_the_ratio_is_against_it_alone():
+    from types import SimpleNamespace
+
+    spec = study_spec.load("study_speed_recipe")       # [verify] neighbour_seeds = 2 of its first 5 seeds
+    book = dict(spec.baseline.params)
+    tuned = verify.Variant(verify.TUNED, book, 64.0)
+    beside = verify._beside(tuned)
+    assert [(v.role, v.lr_factor, v.params) for v in beside] == [("tuned lr x/2", 32.0, book),
+                                                                 ("tuned lr x2", 128.0, book)]
+    assert verify._beside(verify.Variant(spec.baseline.name, book)) == []   # no lr to tune (airbench): none
+
+    # two candidates that tie race on past the first seeds; x2 is the fastest of all, but never a candidate
+    seconds = {verify.TUNED: 50.0, "tuned lr x/2": 55.0, "tuned lr x2": 1.0, "trial 4": 10.0, "trial 5": 10.0}
+    ran, runs = [], []
+
+    def timed(variant, seed):
+        ran.append((variant.role, seed))
+        row = {"role": variant.role, "seed": seed, verify.TIME: seconds[variant.role]}
+        runs.append(row)
+        return row
+
+    labels = {k: spec.space[k].optuna_value(v) for k, v in book.items()}
+    candidates = [SimpleNamespace(number=n, params=labels) for n in (4, 5)]
+    result = verify._race(spec, candidates, tuned, beside, runs, timed)
+    assert ran[:5] == [(verify.TUNED, 0), ("tuned lr x/2", 0), ("tuned lr x2", 0), ("trial 4", 0), ("trial 5", 0)]
+    by_role = {role: [s for r, s in ran if r == role] for role, _ in ran}
+    assert by_role["tuned lr x/2"] == by_role["tuned lr x2"] == [0, 1] and len(by_role[verify.TUNED]) > 3
+    assert result.reference.name == verify.TUNED and set(result.reference.times) == {50.0}
+    assert set(result.entrants) == {"trial 4", "trial 5"}
 
 
 AIRBENCH_STUDY = """\

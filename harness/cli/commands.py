@@ -300,7 +300,9 @@ def _check_budget(spec, args, seconds: float, workers: int) -> None:
     if reference is None:
         return
     need = budget.race_need(spec.verify, reference_s=reference, incumbent_s=None, overhead_s=budget.FIRST_OVERHEAD_S,
-                            methods=1, neighbour_runs=2 * spec.verify.first_seeds if "lr_factor" in spec.space else 0)
+                            methods=1,
+                            neighbour_runs=2 * min(spec.verify.first_seeds, spec.verify.neighbour_seeds)
+                            if "lr_factor" in spec.space else 0)
     budget.check_affords(seconds, reference_s=reference, need=need, overhead=budget.FIRST_OVERHEAD_S)
 
 

@@ -159,6 +159,7 @@ class Verify(BaseModel):
     seeds: list[int] = Field([0, 1, 2], min_length=1)    # the race's seeds, in the order they are drawn
     candidates: int = Field(3, ge=1)                     # the race: the fastest N of the front (or the best N trials)
     first_seeds: int = Field(2, ge=1)                    # every candidate runs these; then only the leader's rivals
+    neighbour_seeds: int = Field(2, ge=0)                # the tuned lr's neighbours run beside it on this many first seeds
     budget: int | None = Field(None, ge=1)               # at most this many candidate runs (None: every seed each)
     lr_factors: list[float] = [2.0, 4.0]                 # the tuned baseline: the study's lr times each (and x1)
     ablation_seeds: int = Field(1, ge=1)                 # the first N seeds, for each ablation variant

@@ -20,7 +20,9 @@ from harness.studies.study_report import markdown
 from harness.specs.study_spec import StudySpec
 
 TIME = "time_to_accuracy_s"
-WINNER = "winner"
+# roles in the race's CSV: the tuned baseline, its neighbours (half and twice its lr, beside it on the
+# race's first seeds) and the leader's rows once it is named
+TUNED, NEIGHBOURS, WINNER = "tuned baseline", ("tuned lr x/2", "tuned lr x2"), "winner"
 RESAMPLES = 2000
 
 
@@ -80,6 +82,7 @@ def text(spec: StudySpec, name: str, scale: str, target: float, fixed: dict[str,
              "target counts training steps only. "
              f"In the study, {spec.baseline.name} (trial {base.number}) took {fmt(base.values[0])} s.", ""]
     lines += _reference_section(spec, by_role, result, tuned_factor)
+    lines += _neighbours_section(by_role, tuned_factor)
     lines += _race_section(spec, candidates, result, by_role)
     lines += _winner_section(spec, candidates, result)
     # the ablation's reference (verify._ablation_reference): the tuned baseline where the study searches
@@ -102,10 +105,34 @@ def _reference_section(spec: StudySpec, by_role: dict[str, list[dict]], result: 
                 f"**lr x{tuned_factor:g}**.", "",
                 markdown(pd.DataFrame([{"lr factor": r["lr_factor"], "lr": r["lr"], "time to target s": r[TIME],
                                         "test accuracy": r["test_accuracy"]} for r in search])), ""]
-    if result.reference.name != "tuned baseline":
+    if result.reference.name != TUNED:
         return [f"The reference is {spec.baseline.name} itself: experiment {spec.experiment} has no lr to tune.", ""]
     return [f"The tuned baseline is {spec.baseline.name} at lr x{tuned_factor:g}, as the target's calibration "
-            "found it.", ""]
+            "found it: the lowest median time to the target of the lr factors it timed, on its host.", ""]
+
+
+def _neighbours_section(by_role: dict[str, list[dict]], tuned_factor: float) -> list[str]:
+    """The tuned baseline beside its neighbours on the seeds they ran: whether its lr was the fastest
+    on this host (the calibration's host may be another, and a time belongs to its host)."""
+    beside = {role: by_role[role] for role in NEIGHBOURS if by_role.get(role)}
+    if not beside:
+        return []
+    seeds = sorted({r["seed"] for rows in beside.values() for r in rows})
+    rows = {TUNED: [r for r in by_role.get(TUNED, []) if r["seed"] in seeds], **beside}
+    medians = {role: statistics.median(r[TIME] for r in rs) for role, rs in rows.items()}
+    faster = [f"x{rows[role][0]['lr_factor']:g}" for role in beside if medians[role] < medians[TUNED]]
+    tuned = f"x{tuned_factor:g}"
+    verdict = (f"the tuned lr, {tuned}, was the fastest of the three on this host" if not faster else
+               f"**{' and '.join(faster)} {'was' if len(faster) == 1 else 'were'} faster than the tuned lr, {tuned}, on this host**: the tuned baseline "
+               f"raced below is short of its best lr here, and the speed-ups over it (still formed against {tuned}) "
+               "flatter the candidates")
+    table = [{"run": role, "lr factor": rs[0]["lr_factor"], "lr": rs[0].get("lr"),
+              "time to target s, by seed": ", ".join(f"{r['seed']}: {fmt(r[TIME])}" for r in rs),
+              "median s": fmt(medians[role])}
+             for role, rs in sorted(rows.items(), key=lambda item: item[1][0]["lr_factor"])]
+    return [f"## The tuned lr on this host (seeds {', '.join(map(str, seeds))})", "",
+            f"The tuned baseline and, in its rounds, the same loop at half and twice its lr: {verdict}.", "",
+            markdown(pd.DataFrame(table)), ""]
 
 
 def _race_section(spec: StudySpec, candidates, result: RaceResult, by_role: dict[str, list[dict]]) -> list[str]:

@@ -59,7 +59,8 @@ class SearchBudget:
 
     def _neighbour_runs(self) -> int:
         """The tuned lr's neighbours race beside it on the first seeds, where the study tunes an lr."""
-        return 2 * self.spec.verify.first_seeds if "lr_factor" in self.spec.space else 0
+        v = self.spec.verify
+        return 2 * min(v.first_seeds, v.neighbour_seeds) if "lr_factor" in self.spec.space else 0
 
     def trial_cost_s(self) -> float | None:
         """What the next trial is likely to cost: the median wall clock of the trials so far."""

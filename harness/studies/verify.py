@@ -9,7 +9,10 @@ studies/isolation.py):
    loop at the study's lr times each of `[verify] lr_factors` (and x1) on the first seed, the fastest
    to the target (an experiment with no lr to tune, airbench, races its baseline as it is);
 2. the race (studies/race.py): the fastest `[verify] candidates` of the Pareto front, each on the
-   first `first_seeds` seeds, interleaved with the tuned baseline, then one more seed a round for
+   first `first_seeds` seeds, interleaved with the tuned baseline (and, right after it on those
+   seeds only, its neighbours at half and twice its lr, roles `tuned lr x/2` and `tuned lr x2`: a
+   time belongs to its host, and they show whether the tuned lr is the fastest on this one; the
+   speed-up is still formed against the tuned baseline alone), then one more seed a round for
    the leader and every candidate whose median interval still overlaps the leader's, until the
    leader separates, the seeds run out or the `budget` would be passed; the leader is the winner
    (role `winner` in the CSV), named on these re-measured intervals only;
@@ -43,6 +46,8 @@ from harness.store import Store
 from harness.studies import (baseline as study_baseline, calibrated_target, isolation, method_cards, race, race_report,
                              remeasure)
 from harness.studies.study_storage import open_study
+# the race's roles (the other candidates: "trial N"; without an lr to tune, the baseline's own name)
+from harness.studies.race_report import NEIGHBOURS, TUNED, WINNER  # noqa: F401
 from harness.studies.race_report import (bootstrap_median, bootstrap_ratio, fmt_speedup as _fmt_speedup,  # noqa: F401
                                          methods_text as _methods)
 from harness.studies.variants import (Variant, own_factor as _own_factor, params_of as _params, searches_lr,
@@ -50,8 +55,6 @@ from harness.studies.variants import (Variant, own_factor as _own_factor, params
 from harness.specs.study_spec import StudySpec
 
 VERIFY = "verify"
-# roles in the race's CSV (the other candidates: "trial N"; without an lr to tune, the baseline's own name)
-TUNED, WINNER = "tuned baseline", "winner"
 ROLE = "harness.verify_role"    # tag: which part of the verification a run is (best, baseline, tuned, ...)
 TIME = "time_to_accuracy_s"
 
@@ -83,7 +86,7 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
             return row
 
         tuned = _tuned_baseline(spec, scale, book, timed)
-        result = _race(spec, candidates, tuned, runs, timed, clock)
+        result = _race(spec, candidates, tuned, _beside(tuned), runs, timed, clock)
         methods = _ablation(spec, _ablation_reference(spec, book, tuned),
                             _params(spec, _trial_named(candidates, result.leader).params), timed, clock) \
             if result.named else []
@@ -186,14 +189,26 @@ class _RaceClock:
         return sum(self.estimate(r) for r in roles) <= self.kept.left_s
 
 
-def _race(spec: StudySpec, candidates: list, tuned: Variant, runs: list[dict[str, Any]], timed,
-          clock: _RaceClock | None = None) -> race.RaceResult:
-    """The candidates raced over the seeds against the tuned baseline; the leader's rows become the winner's."""
+def _beside(tuned: Variant) -> list[Variant]:
+    """The tuned baseline's neighbours in the doubling grid (half and twice its lr); none without an lr."""
+    if tuned.role != TUNED:
+        return []
+    return [Variant(role, tuned.params, factor)
+            for role, factor in zip(NEIGHBOURS, calibrated_target.lr_neighbours(tuned.lr_factor))]
+
+
+def _race(spec: StudySpec, candidates: list, tuned: Variant, beside: list[Variant], runs: list[dict[str, Any]],
+          timed, clock: _RaceClock | None = None) -> race.RaceResult:
+    """The candidates raced over the seeds against the tuned baseline, `beside` it on the first seeds;
+    the leader's rows become the winner's."""
     v = spec.verify
     entrants = {f"trial {t.number}": Variant(f"trial {t.number}", _params(spec, t.params)) for t in candidates}
+    first = v.seeds[:min(v.first_seeds, v.neighbour_seeds)]
 
     def measure(role: str, seed: int) -> float:
-        return timed(tuned if role == tuned.role else entrants[role], seed)[TIME]
+        if role == tuned.role:
+            return _tuned_round(tuned, beside if seed in first else [], seed, timed)
+        return timed(entrants[role], seed)[TIME]
 
     result = race.race(list(entrants), measure, seeds=list(v.seeds), first=v.first_seeds, budget=v.budget,
                        reference=tuned.role, affordable=clock.affords if clock is not None else None)
@@ -203,6 +218,15 @@ def _race(spec: StudySpec, candidates: list, tuned: Variant, runs: list[dict[str
         if row["role"] == result.leader and result.named:
             row["role"] = WINNER
     return result
+
+
+def _tuned_round(tuned: Variant, beside: list[Variant], seed: int, timed) -> float:
+    """The tuned baseline's time on a seed, its neighbours run right after it: in the same round, on
+    the machine as it is then, they show whether its lr is the fastest here."""
+    seconds = timed(tuned, seed)[TIME]
+    for neighbour in beside:
+        timed(neighbour, seed)
+    return seconds
 
 
 def _trial_named(candidates: list, label: str):
