@@ -172,13 +172,15 @@ def _size_of_job(spec, args) -> None:
 
 
 def _check_data_folders(configs) -> None:
-    """The class folders an image-folder dataset needs, for every cell that trains on one."""
+    """The class folders an image-folder dataset needs, and a downloaded dataset's files or its
+    address, for every cell that trains on one (each pair once)."""
     import experiments
-    from harness.training.data_folders import check_class_folders
+    from harness.training.data_folders import check_class_folders, check_downloadable
 
-    for cfg in configs:
-        if experiments.get(cfg.experiment).needs_dataset:
-            check_class_folders(cfg.dataset, cfg.data_dir)
+    wanted = {(cfg.dataset, cfg.data_dir) for cfg in configs if experiments.get(cfg.experiment).needs_dataset}
+    for dataset, data_dir in sorted(wanted):
+        check_class_folders(dataset, data_dir)
+        check_downloadable(dataset, data_dir)
 
 
 def _size_of_study(spec, args, overrides) -> None:
