@@ -119,7 +119,10 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--sweeps", type=_names, help="run and report these sweeps alone (comma-separated; default: "
                    "every sweep with the scale)")
 
-    sub.add_parser("list", parents=[common], help="experiments, models, datasets, sweeps and config fields")
+    p = sub.add_parser("list", parents=[common], help="experiments, sweeps, studies, models, datasets and config "
+                       "fields, grouped; a group whole: harness list sweeps (experiments, studies, models, datasets, "
+                       "fields)")
+    p.add_argument("group", nargs="?", help="one group, each description whole")
 
     p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
     p.add_argument("--port", type=int, default=5000)

@@ -383,27 +383,9 @@ def _existing_store(args) -> None:
 
 
 def cmd_list(args) -> int:
-    import experiments
-    from harness.training.catalogue import DATASETS, MODELS
-    from harness.specs import study_spec
-    from harness.specs import sweep_spec
+    from harness.cli import listing
 
-    print("experiments:")
-    for name in experiments.names():
-        print(f"  {name:<16} {experiments.get(name).title}")
-    print("sweeps (harness sweep NAME --scale smoke|quick|cpu|full):")
-    for name in sweep_spec.available():
-        print(f"  {name:<16} {sweep_spec.load(name).title}")
-    print("studies (harness study NAME --scale smoke|quick|cpu|full [--n-trials N] [--workers K]):")
-    for name in study_spec.available():
-        print(f"  {name:<16} {study_spec.load(name).title}")
-    print("models:")
-    for name, spec in MODELS.items():
-        print(f"  {name:<16} {spec.description}")
-    print(f"datasets: {', '.join(DATASETS)}")
-    print("config fields (--set KEY=VALUE):")
-    for name, default, text in experiments.field_help():
-        print(f"  {name:<16} {default:<10} {text}")
+    print("\n".join(listing.render(args.group)))
     return 0
 
 
