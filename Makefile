@@ -61,7 +61,7 @@ CPU_TABLES = $(if $(TABLES),--sweeps $(TABLES))
 
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
-.PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
+.PHONY: help install install-system test test-fast report ui list machine bench-overhead bench-ddp clean-store \
         bench-workers bench-cells bench-noise bench-calibration bench-cli soak gpu-check dashboard peak reproduce-cpu \
         reproduce-cpu-report airbench-ladder
 
@@ -136,8 +136,11 @@ dashboard: ## optuna-dashboard on http://127.0.0.1:8080 over the study storage (
 peak: ## the measured peaks every run's MFU is taken against, with their kernels (cached per machine; ARGS=--remeasure)
 	$(HARNESS) peak $(ARGS)
 
-list: ## experiments, sweeps, models, datasets and config fields
-	$(HARNESS) list
+list: ## experiments, sweeps, studies, models, datasets and config fields (ARGS=sweeps: one group whole)
+	$(HARNESS) list $(ARGS)
+
+machine: ## this machine: CPU, usable cores, the dtypes it computes natively and those it emulates, cached peaks, speed index
+	$(HARNESS) machine
 
 gpu-check: ## first run on a GPU machine: GPU tests + every GPU sweep at smoke scale, one line each (< 8 min)
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)

@@ -1,5 +1,5 @@
 """`harness` command line: run one experiment, run a sweep or a study, report a sweep, reproduce every table at a
-scale, list what exists, open the UI or the study dashboard, show the measured peak.
+scale, list what exists, describe this machine, open the UI or the study dashboard, show the measured peak.
 
 Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
 failed at run time exits 1 after recording them, and so does a fault of the machine or the store
@@ -126,6 +126,9 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
     p.add_argument("--port", type=int, default=5000)
+
+    sub.add_parser("machine", help="this machine in a few lines: CPU, usable cores, the dtypes it computes natively "
+                   "and those torch emulates, GPUs, cached peaks, fingerprint and speed index")
 
     p = sub.add_parser("peak", help="the peak each run's MFU is measured against: the best steady rate of "
                        "matmul and convolution kernels, with the kernel and size behind it (measured here, cached "

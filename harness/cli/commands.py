@@ -437,6 +437,14 @@ def cmd_peak(args) -> int:
     return 0
 
 
+def cmd_machine(args) -> int:
+    from harness.cli import machine_info
+
+    for line in machine_info.lines():
+        print(line, flush=True)
+    return 0
+
+
 def cmd_dashboard(args) -> int:
     from harness.cli import ports
     from harness.store import redact
@@ -496,5 +504,8 @@ def _check_planned_data(planned, scale: str) -> None:
             _check_data_folders([c.config for c in cells if c.config is not None])
 
 
+# The commands that open a store: their locations are checked, from the text alone, before anything else.
+STORE_COMMANDS = ("run", "sweep", "study", "report", "ui", "dashboard", "reproduce")
+
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
-            "ui": cmd_ui, "peak": cmd_peak, "dashboard": cmd_dashboard, "reproduce": cmd_reproduce}
+            "ui": cmd_ui, "peak": cmd_peak, "machine": cmd_machine, "dashboard": cmd_dashboard, "reproduce": cmd_reproduce}
