@@ -250,15 +250,15 @@ def test_the_store_locations_are_resolved_once_and_carried(monkeypatch, tmp_path
     import re
     from pathlib import Path
 
-    from harness.cli.commands import _where
+    from harness.cli.commands import where
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'a.db'}")
     monkeypatch.delenv("HARNESS_STORAGE", raising=False)
     args = argparse.Namespace(tracking_uri=None, storage=None)
-    first = _where(args)
+    first = where(args)
     assert (first.tracking_uri, first.db_url) == (f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'a-optuna.db'}")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'b.db'}")
-    assert _where(args) is first
+    assert where(args) is first
     root = Path(__file__).parent.parent / "harness"
     resolving = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                        if re.search(r"\bresolve_(tracking_uri|db_url)\(", p.read_text()))

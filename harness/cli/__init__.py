@@ -25,8 +25,26 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see `{self.prog} --help`).")
 
 
-SCALE_HELP = ("smoke | quick | full (the document's scale), or a scale the file adds: cpu (what a small CPU "
-              "can run), airbench's cpu-goal, cpu-ladder and cpu-fp32")
+def _summary() -> str:
+    """The docstring's first paragraph as one line: `harness --help` shows it whole (its first line
+    alone stopped mid-sentence)."""
+    return " ".join(__doc__.split("\n\n")[0].split())
+
+
+def check_command(argv: Sequence[str], commands: Sequence[str]) -> None:
+    """A mistyped command is one sentence with the closest command, as a mistyped sweep name is."""
+    from harness.suggest import did_you_mean
+
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None or word in commands or any(a in ("-h", "--help") for a in argv[:argv.index(word)]):
+        return
+    raise UserError(f"unknown command '{word}'; {did_you_mean(word, commands)}choose one of "
+                    f"{', '.join(commands)} (see `harness --help`).")
+
+
+SCALE_HELP = ("smoke | quick | full (the document's scale, the default), or a scale the file adds: cpu (what a small "
+              "CPU can run), airbench's cpu-goal, cpu-ladder and cpu-fp32; last: the scale it last ran at in this "
+              "checkout, else smoke (make's default)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
                       "for that device where it has one (gloo on cpu: a GPU sweep as CPU processes; nccl on cuda); "
                       "a --set wins")
 
-    parser = _Parser(prog="harness", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="harness", description=_summary())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", parents=[common, sets], help="run one experiment once and log it")
@@ -169,11 +187,15 @@ def _add_worker_args(p) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from harness.cli.commands import COMMANDS
+    from harness.cli.commands import COMMANDS, STORE_COMMANDS, where
 
     args = None
     try:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        check_command(argv, list(COMMANDS))
         args = _parser().parse_args(argv)
+        if args.command in STORE_COMMANDS:
+            where(args)
         return COMMANDS[args.command](args)
     except UserError as err:
         _say(str(err))

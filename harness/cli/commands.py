@@ -30,13 +30,17 @@ def _overrides(args, experiment: str) -> dict:
     return values
 
 
-def _where(args):
+def where(args):
     """The tracking store and the shared database of this command (StoreLocations), resolved once
     from --tracking-uri, --storage, the environment and the defaults; every use below reads them."""
     if getattr(args, "where", None) is None:
+        from harness.store import schemes
         from harness.store.uris import StoreLocations
 
-        args.where = StoreLocations.resolve(args.tracking_uri, getattr(args, "storage", None))
+        where = StoreLocations.resolve(args.tracking_uri, getattr(args, "storage", None))
+        schemes.check_tracking_uri(where.tracking_uri)   # from the text alone: MLflow and Optuna are not loaded
+        schemes.check_storage_url(where.db_url)
+        args.where = where
     return args.where
 
 
@@ -45,8 +49,8 @@ def _store(args):
     from harness.store.uris import check_sqlite_path
 
     if hasattr(args, "storage"):  # the shared database's path too, before the store is made
-        check_sqlite_path(_where(args).db_url, "the shared database")
-    return Store(_where(args).tracking_uri)
+        check_sqlite_path(where(args).db_url, "the shared database")
+    return Store(where(args).tracking_uri)
 
 
 def _out_dir(given: str | None, default: Path | None) -> Path:
@@ -85,7 +89,7 @@ def _launcher(args):
 
     launcher = SlurmLauncher(detach=args.detach, **{field: getattr(args, k) for k, field in SLURM_OPTIONS.items()
                                                      if getattr(args, k) is not None})
-    launcher.check(_where(args).db_url, _where(args).tracking_uri)
+    launcher.check(where(args).db_url, where(args).tracking_uri)
     return launcher
 
 
@@ -133,7 +137,7 @@ def cmd_sweep(args) -> int:
     from harness.sweeps.sweep_engine import run_sweep
 
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
-                       db_url=_where(args).db_url, workers=workers, launcher=launcher, role=role,
+                       db_url=where(args).db_url, workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
                        remeasure_drifted=args.remeasure_drifted, remeasure_contended=args.remeasure_contended)
     if result.detached:
@@ -209,7 +213,7 @@ def _until_decided(spec, store, args, max_repeats):
 
     rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                                max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
-                               db_url=_where(args).db_url, show_progress=not args.no_progress,
+                               db_url=where(args).db_url, show_progress=not args.no_progress,
                                log=lambda line: print(line, flush=True))
     for extra in rounds:
         print(sweep_summary(extra, spec.report.get("metrics"), spec.report.get("notes", [])))
@@ -232,6 +236,7 @@ def cmd_study(args) -> int:
             raise UserError(f"{name} must be a positive finite number (got {value}).")
     if role is None and not (args.status or args.verify or args.calibrate_target):  # these run no trial of the study
         _size_of_study(spec, args, overrides)
+    _check_one_at_a_time(spec, args, workers, role)
     if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
         return _study_status(spec, args, overrides)
     out_dir = _out_dir(args.out, None) if args.out else None
@@ -246,8 +251,6 @@ def cmd_study(args) -> int:
     if args.calibrate_target:
         from harness.studies import calibrated_target
 
-        if workers > 1 or role is not None:
-            raise UserError("--calibrate-target times runs one at a time; run it without --workers.")
         calibrated_target.calibrate(spec, store, scale=args.scale, overrides=overrides,
                                     show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
         return 0
@@ -256,9 +259,6 @@ def cmd_study(args) -> int:
     if args.verify:
         from harness.studies import verify
 
-        if workers > 1 or role is not None:
-            raise UserError("--verify re-times runs one at a time (parallel runs would share the cores they are "
-                            "timed on); run it without --workers.")
         verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
                           show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
         return 0
@@ -275,6 +275,20 @@ def cmd_study(args) -> int:
         study_engine.finish_budget(spec, db_url, scale=args.scale, overrides=overrides,
                                    log=lambda line: print(line, flush=True))
     return outcome.stop.exit_code if role else outcome.exit_code
+
+
+def _check_one_at_a_time(spec, args, workers: int, role) -> None:
+    """--calibrate-target and --verify time runs one after another, at a scale the file calibrates:
+    said before anything is loaded."""
+    if args.calibrate_target:
+        from harness.studies import calibrated_target
+
+        calibrated_target.check_calibrates(spec, args.scale)
+        if workers > 1 or role is not None:
+            raise UserError("--calibrate-target times runs one at a time; run it without --workers.")
+    if args.verify and (workers > 1 or role is not None):
+        raise UserError("--verify re-times runs one at a time (parallel runs would share the cores they are "
+                        "timed on); run it without --workers.")
 
 
 def _budget(args) -> float | None:
@@ -323,7 +337,7 @@ def _study_status(spec, args, overrides: dict) -> int:
     from harness.store.uris import check_sqlite_path
     from harness.studies import study_status
 
-    db_url = _where(args).db_url
+    db_url = where(args).db_url
     check_sqlite_path(db_url, "the shared database")
     print(study_status.status(spec, db_url, scale=args.scale, overrides=overrides))
     return 0
@@ -367,7 +381,7 @@ def _existing_store(args) -> None:
     --tracking-uri (or no sweep yet), said before anything is made."""
     from harness.store.uris import check_sqlite_path, sqlite_path
 
-    uri = _where(args).tracking_uri
+    uri = where(args).tracking_uri
     check_sqlite_path(uri, "the tracking store")
     path = sqlite_path(uri)
     if path is None or path.is_file():
@@ -452,7 +466,7 @@ def cmd_dashboard(args) -> int:
 
     ports.check_port(args.port, "dashboard")
     # Only the URI: the dashboard reads the study database, not the MLflow store.
-    storage = _where(args).db_url
+    storage = where(args).db_url
     if is_sqlite(storage) and not Path(storage.removeprefix("sqlite:///")).exists():
         raise UserError(f"no study database at {redact(storage)} yet; run a study first "
                         "(make study-speed-recipe SCALE=smoke) or pass --storage.")
