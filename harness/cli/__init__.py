@@ -123,7 +123,8 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published "
                        "figures; without a sweep, reports/REPRODUCTION.md over every sweep")
     p.add_argument("sweep", nargs="?")
-    p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
+    p.add_argument("--scale", help="which scale's cells to report (default: the latest run's in the store; last: "
+                   "the scale the sweep last ran at in this checkout); written as reports/<sweep>-<scale>.*")
     p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
     p.add_argument("--sweeps", type=_names, help="without a sweep: REPRODUCTION.md over these sweeps alone "
                    "(comma-separated), for a results folder that holds some of the tables")

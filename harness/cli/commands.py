@@ -65,6 +65,13 @@ def _out_dir(given: str | None, default: Path | None) -> Path:
     return folder
 
 
+def _scale(given: str, kind: str, spec) -> str:
+    """--scale as given, or for `last` (make's default) the scale the sweep or study last ran at here."""
+    from harness.cli import last_scale
+
+    return last_scale.choose(kind, spec.name, spec.scales) if given == last_scale.LAST else given
+
+
 def _workers(args) -> int:
     if args.workers < 1:
         raise UserError(f"--workers must be at least 1 (got {args.workers}).")
@@ -123,6 +130,7 @@ def cmd_sweep(args) -> int:
     from harness.specs import sweep_spec
 
     spec = sweep_spec.load(args.sweep)
+    args.scale = _scale(args.scale, "sweep", spec)
     if args.system_metrics is not None:
         spec.system_metrics = args.system_metrics
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
@@ -130,6 +138,10 @@ def cmd_sweep(args) -> int:
     if role is None:
         _size_of_job(spec, args)
     store = _store(args)
+    if role is None:
+        from harness.cli import last_scale
+
+        last_scale.record("sweep", spec.name, args.scale)
     # Every value is checked: only now the engine and the report, with torch, MLflow and the rest.
     from harness.cli.summary import sweep_summary
     from harness.report import overview
@@ -227,6 +239,7 @@ def cmd_study(args) -> int:
 
     budget_s = _budget(args)
     spec = study_spec.load(args.study)
+    args.scale = _scale(args.scale, "study", spec)
     overrides = _overrides(args, spec.experiment)
     workers, role = _workers(args), WorkerRole.decode(args.worker)
     if budget_s is not None:
@@ -247,7 +260,11 @@ def cmd_study(args) -> int:
         from harness.cli import emulated_dtype
         emulated_dtype.warn_study(spec, args.scale, spec.fixed(args.scale, overrides))
     store = _store(args)
-    db_url = _where(args).db_url
+    if role is None:
+        from harness.cli import last_scale
+
+        last_scale.record("study", spec.name, args.scale)
+    db_url = where(args).db_url
     if args.calibrate_target:
         from harness.studies import calibrated_target
 
@@ -350,7 +367,11 @@ def cmd_report(args) -> int:
     if args.sweep is not None and args.sweeps:
         raise UserError("harness report takes a sweep or --sweeps, not both: --sweeps writes REPRODUCTION.md over "
                         "those sweeps, a sweep its own table.")
+    from harness.cli import last_scale
+
     spec = sweep_spec.load(args.sweep) if args.sweep is not None else None
+    if spec is not None and args.scale == last_scale.LAST:   # else: the latest run's scale in the store
+        args.scale = last_scale.choose("sweep", spec.name, spec.scales, fallback=None)
     for name in args.sweeps or []:
         sweep_spec.load(name)   # a misspelt name is one sentence before the store is read
     out_dir = _out_dir(args.out, REPORTS_DIR)
@@ -370,7 +391,7 @@ def cmd_report(args) -> int:
         return 0
     store = _store(args)
     reports = tables.build_all(store, spec, args.scale)
-    written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir)
+    written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir, scale_in_name=True)
     print(reports[0].markdown)
     print("written: " + ", ".join(str(p) for paths in written for p in paths))
     return 0
