@@ -19,3 +19,16 @@ MLRUNS_DIR = REPO_ROOT / "mlruns"       # the default store, the shared database
 # ran at); HARNESS_STATE_DIR moves it (the tests point it at a temporary folder).
 STATE_DIR = Path(os.environ.get("HARNESS_STATE_DIR", MLRUNS_DIR))
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "torch-speed-harness"))
+
+
+def project_path(path: str | Path | None) -> str:
+    """A file of the project as a path from its root (sweeps/study_x.toml), wherever the command
+    was run from; any other file as given. A message then names a project file the same, short way
+    on every machine."""
+    if path is None:
+        return "(no file)"
+    given = Path(path)
+    try:
+        return str(given.resolve().relative_to(REPO_ROOT)) if given.is_absolute() else str(given)
+    except ValueError:
+        return str(given)

@@ -14,21 +14,6 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f"did you mean '{close[0]}'? " if close else ""
 
 
-def project_path(path: str | Path | None) -> str:
-    """A file of the project as a path from its root (sweeps/study_x.toml), wherever the command
-    was run from; any other file as given. A message then names a project file the same, short way
-    on every machine."""
-    if path is None:
-        return "(no file)"
-    from harness.folders import REPO_ROOT
-
-    given = Path(path)
-    try:
-        return str(given.resolve().relative_to(REPO_ROOT)) if given.is_absolute() else str(given)
-    except ValueError:
-        return str(given)
-
-
 def shown_path(path: str | Path) -> str:
     """A relative path with where it resolves from here ('../data (= /work/data)'); an absolute one as given."""
     given = Path(path)

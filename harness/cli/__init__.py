@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import threading
 import warnings
 from typing import Sequence
@@ -20,7 +21,17 @@ from harness.errors import StoreFault, UserError, first_line
 from harness.signals import cut_off
 
 
+class _Formatter(argparse.HelpFormatter):
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # argparse's own wrap cuts at hyphens too: a scale named cpu-fp32 was shown as "cpu-" and "fp32"
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line instead of argparse's usage block
         raise UserError(f"{message} (see `{self.prog} --help`).")
 

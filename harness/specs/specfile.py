@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.training.config import is_finite
 from harness.errors import UserError, mistakes
 from harness.store.paths import is_safe_name
-from harness.suggest import did_you_mean, project_path, shown_path
+from harness.folders import project_path
+from harness.suggest import did_you_mean, shown_path
 
 SCALES = ("smoke", "quick", "full")   # every file has these; a file may add its own (amp's `cpu`)
 LAST_SCALE = "last"   # not a scale: `--scale last` asks for the last run's (harness/cli/last_scale.py)
@@ -130,8 +131,6 @@ def describe(err: ValidationError, path: Path | str, kind: str, keys: Iterable[s
         return f"{kind} file {path} lacks the required key '{key}'."
     if not first.loc:   # a rule over several keys: the value it was given is the whole file, not shown
         return f"{kind} file {path}: {first.said}."
-    if first.type == "value_error":   # the field's own rule, whose sentence names the value
-        return f"{kind} file {path}: key '{key}': {first.said}."
     return f"{kind} file {path}: key '{key}': {first.said} (got {first.value!r})."
 
 

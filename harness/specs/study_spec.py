@@ -230,8 +230,7 @@ class StudySpec(SpecFile):
         # A field rule, not a rule of the whole file: its mistake names the field and its value alone.
         for scale, count in (value.items() if isinstance(value, dict) else [("", value)]):
             if count < 1:
-                raise ValueError(f"must be 1 or more at every scale (got {scale} = {count})" if scale
-                                 else f"must be 1 or more (got {count})")
+                raise ValueError("must be 1 or more" + (" at every scale" if scale else ""))
         return value
 
     @property
