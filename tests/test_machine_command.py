@@ -10,6 +10,14 @@ import pytest
 from harness.cli import main
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """A peak cache of this test's own: the suite's other tests measure peaks into the shared one."""
+    from harness import folders
+
+    monkeypatch.setattr(folders, "CACHE_DIR", tmp_path / "cache")
+
+
 def _machine(capsys, monkeypatch, flags: str) -> list[str]:
     from harness.training import peak
 
@@ -55,10 +63,7 @@ def test_cached_peaks_are_listed_one_short_line_each(capsys, monkeypatch):
     figure = {"flops": 4.2e10, "device": "cpu", "dtype": "fp32", "threads": 2, "kernel": "conv2d",
               "size": "16x256x16x16, 3x3", "measured_at": "2026-12-07 21:00", "load": 0.1, "other_cores": 0.0,
               "key": "cpu:fp32:2t"}
-    peak.cache_path().parent.mkdir(parents=True, exist_ok=True)
+    peak.cache_path().parent.mkdir(parents=True)
     peak.cache_path().write_text(json.dumps({"cpu:fp32:2t": figure}))
-    try:
-        lines = _machine(capsys, monkeypatch, "")
-    finally:
-        peak.cache_path().unlink()
+    lines = _machine(capsys, monkeypatch, "")
     assert "cpu fp32 2 thread(s): 0.042 TFLOP/s (conv2d, 2026-12-07 21:00)" in _row(lines, "peaks")
