@@ -47,8 +47,9 @@ def lines() -> list[str]:
     found += _peak_rows()
     found.append(_row("identity", f"fingerprint {tags[FINGERPRINT]} (torch {tags['torch.version']}, CUDA "
                                   f"{tags['torch.cuda']}, git {tags['git.commit'][:10]}): every run is tagged with it"))
-    found.append(_row("speed", f"{calibration.calibrate().text()} now (calibrations per second, higher is faster; "
-                               "a sweep names reused cells measured at another speed)"))
+    found.append(_row("speed", f"{calibration.calibrate().text()}"))
+    found.append(_row("", "(calibrations per second now, higher is faster: a sweep names reused cells measured at "
+                          "another speed)"))
     return found
 
 
