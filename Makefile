@@ -1,6 +1,7 @@
 # torch-speed-harness: reproduce the published training-speed tables and compare runs in MLflow.
 #   make install             then   make sweep-sparsity SCALE=smoke   then   make report-sparsity
-# Knobs: SCALE=smoke|quick|cpu|full (default full, the document's scale; cpu: make reproduce-cpu), DATASET=, DATA_DIR=,
+# Knobs: SCALE=smoke|quick|cpu|full (full: the document's scale; cpu: make reproduce-cpu; unset: the scale that sweep
+#        or study last ran at here, else smoke, said in one line), DATASET=, DATA_DIR=,
 #        TRACKING_URI= (default sqlite:///mlruns/mlflow.db), SET="key=value ..." extra overrides,
 #        DEVICE=cpu|cuda for the sweeps that take a device, REMEASURE=contended|drifted (both: "contended drifted")
 #        to measure again a sweep's finished cells timed under contention or at another machine speed.
@@ -9,7 +10,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 HARNESS := $(BIN)/harness
-SCALE ?= full
+SCALE ?=
 DATASET ?=
 DATA_DIR ?=
 DEVICE ?=
@@ -42,6 +43,8 @@ SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.to
 # Every sweeps/study_NAME.toml has `make study-NAME` (underscores written as hyphens).
 STUDIES := $(subst _,-,$(patsubst study_%,%,$(basename $(notdir $(wildcard sweeps/study_*.toml)))))
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
+# `last`: the harness reads the scale this sweep or study last ran at (mlruns/last-scales.json), else smoke.
+SCALE_OPT = --scale $(or $(SCALE),last)
 RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
 SLURM_OPTS := $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION)) \
               $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME)) $(if $(SLURM_GPUS_PER_TASK),--slurm-gpus-per-task $(SLURM_GPUS_PER_TASK)) \
@@ -61,7 +64,7 @@ CPU_TABLES = $(if $(TABLES),--sweeps $(TABLES))
 
 .DEFAULT_GOAL := help
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
-.PHONY: help install install-system test test-fast report ui list bench-overhead bench-ddp clean-store \
+.PHONY: help install install-system test test-fast report ui list machine bench-overhead bench-ddp clean-store \
         bench-workers bench-cells bench-noise bench-calibration bench-cli soak gpu-check dashboard peak reproduce-cpu \
         reproduce-cpu-report airbench-ladder
 
@@ -91,19 +94,19 @@ test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow" --durations=15
 
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ... (REMEASURE=contended)
-	$(HARNESS) sweep $* --scale $(SCALE) $(WORKER_OPTS) $(foreach r,$(REMEASURE),--remeasure-$(r)) $(call overrides,sweeps/$*.toml) $(STORE)
+	$(HARNESS) sweep $* $(SCALE_OPT) $(WORKER_OPTS) $(foreach r,$(REMEASURE),--remeasure-$(r)) $(call overrides,sweeps/$*.toml) $(STORE)
 
 study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity-tradeoff (ARGS=--status)
-	$(HARNESS) study $(subst -,_,$*) --scale $(SCALE) $(STUDY_OPTS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
+	$(HARNESS) study $(subst -,_,$*) $(SCALE_OPT) $(STUDY_OPTS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
 
 study-%-calibrate: ## measure a study's target from its tuned baseline ([target]): results/targets/ (resumable)
-	$(HARNESS) study $(subst -,_,$*) --calibrate-target --scale $(SCALE) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
+	$(HARNESS) study $(subst -,_,$*) --calibrate-target $(SCALE_OPT) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
 
 study-%-verify: ## race a study's best trials over seeds in fresh processes against its tuned baseline, then ablate the winner (resumable)
-	$(HARNESS) study $(subst -,_,$*) --verify --scale $(SCALE) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
+	$(HARNESS) study $(subst -,_,$*) --verify $(SCALE_OPT) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
 
-report-%: ## one sweep's table and plot beside the published figures (reports/NAME.*)
-	$(HARNESS) report $* $(STORE)
+report-%: ## one sweep's table and plot beside the published figures, at SCALE (reports/NAME-SCALE.*)
+	$(HARNESS) report $* $(SCALE_OPT) $(STORE)
 
 report: ## reports/REPRODUCTION.md: every sweep beside the published tables, with verdicts
 	$(HARNESS) report $(STORE)
@@ -119,10 +122,10 @@ reproduce-cpu-report: ## results/cpu-2core/ (MACHINE=) written again from its co
 	$(HARNESS) report --out results/$(MACHINE) $(CPU_STORE) $(CPU_TABLES)
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
-	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s --scale $(SCALE) $(call overrides,sweeps/resnet.toml) $(STORE); done
+	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s $(SCALE_OPT) $(call overrides,sweeps/resnet.toml) $(STORE); done
 
 report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two y-axes
-	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) report $$s $(STORE); done
+	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) report $$s $(SCALE_OPT) $(STORE); done
 
 bench-ddp: ## N ranks x t threads against 1 rank x N*t threads on the same cores (ratios)
 	$(BIN)/python benchmarks/ddp_vs_threads.py $(ARGS)
@@ -136,8 +139,11 @@ dashboard: ## optuna-dashboard on http://127.0.0.1:8080 over the study storage (
 peak: ## the measured peaks every run's MFU is taken against, with their kernels (cached per machine; ARGS=--remeasure)
 	$(HARNESS) peak $(ARGS)
 
-list: ## experiments, sweeps, models, datasets and config fields
-	$(HARNESS) list
+list: ## experiments, sweeps, studies, models, datasets and config fields (ARGS=sweeps: one group whole)
+	$(HARNESS) list $(ARGS)
+
+machine: ## this machine: CPU, usable cores, the dtypes it computes natively and those it emulates, cached peaks, speed index
+	$(HARNESS) machine
 
 gpu-check: ## first run on a GPU machine: GPU tests + every GPU sweep at smoke scale, one line each (< 8 min)
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)

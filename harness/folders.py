@@ -3,7 +3,7 @@ layer may use it.
 
 The project's own folders are found from this file (the harness runs from its checkout); the
 decoded-dataset and peak cache is per user, outside the checkout, and HARNESS_CACHE_DIR moves it
-(the tests point it at a temporary folder)."""
+(the tests point it at a temporary folder), as HARNESS_STATE_DIR moves the checkout's small state."""
 
 from __future__ import annotations
 
@@ -15,4 +15,20 @@ SWEEPS_DIR = REPO_ROOT / "sweeps"       # the sweep and study files (*.toml)
 REPORTS_DIR = REPO_ROOT / "reports"     # generated reports, unless --out says otherwise
 TARGETS_DIR = REPO_ROOT / "results" / "targets"   # studies' calibrated targets (studies/calibrated_target.py)
 MLRUNS_DIR = REPO_ROOT / "mlruns"       # the default store, the shared database, Slurm logs
+# What the harness remembers of this checkout between commands (the scale each sweep and study last
+# ran at); HARNESS_STATE_DIR moves it (the tests point it at a temporary folder).
+STATE_DIR = Path(os.environ.get("HARNESS_STATE_DIR", MLRUNS_DIR))
 CACHE_DIR = Path(os.environ.get("HARNESS_CACHE_DIR", Path.home() / ".cache" / "torch-speed-harness"))
+
+
+def project_path(path: str | Path | None) -> str:
+    """A file of the project as a path from its root (sweeps/study_x.toml), wherever the command
+    was run from; any other file as given. A message then names a project file the same, short way
+    on every machine."""
+    if path is None:
+        return "(no file)"
+    given = Path(path)
+    try:
+        return str(given.resolve().relative_to(REPO_ROOT)) if given.is_absolute() else str(given)
+    except ValueError:
+        return str(given)

@@ -23,6 +23,10 @@ os.environ.setdefault("HARNESS_CALIBRATION_S", "0.05")
 if "HARNESS_CACHE_DIR" not in os.environ:
     os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")
     atexit.register(shutil.rmtree, os.environ["HARNESS_CACHE_DIR"], ignore_errors=True)
+# The scales the tests' sweeps and studies run at stay out of the checkout's mlruns/ (harness/cli/last_scale.py).
+if "HARNESS_STATE_DIR" not in os.environ:
+    os.environ["HARNESS_STATE_DIR"] = tempfile.mkdtemp(prefix="harness-test-state-")
+    atexit.register(shutil.rmtree, os.environ["HARNESS_STATE_DIR"], ignore_errors=True)
 
 
 def under_ci() -> bool:

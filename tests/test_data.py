@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -112,3 +114,68 @@ def test_grey28_is_the_folder_in_grey_at_28x28_decoded_once(tmp_path):
 def test_grey28_names_itself_when_the_folder_is_missing(tmp_path):
     with pytest.raises(UserError, match="dataset 'imagefolder_grey28' needs class folders"):
         data.load_splits("imagefolder_grey28", str(tmp_path / "nowhere"), (1, 28, 28))
+
+
+def test_a_failed_download_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """torchvision makes data_dir before it downloads into it: offline, an empty data/ was left."""
+    import torchvision
+
+    class MakesItsFolderThenFails:
+        def __init__(self, root, train, download):
+            if download:
+                (Path(root) / "cifar-10-batches-py").mkdir(parents=True)
+                raise OSError("network unreachable")
+            raise RuntimeError("Dataset not found or corrupted.")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", MakesItsFolderThenFails)
+    with pytest.raises(UserError, match="could not be downloaded"):
+        data.load_splits("cifar10", str(tmp_path / "data" / "cifar"), (3, 32, 32))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_downloaded_dataset_is_checked_before_torch_loads(tmp_path, monkeypatch):
+    """Not in data_dir and offline: one sentence; in data_dir: no question asked of the network."""
+    from harness.training import data_folders
+    from harness.training.catalogue import DOWNLOADS
+
+    monkeypatch.setenv(data_folders.OFFLINE_ENV, "1")
+    with pytest.raises(UserError, match="dataset 'cifar10' is not in data_dir .* declared offline"):
+        data_folders.check_downloadable("cifar10", str(tmp_path))
+    for name in DOWNLOADS["cifar10"].files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    data_folders.check_downloadable("cifar10", str(tmp_path))   # present: offline does not matter
+    monkeypatch.delenv(data_folders.OFFLINE_ENV)
+    monkeypatch.setattr(data_folders, "reachable", lambda host, port: False)
+    with pytest.raises(UserError, match="www.cs.toronto.edu cannot be reached"):
+        data_folders.check_downloadable("cifar10", str(tmp_path / "empty"))
+    monkeypatch.setattr(data_folders, "reachable", lambda host, port: True)
+    data_folders.check_downloadable("cifar10", str(tmp_path / "empty"))   # online: the first cell downloads it
+    assert not (tmp_path / "empty").exists()
+
+
+def test_reachable_tells_a_closed_port_from_a_listening_one():
+    import socket
+
+    from harness.training.data_folders import reachable
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        assert reachable("127.0.0.1", listening.getsockname()[1], timeout=2)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))   # bound, never listening: a connection is refused at once
+        assert not reachable("127.0.0.1", closed.getsockname()[1], timeout=2)
+
+
+def test_the_download_table_matches_torchvisions_own():
+    import torchvision
+
+    from harness.training.catalogue import DOWNLOADS
+
+    assert DOWNLOADS["cifar10"].url == torchvision.datasets.CIFAR10.url
+    assert set(DOWNLOADS["cifar10"].files) == {f"cifar-10-batches-py/{name}" for name, _ in
+                                               torchvision.datasets.CIFAR10.train_list + torchvision.datasets.CIFAR10.test_list}
+    assert DOWNLOADS["fashion_mnist"].url == torchvision.datasets.FashionMNIST.mirrors[0]
+    raw = {f"FashionMNIST/raw/{name.removesuffix('.gz')}" for name, _ in torchvision.datasets.FashionMNIST.resources}
+    assert set(DOWNLOADS["fashion_mnist"].files) == raw

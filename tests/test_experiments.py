@@ -224,7 +224,7 @@ def test_starting_a_sweep_or_a_study_with_keys_its_experiment_reads_imports_that
     spec = sweep_spec.load("sparsity")
     with pytest.raises(UserError) as err:
         sweep_spec.expand(spec, "smoke", {"backend": "gloo"})   # another experiment's field
-    assert str(err.value).startswith(f"sweep file {spec.path}: experiment 'pruning' does not read 'backend'; it reads:")
+    assert str(err.value).startswith(f"sweep file {spec.shown}: experiment 'pruning' does not read 'backend'; it reads:")
     with pytest.raises(UserError) as err:
         sweep_spec.expand(spec, "smoke", {"epochs": 1, "sparsty": 0.5})
     assert str(err.value).startswith("unknown config key 'sparsty'; did you mean 'sparsity'")

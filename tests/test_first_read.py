@@ -25,7 +25,7 @@ def test_the_first_screen_names_the_book_and_d2l_with_their_authors_and_publishe
 def test_the_first_screen_says_the_install_size_and_the_chromium_step_and_keeps_the_first_commands():
     assert re.search(r"\.venv` of about \*\*\d+(\.\d+)? GB\*\*", FIRST_SCREEN)
     assert "make install-system" in FIRST_SCREEN and "Chromium" in FIRST_SCREEN
-    for command in ("make install ", "make sweep-sparsity SCALE=smoke", "make test "):
+    for command in ("make install ", "make machine ", "make sweep-sparsity SCALE=smoke", "make test "):
         assert command in FIRST_SCREEN, command
 
 

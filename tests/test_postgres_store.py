@@ -56,7 +56,7 @@ def test_a_sweep_records_reuses_and_reports_its_cells(tracking_uri, sweep_file, 
 
     out = tmp_path / "report"
     assert main(["report", str(path), "--tracking-uri", tracking_uri, "--out", str(out)]) == 0
-    assert "| sparsity |" in (out / "dbstore.md").read_text()
+    assert "| sparsity |" in (out / "dbstore-full.md").read_text()   # named per scale: the CLI's default, full
 
 
 @pytest.mark.slow

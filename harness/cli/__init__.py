@@ -1,5 +1,5 @@
 """`harness` command line: run one experiment, run a sweep or a study, report a sweep, reproduce every table at a
-scale, list what exists, open the UI or the study dashboard, show the measured peak.
+scale, list what exists, describe this machine, open the UI or the study dashboard, show the measured peak.
 
 Every user mistake ends as one sentence on stderr and exit status 2; a sweep in which some cells
 failed at run time exits 1 after recording them, and so does a fault of the machine or the store
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import threading
 import warnings
 from typing import Sequence
@@ -20,13 +21,41 @@ from harness.errors import StoreFault, UserError, first_line
 from harness.signals import cut_off
 
 
+class _Formatter(argparse.HelpFormatter):
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # argparse's own wrap cuts at hyphens too: a scale named cpu-fp32 was shown as "cpu-" and "fp32"
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line instead of argparse's usage block
         raise UserError(f"{message} (see `{self.prog} --help`).")
 
 
-SCALE_HELP = ("smoke | quick | full (the document's scale), or a scale the file adds: cpu (what a small CPU "
-              "can run), airbench's cpu-goal, cpu-ladder and cpu-fp32")
+def _summary() -> str:
+    """The docstring's first paragraph as one line: `harness --help` shows it whole (its first line
+    alone stopped mid-sentence)."""
+    return " ".join(__doc__.split("\n\n")[0].split())
+
+
+def check_command(argv: Sequence[str], commands: Sequence[str]) -> None:
+    """A mistyped command is one sentence with the closest command, as a mistyped sweep name is."""
+    from harness.suggest import did_you_mean
+
+    word = next((a for a in argv if not a.startswith("-")), None)
+    if word is None or word in commands or any(a in ("-h", "--help") for a in argv[:argv.index(word)]):
+        return
+    raise UserError(f"unknown command '{word}'; {did_you_mean(word, commands)}choose one of "
+                    f"{', '.join(commands)} (see `harness --help`).")
+
+
+SCALE_HELP = ("smoke | quick | full (the document's scale, the default), or a scale the file adds: cpu (what a small "
+              "CPU can run), airbench's cpu-goal, cpu-ladder and cpu-fp32; last: the scale it last ran at in this "
+              "checkout, else smoke (make's default)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
                       "for that device where it has one (gloo on cpu: a GPU sweep as CPU processes; nccl on cuda); "
                       "a --set wins")
 
-    parser = _Parser(prog="harness", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="harness", description=_summary())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("run", parents=[common, sets], help="run one experiment once and log it")
@@ -105,7 +134,8 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("report", parents=[common], help="table and plot of a sweep beside the published "
                        "figures; without a sweep, reports/REPRODUCTION.md over every sweep")
     p.add_argument("sweep", nargs="?")
-    p.add_argument("--scale", help="which scale's cells to report (default: the latest run's)")
+    p.add_argument("--scale", help="which scale's cells to report (default: the latest run's in the store; last: "
+                   "the scale the sweep last ran at in this checkout); written as reports/<sweep>-<scale>.*")
     p.add_argument("--out", help="folder for the .md, .csv and .png (default: reports/)")
     p.add_argument("--sweeps", type=_names, help="without a sweep: REPRODUCTION.md over these sweeps alone "
                    "(comma-separated), for a results folder that holds some of the tables")
@@ -119,10 +149,16 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--sweeps", type=_names, help="run and report these sweeps alone (comma-separated; default: "
                    "every sweep with the scale)")
 
-    sub.add_parser("list", parents=[common], help="experiments, models, datasets, sweeps and config fields")
+    p = sub.add_parser("list", parents=[common], help="experiments, sweeps, studies, models, datasets and config "
+                       "fields, grouped; a group whole: harness list sweeps (experiments, studies, models, datasets, "
+                       "fields)")
+    p.add_argument("group", nargs="?", help="one group, each description whole")
 
     p = sub.add_parser("ui", parents=[common], help="serve the MLflow UI on 127.0.0.1 over the store")
     p.add_argument("--port", type=int, default=5000)
+
+    sub.add_parser("machine", help="this machine in a few lines: CPU, usable cores, the dtypes it computes natively "
+                   "and those torch emulates, GPUs, cached peaks, fingerprint and speed index")
 
     p = sub.add_parser("peak", help="the peak each run's MFU is measured against: the best steady rate of "
                        "matmul and convolution kernels, with the kernel and size behind it (measured here, cached "
@@ -163,11 +199,15 @@ def _add_worker_args(p) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from harness.cli.commands import COMMANDS
+    from harness.cli.commands import COMMANDS, STORE_COMMANDS, where
 
     args = None
     try:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        check_command(argv, list(COMMANDS))
         args = _parser().parse_args(argv)
+        if args.command in STORE_COMMANDS:
+            where(args)
         return COMMANDS[args.command](args)
     except UserError as err:
         _say(str(err))

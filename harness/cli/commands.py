@@ -30,13 +30,17 @@ def _overrides(args, experiment: str) -> dict:
     return values
 
 
-def _where(args):
+def where(args):
     """The tracking store and the shared database of this command (StoreLocations), resolved once
     from --tracking-uri, --storage, the environment and the defaults; every use below reads them."""
     if getattr(args, "where", None) is None:
+        from harness.store import schemes
         from harness.store.uris import StoreLocations
 
-        args.where = StoreLocations.resolve(args.tracking_uri, getattr(args, "storage", None))
+        where = StoreLocations.resolve(args.tracking_uri, getattr(args, "storage", None))
+        schemes.check_tracking_uri(where.tracking_uri)   # from the text alone: MLflow and Optuna are not loaded
+        schemes.check_storage_url(where.db_url)
+        args.where = where
     return args.where
 
 
@@ -45,8 +49,8 @@ def _store(args):
     from harness.store.uris import check_sqlite_path
 
     if hasattr(args, "storage"):  # the shared database's path too, before the store is made
-        check_sqlite_path(_where(args).db_url, "the shared database")
-    return Store(_where(args).tracking_uri)
+        check_sqlite_path(where(args).db_url, "the shared database")
+    return Store(where(args).tracking_uri)
 
 
 def _out_dir(given: str | None, default: Path | None) -> Path:
@@ -59,6 +63,13 @@ def _out_dir(given: str | None, default: Path | None) -> Path:
         raise UserError(f"--out {folder} is a file, not a folder; give a folder for the report files.")
     check_folder_writable(folder, "the report folder")
     return folder
+
+
+def _scale(given: str, kind: str, spec) -> str:
+    """--scale as given, or for `last` (make's default) the scale the sweep or study last ran at here."""
+    from harness.cli import last_scale
+
+    return last_scale.choose(kind, spec.name, spec.scales) if given == last_scale.LAST else given
 
 
 def _workers(args) -> int:
@@ -85,7 +96,7 @@ def _launcher(args):
 
     launcher = SlurmLauncher(detach=args.detach, **{field: getattr(args, k) for k, field in SLURM_OPTIONS.items()
                                                      if getattr(args, k) is not None})
-    launcher.check(_where(args).db_url, _where(args).tracking_uri)
+    launcher.check(where(args).db_url, where(args).tracking_uri)
     return launcher
 
 
@@ -119,6 +130,7 @@ def cmd_sweep(args) -> int:
     from harness.specs import sweep_spec
 
     spec = sweep_spec.load(args.sweep)
+    args.scale = _scale(args.scale, "sweep", spec)
     if args.system_metrics is not None:
         spec.system_metrics = args.system_metrics
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
@@ -126,6 +138,10 @@ def cmd_sweep(args) -> int:
     if role is None:
         _size_of_job(spec, args)
     store = _store(args)
+    if role is None:
+        from harness.cli import last_scale
+
+        last_scale.record("sweep", spec.name, args.scale)
     # Every value is checked: only now the engine and the report, with torch, MLflow and the rest.
     from harness.cli.summary import sweep_summary
     from harness.report import overview
@@ -133,7 +149,7 @@ def cmd_sweep(args) -> int:
     from harness.sweeps.sweep_engine import run_sweep
 
     result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
-                       db_url=_where(args).db_url, workers=workers, launcher=launcher, role=role,
+                       db_url=where(args).db_url, workers=workers, launcher=launcher, role=role,
                        show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
                        remeasure_drifted=args.remeasure_drifted, remeasure_contended=args.remeasure_contended)
     if result.detached:
@@ -172,13 +188,15 @@ def _size_of_job(spec, args) -> None:
 
 
 def _check_data_folders(configs) -> None:
-    """The class folders an image-folder dataset needs, for every cell that trains on one."""
+    """The class folders an image-folder dataset needs, and a downloaded dataset's files or its
+    address, for every cell that trains on one (each pair once)."""
     import experiments
-    from harness.training.data_folders import check_class_folders
+    from harness.training.data_folders import check_class_folders, check_downloadable
 
-    for cfg in configs:
-        if experiments.get(cfg.experiment).needs_dataset:
-            check_class_folders(cfg.dataset, cfg.data_dir)
+    wanted = {(cfg.dataset, cfg.data_dir) for cfg in configs if experiments.get(cfg.experiment).needs_dataset}
+    for dataset, data_dir in sorted(wanted):
+        check_class_folders(dataset, data_dir)
+        check_downloadable(dataset, data_dir)
 
 
 def _size_of_study(spec, args, overrides) -> None:
@@ -207,7 +225,7 @@ def _until_decided(spec, store, args, max_repeats):
 
     rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
                                max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
-                               db_url=_where(args).db_url, show_progress=not args.no_progress,
+                               db_url=where(args).db_url, show_progress=not args.no_progress,
                                log=lambda line: print(line, flush=True))
     for extra in rounds:
         print(sweep_summary(extra, spec.report.get("metrics"), spec.report.get("notes", [])))
@@ -221,6 +239,7 @@ def cmd_study(args) -> int:
 
     budget_s = _budget(args)
     spec = study_spec.load(args.study)
+    args.scale = _scale(args.scale, "study", spec)
     overrides = _overrides(args, spec.experiment)
     workers, role = _workers(args), WorkerRole.decode(args.worker)
     if budget_s is not None:
@@ -230,6 +249,7 @@ def cmd_study(args) -> int:
             raise UserError(f"{name} must be a positive finite number (got {value}).")
     if role is None and not (args.status or args.verify or args.calibrate_target):  # these run no trial of the study
         _size_of_study(spec, args, overrides)
+    _check_one_at_a_time(spec, args, workers, role)
     if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
         return _study_status(spec, args, overrides)
     out_dir = _out_dir(args.out, None) if args.out else None
@@ -240,12 +260,14 @@ def cmd_study(args) -> int:
         from harness.cli import emulated_dtype
         emulated_dtype.warn_study(spec, args.scale, spec.fixed(args.scale, overrides))
     store = _store(args)
-    db_url = _where(args).db_url
+    if role is None:
+        from harness.cli import last_scale
+
+        last_scale.record("study", spec.name, args.scale)
+    db_url = where(args).db_url
     if args.calibrate_target:
         from harness.studies import calibrated_target
 
-        if workers > 1 or role is not None:
-            raise UserError("--calibrate-target times runs one at a time; run it without --workers.")
         calibrated_target.calibrate(spec, store, scale=args.scale, overrides=overrides,
                                     show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
         return 0
@@ -254,9 +276,6 @@ def cmd_study(args) -> int:
     if args.verify:
         from harness.studies import verify
 
-        if workers > 1 or role is not None:
-            raise UserError("--verify re-times runs one at a time (parallel runs would share the cores they are "
-                            "timed on); run it without --workers.")
         verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
                           show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
         return 0
@@ -273,6 +292,20 @@ def cmd_study(args) -> int:
         study_engine.finish_budget(spec, db_url, scale=args.scale, overrides=overrides,
                                    log=lambda line: print(line, flush=True))
     return outcome.stop.exit_code if role else outcome.exit_code
+
+
+def _check_one_at_a_time(spec, args, workers: int, role) -> None:
+    """--calibrate-target and --verify time runs one after another, at a scale the file calibrates:
+    said before anything is loaded."""
+    if args.calibrate_target:
+        from harness.studies import calibrated_target
+
+        calibrated_target.check_calibrates(spec, args.scale)
+        if workers > 1 or role is not None:
+            raise UserError("--calibrate-target times runs one at a time; run it without --workers.")
+    if args.verify and (workers > 1 or role is not None):
+        raise UserError("--verify re-times runs one at a time (parallel runs would share the cores they are "
+                        "timed on); run it without --workers.")
 
 
 def _budget(args) -> float | None:
@@ -323,7 +356,7 @@ def _study_status(spec, args, overrides: dict) -> int:
     from harness.store.uris import check_sqlite_path
     from harness.studies import study_status
 
-    db_url = _where(args).db_url
+    db_url = where(args).db_url
     check_sqlite_path(db_url, "the shared database")
     print(study_status.status(spec, db_url, scale=args.scale, overrides=overrides))
     return 0
@@ -336,7 +369,11 @@ def cmd_report(args) -> int:
     if args.sweep is not None and args.sweeps:
         raise UserError("harness report takes a sweep or --sweeps, not both: --sweeps writes REPRODUCTION.md over "
                         "those sweeps, a sweep its own table.")
+    from harness.cli import last_scale
+
     spec = sweep_spec.load(args.sweep) if args.sweep is not None else None
+    if spec is not None and args.scale == last_scale.LAST:   # else: the latest run's scale in the store
+        args.scale = last_scale.choose("sweep", spec.name, spec.scales, fallback=None)
     for name in args.sweeps or []:
         sweep_spec.load(name)   # a misspelt name is one sentence before the store is read
     out_dir = _out_dir(args.out, REPORTS_DIR)
@@ -356,7 +393,7 @@ def cmd_report(args) -> int:
         return 0
     store = _store(args)
     reports = tables.build_all(store, spec, args.scale)
-    written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir)
+    written = overview.publish(store, spec, store.find_experiment(spec.name), reports, out_dir, scale_in_name=True)
     print(reports[0].markdown)
     print("written: " + ", ".join(str(p) for paths in written for p in paths))
     return 0
@@ -367,7 +404,7 @@ def _existing_store(args) -> None:
     --tracking-uri (or no sweep yet), said before anything is made."""
     from harness.store.uris import check_sqlite_path, sqlite_path
 
-    uri = _where(args).tracking_uri
+    uri = where(args).tracking_uri
     check_sqlite_path(uri, "the tracking store")
     path = sqlite_path(uri)
     if path is None or path.is_file():
@@ -383,27 +420,9 @@ def _existing_store(args) -> None:
 
 
 def cmd_list(args) -> int:
-    import experiments
-    from harness.training.catalogue import DATASETS, MODELS
-    from harness.specs import study_spec
-    from harness.specs import sweep_spec
+    from harness.cli import listing
 
-    print("experiments:")
-    for name in experiments.names():
-        print(f"  {name:<16} {experiments.get(name).title}")
-    print("sweeps (harness sweep NAME --scale smoke|quick|cpu|full):")
-    for name in sweep_spec.available():
-        print(f"  {name:<16} {sweep_spec.load(name).title}")
-    print("studies (harness study NAME --scale smoke|quick|cpu|full [--n-trials N] [--workers K]):")
-    for name in study_spec.available():
-        print(f"  {name:<16} {study_spec.load(name).title}")
-    print("models:")
-    for name, spec in MODELS.items():
-        print(f"  {name:<16} {spec.description}")
-    print(f"datasets: {', '.join(DATASETS)}")
-    print("config fields (--set KEY=VALUE):")
-    for name, default, text in experiments.field_help():
-        print(f"  {name:<16} {default:<10} {text}")
+    print("\n".join(listing.render(args.group)))
     return 0
 
 
@@ -455,6 +474,14 @@ def cmd_peak(args) -> int:
     return 0
 
 
+def cmd_machine(args) -> int:
+    from harness.cli import machine_info
+
+    for line in machine_info.lines():
+        print(line, flush=True)
+    return 0
+
+
 def cmd_dashboard(args) -> int:
     from harness.cli import ports
     from harness.store import redact
@@ -462,7 +489,7 @@ def cmd_dashboard(args) -> int:
 
     ports.check_port(args.port, "dashboard")
     # Only the URI: the dashboard reads the study database, not the MLflow store.
-    storage = _where(args).db_url
+    storage = where(args).db_url
     if is_sqlite(storage) and not Path(storage.removeprefix("sqlite:///")).exists():
         raise UserError(f"no study database at {redact(storage)} yet; run a study first "
                         "(make study-speed-recipe SCALE=smoke) or pass --storage.")
@@ -514,5 +541,8 @@ def _check_planned_data(planned, scale: str) -> None:
             _check_data_folders([c.config for c in cells if c.config is not None])
 
 
+# The commands that open a store: their locations are checked, from the text alone, before anything else.
+STORE_COMMANDS = ("run", "sweep", "study", "report", "ui", "dashboard", "reproduce")
+
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "study": cmd_study, "report": cmd_report, "list": cmd_list,
-            "ui": cmd_ui, "peak": cmd_peak, "dashboard": cmd_dashboard, "reproduce": cmd_reproduce}
+            "ui": cmd_ui, "peak": cmd_peak, "machine": cmd_machine, "dashboard": cmd_dashboard, "reproduce": cmd_reproduce}

@@ -42,13 +42,16 @@ def refresh(store: Store, spec: SweepSpec, scale: str | None = None) -> list[tab
 
 
 def publish(store: Store, spec: SweepSpec, experiment_id: str, reports: list[tables.Report],
-            out_dir: Path) -> list[list[Path]]:
+            out_dir: Path, scale_in_name: bool = False) -> list[list[Path]]:
     """Write each report (the first one under the sweep's name, the others with their fingerprint),
     log the files and the cells' figures and describe the experiment; returns each report's written
-    paths."""
+    paths. `scale_in_name`: <sweep>-<scale>.md, as a study's report is named, so that a sweep's
+    reports at two scales sit side by side in reports/ (a results folder holds one scale, and keeps
+    the plain names its REPRODUCTION.md links)."""
     written = []
     for i, report in enumerate(reports):
-        paths = report_files.write_files(report, out_dir, stem_suffix="" if i == 0 else _suffix(report, reports[0]))
+        suffix = (f"-{report.scale}" if scale_in_name else "") + ("" if i == 0 else _suffix(report, reports[0]))
+        paths = report_files.write_files(report, out_dir, stem_suffix=suffix)
         written.append(paths)
         writeback.attach_files(store, report, paths)
         writeback.log_cell_figures(store, report)

@@ -13,9 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.training.config import is_finite
 from harness.errors import UserError, mistakes
 from harness.store.paths import is_safe_name
+from harness.folders import project_path
 from harness.suggest import did_you_mean, shown_path
 
 SCALES = ("smoke", "quick", "full")   # every file has these; a file may add its own (amp's `cpu`)
+LAST_SCALE = "last"   # not a scale: `--scale last` asks for the last run's (harness/cli/last_scale.py)
 
 Spec = TypeVar("Spec", bound="SpecFile")
 
@@ -48,7 +50,15 @@ class SpecFile(BaseModel):
         for scale in scales:  # a scale is part of a study's name, and so of its report files' names
             if not is_safe_name(scale):
                 raise ValueError(f"scale {scale!r} must be a plain name of letters, digits, '_' and '-'")
+            if scale == LAST_SCALE:
+                raise ValueError(f"scale '{LAST_SCALE}' is the command line's word for the last run's scale; "
+                                 "name the scale otherwise")
         return {s: {} for s in SCALES} | scales
+
+    @property
+    def shown(self) -> str:
+        """The file as messages name it: from the project's root when it is one of the project's."""
+        return project_path(self.path)
 
     def scale_values(self, scale: str) -> dict[str, Any]:
         """The scale's own settings (its `grid` table, if any, left out)."""
@@ -71,30 +81,30 @@ class SpecFile(BaseModel):
         but the cell id)."""
         import experiments
 
-        experiments.check_reads(self.experiment, keys, where=f"{self.kind} file {self.path}")
+        experiments.check_reads(self.experiment, keys, where=f"{self.kind} file {self.shown}")
 
 
 
 def read(path: Path, model: type[Spec]) -> Spec:
     """The file as `model`, or one sentence naming the file and what is wrong with it."""
-    kind = model.kind
+    kind, shown = model.kind, project_path(path)
     try:
         raw = tomllib.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
-        raise UserError(f"{kind} file {path} is not UTF-8 text (byte {err.start}); save it as UTF-8.") from None
+        raise UserError(f"{kind} file {shown} is not UTF-8 text (byte {err.start}); save it as UTF-8.") from None
     except OSError as err:
-        raise UserError(f"cannot read the {kind} file {path}: {err.strerror}.") from None
+        raise UserError(f"cannot read the {kind} file {shown}: {err.strerror}.") from None
     except tomllib.TOMLDecodeError as err:
-        raise UserError(f"{kind} file {path} is not valid TOML: {err}.") from None
+        raise UserError(f"{kind} file {shown} is not valid TOML: {err}.") from None
     for key, value in _numbers(raw):
         if not is_finite(value):  # TOML has inf and nan; no setting, range or published figure is either
-            raise UserError(f"{kind} file {path}: key '{key}' must be a finite number (got {value}).")
+            raise UserError(f"{kind} file {shown}: key '{key}' must be a finite number (got {value}).")
     try:
         return model(**raw, path=path)
     except ValidationError as err:
-        raise UserError(describe(err, path, kind, model.model_fields)) from None
+        raise UserError(describe(err, shown, kind, model.model_fields)) from None
     except TypeError as err:  # a top-level key named like a keyword argument
-        raise UserError(f"{kind} file {path}: {err}.") from None
+        raise UserError(f"{kind} file {shown}: {err}.") from None
 
 
 def _numbers(node: Any, key: str = ""):
@@ -109,7 +119,7 @@ def _numbers(node: Any, key: str = ""):
         yield key, node
 
 
-def describe(err: ValidationError, path: Path, kind: str, keys: Iterable[str] = ()) -> str:
+def describe(err: ValidationError, path: Path | str, kind: str, keys: Iterable[str] = ()) -> str:
     """The first mistake pydantic found, as one sentence; `keys`: the file's top-level keys, for the
     "did you mean" of a mistyped one."""
     first = mistakes(err)[0]
@@ -119,6 +129,8 @@ def describe(err: ValidationError, path: Path, kind: str, keys: Iterable[str] = 
         return f"{kind} file {path}: unknown key '{key}'" + (f"; {hint.strip()}" if hint else ".")
     if first.type == "missing":
         return f"{kind} file {path} lacks the required key '{key}'."
+    if not first.loc:   # a rule over several keys: the value it was given is the whole file, not shown
+        return f"{kind} file {path}: {first.said}."
     return f"{kind} file {path}: key '{key}': {first.said} (got {first.value!r})."
 
 

@@ -19,7 +19,7 @@ import hashlib
 import json
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from experiments import check_keys, make_config
 from harness.specs import specfile
@@ -221,15 +221,18 @@ class StudySpec(SpecFile):
                              f"direction(s) {self.directions}; give one direction per metric")
         for name, param in self.space.items():
             param.name = name
-        counts = self.n_trials if isinstance(self.n_trials, dict) else {s: self.n_trials for s in SCALES}
-        for scale, count in counts.items():
-            if count <= 0:
-                raise ValueError(f"n_trials for scale '{scale}' must be a positive integer (got {count})")
-        self.n_trials = counts
-        seeds = self.seeds_per_trial.values() if isinstance(self.seeds_per_trial, dict) else [self.seeds_per_trial]
-        if any(n < 1 for n in seeds):
-            raise ValueError(f"seeds_per_trial must be 1 or more (got {self.seeds_per_trial})")
+        if not isinstance(self.n_trials, dict):
+            self.n_trials = {s: self.n_trials for s in SCALES}
         return self
+
+    @field_validator("n_trials", "seeds_per_trial")
+    @classmethod
+    def _at_least_one(cls, value: int | dict[str, int]) -> int | dict[str, int]:
+        # A field rule, not a rule of the whole file: its mistake names the field and its value alone.
+        for scale, count in (value.items() if isinstance(value, dict) else [("", value)]):
+            if count < 1:
+                raise ValueError("must be 1 or more" + (" at every scale" if scale else ""))
+        return value
 
     @property
     def trial_isolation(self) -> str:
@@ -269,17 +272,17 @@ class StudySpec(SpecFile):
         searched = self.searched_fields()
         for key, value in overrides.items():
             if isinstance(value, list):
-                raise UserError(f"--set {key}: a study takes single values; its search space is in {self.path}.")
+                raise UserError(f"--set {key}: a study takes single values; its search space is in {self.shown}.")
             if key in searched:
-                raise UserError(f"--set {key}: '{key}' is searched by this study; edit [space] in {self.path} "
+                raise UserError(f"--set {key}: '{key}' is searched by this study; edit [space] in {self.shown} "
                                 "to change its range.")
             if self.target is not None and scale in self.target.epochs and key in (
                     "target_accuracy", "target_from_epoch", "check_every_samples", "probe_size"):
                 raise UserError(f"--set {key}: this study's target at scale {scale} is calibrated ([target] in "
-                                f"{self.path}); recalibrate it with --calibrate-target instead.")
+                                f"{self.shown}); recalibrate it with --calibrate-target instead.")
             if self.targets_from_baseline and key in ("target_accuracy", "target_from_epoch"):
                 raise UserError(f"--set {key}: the target of this study is the accuracy its baseline trial "
-                                f"reaches after {self.baseline.target_epoch(scale)} epoch(s); see [baseline] in {self.path}.")
+                                f"reaches after {self.baseline.target_epoch(scale)} epoch(s); see [baseline] in {self.shown}.")
         fixed = super().fixed(scale, overrides)
         for key in searched:
             fixed.pop(key, None)
@@ -337,7 +340,7 @@ def check(spec: StudySpec) -> None:
     trial runs."""
     import experiments
 
-    where = spec.path
+    where = spec.shown
     if spec.experiment not in experiments.names():
         raise UserError(f"study file {where}: unknown experiment '{spec.experiment}'; choose one of "
                         f"{', '.join(experiments.names())}.")
@@ -358,7 +361,7 @@ def check(spec: StudySpec) -> None:
 def _check_metrics(spec: StudySpec, experiment) -> None:
     """Each objective and [report] metric is one the experiment reports, once, in the direction
     that is better for it."""
-    where = spec.path
+    where = spec.shown
     for metric, direction in zip(spec.metrics, spec.directions):
         if not (experiment.has_metric(metric) or metric in HARNESS_METRICS):
             reported = dict.fromkeys((*experiment.metrics, *HARNESS_METRICS))  # in order, once each
@@ -378,7 +381,7 @@ def _check_metrics(spec: StudySpec, experiment) -> None:
 
 def _check_seeds_and_target(spec: StudySpec) -> None:
     """seeds_per_trial and [target] name scales of the file; a calibrated target needs a [baseline]."""
-    where = spec.path
+    where = spec.shown
     if isinstance(spec.seeds_per_trial, dict) and (unknown := [k for k in spec.seeds_per_trial if k not in spec.scales]):
         raise UserError(f"study file {where}: seeds_per_trial names scale '{unknown[0]}'; the scales are "
                         f"{', '.join(spec.scales)}.")
@@ -392,7 +395,7 @@ def _check_seeds_and_target(spec: StudySpec) -> None:
 
 def _check_pruner(spec: StudySpec, experiment) -> None:
     """A pruner only on one objective, reading a metric that goes the objective's way."""
-    where, pruner = spec.path, spec.pruner
+    where, pruner = spec.shown, spec.pruner
     if pruner.active and spec.multi_objective:
         raise UserError(f"study file {where} has a pruner and {len(spec.metrics)} objectives; Optuna prunes "
                         "single-objective studies only, so remove [pruner] or keep one metric.")
@@ -407,7 +410,7 @@ def _check_pruner(spec: StudySpec, experiment) -> None:
 
 def _check_scale(spec: StudySpec, experiment, scale: str) -> None:
     """At one scale: the pruner's metric is reported, and each end of each range makes a valid config."""
-    where, pruner = spec.path, spec.pruner
+    where, pruner = spec.shown, spec.pruner
     fixed = spec.fixed_for_checks(scale)
     if pruner.active and pruner.metric == EPOCH_METRIC \
             and not getattr(make_config(fixed), "eval_every_epoch", False):
@@ -431,7 +434,7 @@ def sense_of(experiment, metric: str) -> str | None:
 def check_baseline(spec: StudySpec) -> None:
     """The baseline names one admissible value for every searched parameter and nothing else, and
     the experiment can compute the target it hands on."""
-    where, baseline = spec.path, spec.baseline
+    where, baseline = spec.shown, spec.baseline
     missing = [k for k in spec.space if k not in baseline.params]
     extra = [k for k in baseline.params if k not in spec.space]
     if missing or extra:

@@ -177,7 +177,7 @@ def _check_rows_exist(spec: SweepSpec) -> None:
                 values = wanted if isinstance(wanted, list) else [wanted]
                 missing = [v for v in values if key not in known or _comparable(v) not in known[key]]
                 if missing:
-                    raise UserError(f"sweep file {spec.path}: the check '{check.name}' has {part} {key} = {missing[0]!r}, "
+                    raise UserError(f"sweep file {spec.shown}: the check '{check.name}' has {part} {key} = {missing[0]!r}, "
                                     f"which no grid point or published row has"
                                     + (f" (its values: {', '.join(map(str, sorted(known[key], key=str)))})."
                                        if key in known else f" ({key} is no axis of the sweep)."))
@@ -188,7 +188,7 @@ def _check_assumed_settings(spec: SweepSpec) -> None:
     of them: a misspelt setting is never among a cell's params, so the check would be judged on
     whatever the cells ran, and a stand-in for a setting the claim does not assume labels nothing."""
     for check in spec.checks:
-        where = f"sweep file {spec.path}, check '{check.name}'"
+        where = f"sweep file {spec.shown}, check '{check.name}'"
         assumed, standing = list(check.assumes or {}), list(check.stand_ins or {})
         if assumed or standing:
             experiments.check_reads(spec.experiment, assumed + standing, where=where)
@@ -276,7 +276,7 @@ def _grid_at(spec: SweepSpec, scale: str, overrides: dict[str, Any] | None) -> t
     for key, value in overrides.items():
         if key in compound:
             raise UserError(f"'{key}' is varied together with other fields by the grid axis "
-                            f"'{compound[key]}' of {spec.path}; edit that axis in the sweep file instead.")
+                            f"'{compound[key]}' of {spec.shown}; edit that axis in the sweep file instead.")
         if isinstance(value, list):
             if not value:
                 raise UserError(f"--set {key}=[] leaves the sweep no cell to run; give at least one value.")

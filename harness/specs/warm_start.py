@@ -37,7 +37,7 @@ def check(spec) -> None:
     searched parameters to values they admit."""
     seen: set[str] = set()
     for start in spec.warm_start:
-        where = f"study file {spec.path}: [[warm_start]] '{start.name}'"
+        where = f"study file {spec.shown}: [[warm_start]] '{start.name}'"
         if start.name in seen:
             raise UserError(f"{where} is named twice; give each warm start a name of its own.")
         seen.add(start.name)

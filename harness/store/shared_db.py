@@ -12,9 +12,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from harness.errors import UserError
 from harness.store.probe import check_server, check_sqlite
-from harness.store.uris import check_sqlite_path, is_sqlite, redact
+from harness.store.schemes import check_storage_url
+from harness.store.uris import check_sqlite_path, is_sqlite
 
 BUSY_TIMEOUT_MS = 120_000
 _installed = False
@@ -89,7 +89,5 @@ def check_url(url: str) -> None:
         if path and path != url:
             check_sqlite(Path(path), f"the shared database {url}")
         return
-    if not url.startswith(("postgresql", "mysql")):
-        raise UserError(f"shared database {redact(url)} is not a database URL; use sqlite:///path.db "
-                        "(one machine) or postgresql://user:password@host/db (several machines).")
+    check_storage_url(url)
     check_server(url, "the shared database", create_engine)

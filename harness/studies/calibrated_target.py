@@ -79,6 +79,15 @@ def calibrated_at(spec: StudySpec, scale: str) -> bool:
     return spec.target is not None and scale in spec.target.epochs
 
 
+def check_calibrates(spec: StudySpec, scale: str) -> None:
+    """--calibrate-target at a scale the [target] does not list is one sentence, asked before
+    anything is loaded."""
+    if spec.baseline is None or not calibrated_at(spec, scale):
+        listed = ", ".join(spec.target.epochs) if spec.target else "none"
+        raise UserError(f"study file {spec.shown} calibrates no target at scale {scale}: it needs a [baseline] and "
+                        f"a [target] whose epochs list the scale (listed: {listed}).")
+
+
 def read(spec: StudySpec, scale: str) -> dict[str, Any] | None:
     """The calibration of a listed scale; None for a scale the [target] does not list."""
     if not calibrated_at(spec, scale):
@@ -137,10 +146,7 @@ def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[st
     from harness.machine.fingerprint import FINGERPRINT, fingerprint, machine_text
     from harness.studies import isolation
 
-    if spec.baseline is None or not calibrated_at(spec, scale):
-        listed = ", ".join(spec.target.epochs) if spec.target else "none"
-        raise UserError(f"study file {spec.path} calibrates no target at scale {scale}: it needs a [baseline] and "
-                        f"a [target] whose epochs list the scale (listed: {listed}).")
+    check_calibrates(spec, scale)
     fixed = {**spec.fixed(scale, overrides), "target_from_epoch": 0, "epochs": spec.target.epochs[scale],
              "stop_at_target": False, "target_accuracy": 1.0}   # never met: every check of every epoch is read
     preflight([make_config(fixed)])

@@ -165,7 +165,7 @@ def _without(spec: "StudySpec", param: "Param", dropped: set[str]) -> "Param":
         return param
     choices = [c for c in param.choices if _dtype_of(param, c) not in dropped]
     if not choices:
-        raise UserError(f"study file {spec.path}: every choice of '{param.name}' trains in "
+        raise UserError(f"study file {spec.shown}: every choice of '{param.name}' trains in "
                         f"{_words(_ordered({_dtype_of(param, c) for c in param.choices}))}, which this CPU "
                         "emulates; add an fp32 choice, or pass "
                         "--keep-emulated to keep them.")

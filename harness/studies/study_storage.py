@@ -71,7 +71,7 @@ def open_study(spec: StudySpec, study_name: str, url: str, *, create: bool, seed
         stored = optuna.load_study(study_name=study_name, storage=store)
         had = [d.name.lower() for d in stored.directions]
         if had != spec.directions:
-            raise UserError(f"study '{study_name}' in {redact(url)} was created to {had} but {spec.path} now "
+            raise UserError(f"study '{study_name}' in {redact(url)} was created to {had} but {spec.shown} now "
                             f"asks to {spec.directions} for {spec.metrics}; give it another name or storage.")
         n_before = len(stored.get_trials(deepcopy=False))
     seed = spec.sampler.seed + n_before + 100_003 * seed_salt
@@ -101,7 +101,7 @@ def _check_space(study, spec: StudySpec, study_name: str, url: str) -> None:
         study.set_user_attr(SPACE_ATTR, digest)
     elif had != digest:
         raise UserError(f"study '{study_name}' in {redact(url)} was created by a file with another [space] than "
-                        f"{spec.path}; give this file another name, or pass another --storage.")
+                        f"{spec.shown}; give this file another name, or pass another --storage.")
 
 
 def counts(study) -> dict[TrialStatus, int]:

@@ -71,7 +71,7 @@ def tuned_factor(spec: StudySpec, scale: str, name: str) -> float:
     param = spec.space[TUNABLE]
     if not param.admits(factor):
         offered = ", ".join(map(str, param.choices)) if param.choices else f"{param.low:g} to {param.high:g}"
-        raise UserError(f"study file {spec.path}: [[warm_start]] '{name}' trains at the tuned {TUNABLE} {factor:g} "
+        raise UserError(f"study file {spec.shown}: [[warm_start]] '{name}' trains at the tuned {TUNABLE} {factor:g} "
                         f"(results/targets/{spec.name}-{scale}.json), which [space] {TUNABLE} does not offer "
                         f"({offered}); add it to [space].")
     return factor
@@ -123,7 +123,7 @@ def _emulated_dtype(spec: StudySpec, values: dict[str, Any]) -> str | None:
         dtype = param.fields(value).get(host_space.DTYPE) if param.type == "categorical" else None
         if host is not None and dtype in host.left_out:
             return dtype
-        raise UserError(f"study file {spec.path}: a warm start sets {name} = {value!r}, which [space] does not "
+        raise UserError(f"study file {spec.shown}: a warm start sets {name} = {value!r}, which [space] does not "
                         f"allow for {name}.")
     return None
 

@@ -53,6 +53,29 @@ DATASETS = ("cifar10", "fashion_mnist", "imagefolder", "imagefolder_grey28", "di
 # The datasets read from class folders DATA_DIR/train and DATA_DIR/test.
 IMAGE_FOLDER_DATASETS = ("imagefolder", "imagefolder_grey28")
 
+
+@dataclass(frozen=True)
+class Download:
+    """A dataset torchvision downloads into data_dir: the files it reads once there (its own
+    _check_exists, without the checksums) and the address it comes from (its url or first mirror)."""
+    files: tuple[str, ...]
+    url: str
+    how_to_provide: str   # what a user without network can do instead
+
+
+DOWNLOADS: dict[str, Download] = {
+    "cifar10": Download(
+        tuple(f"cifar-10-batches-py/{name}" for name in (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch")),
+        "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz",
+        "copy cifar-10-batches-py into data_dir, or use dataset=imagefolder with data_dir holding train/ and "
+        "test/ class folders (make: DATASET=imagefolder DATA_DIR=...)"),
+    "fashion_mnist": Download(
+        tuple(f"FashionMNIST/raw/{kind}-{part}" for kind in ("train", "t10k")
+              for part in ("images-idx3-ubyte", "labels-idx1-ubyte")),
+        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        "copy the FashionMNIST/raw files into data_dir"),
+}
+
 # What the clock of the training loops holds (train.py, harness/distributed/ddp_train.py).
 TRAINING_CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
                   "asynchronous), forward, loss, backward, optimizer step; warm-up (undone after), pruning, "

@@ -32,6 +32,12 @@ class FieldGroup(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False)
 
 
+# The largest seed every generator a run seeds accepts: numpy's legacy seeding (RandomState, which
+# scikit-learn and NNI use) takes 0 .. 2**32 - 1, torch.manual_seed up to 2**64 - 1. A larger one
+# was accepted and failed every cell at run time.
+SEED_MAX = 2**32 - 1
+
+
 class RunConfig(FieldGroup):
     """The execution fields: every experiment's config class has them. `repeat` tells identical
     cells apart; `threads` is set on every cell when the harness splits a machine's cores between
@@ -40,7 +46,8 @@ class RunConfig(FieldGroup):
     experiment: str = Field("pruning", description="Experiment module to run (see `harness list`).")
     device: str = Field("cpu", description="cpu, cuda or cuda:N.")
     threads: int = Field(0, ge=0, description="Intra-op threads (torch.set_num_threads); 0 = all cores this process may use.")
-    seed: int = Field(0, description="Seed for model init, data order and synthetic data.")
+    seed: int = Field(0, ge=0, le=SEED_MAX, description="Seed for model init, data order and synthetic data "
+                      f"(0 to {SEED_MAX:,}: what numpy's and torch's generators both take).")
     repeat: int = Field(0, ge=0, description="Repeat index of an otherwise identical cell (timing repeats).")
     malloc: Literal["glibc_default", "keep_freed"] = Field(
         "glibc_default", description="What glibc's malloc does with freed memory in the process that trains the "

@@ -8,6 +8,7 @@ the clock is then the model's, not the input pipeline's.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ def _torchvision(cls_name: str, how_to_provide: str) -> Callable[[str, int], Dat
         import torchvision
 
         cls = getattr(torchvision.datasets, cls_name)
+        made = _folders_missing(Path(data_dir))
         splits = []
         for train in (True, False):
             try:
@@ -63,6 +65,7 @@ def _torchvision(cls_name: str, how_to_provide: str) -> Callable[[str, int], Dat
                 try:
                     ds = cls(root=data_dir, train=train, download=True)
                 except Exception as err:  # offline, proxy, disk full: all end the same way for the user
+                    _remove_if_empty(made)   # the download made them: nothing is left behind
                     raise UserError(
                         f"{cls_name} is not in '{data_dir}' and could not be downloaded "
                         f"({type(err).__name__}); {how_to_provide}"
@@ -71,6 +74,24 @@ def _torchvision(cls_name: str, how_to_provide: str) -> Callable[[str, int], Dat
         return Dataset(splits[0], splits[1], 10)
 
     return load
+
+
+def _folders_missing(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_if_empty(made: list[Path]) -> None:
+    """Remove what a failed download made of `made` (deepest first) and left empty, with the empty
+    folders it made inside them."""
+    for folder in made:
+        for inner, _, _ in sorted(os.walk(folder), key=lambda entry: -len(entry[0])):
+            with contextlib.suppress(OSError):
+                os.rmdir(inner)   # only an empty folder goes
 
 
 def _imagefolder(data_dir: str, seed: int, grey28: bool = False) -> Dataset:
