@@ -565,7 +565,7 @@ def _judge_timing(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict
     FAIL when the whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
     n = _fewest_runs(check, table)
     return _judge_on_interval(check, table, axes, n, "", f"n = {n} run(s) per grid point: one timing cannot decide "
-                              "a claim (run the sweep with repeats, or --until-decided)")
+                              "a claim (more rounds can: the report gives the --until-decided command below its checks)")
 
 
 def _judge_accuracy(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:
