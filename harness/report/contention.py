@@ -62,8 +62,8 @@ def mark(table: pd.DataFrame, cells: pd.DataFrame, axes: list[str], left_out: di
     table[LEFT_OUT] = [float(left_out.get(k, 0)) for k in keys]
     over_contended = [0.0] * len(table)
     contended_bases = []
-    for i, base in baseline_rows.items():
-        if base != i and table.at[base, CONTENDED] == 1:
+    for i, base in baseline_rows.items():   # a row no cell finished ("not run") has no speed-up to mark
+        if base != i and table.at[base, CONTENDED] == 1 and pd.notna(table.at[i, "repeats"]):
             over_contended[table.index.get_loc(i)] = 1.0
             contended_bases.append({a: table.at[base, a] for a in axes})
     table[BASELINE] = over_contended

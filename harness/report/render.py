@@ -147,9 +147,7 @@ def table_markdown(report) -> str:
 
 def _marked(text: str, contended: bool) -> str:
     """A figure resting on a time taken under contention: shown, with "(contended, not judged)"."""
-    if not contended:
-        return text
-    return contention.NOT_JUDGED if text == "—" else f"{text} ({contention.NOT_JUDGED})"
+    return f"{text} ({contention.NOT_JUDGED})" if contended and text != "—" else text
 
 
 def _paired_baseline(t: pd.DataFrame, axes: list[str], time: str) -> list[str]:
