@@ -72,6 +72,8 @@ def of_parent(spec, scale: str, parent_params: dict[str, str] | None, store_uri:
 def _sweep_argument(spec) -> str:
     """The name where the shipped sweeps/ folder has the file (the command finds it by name from
     any folder); else the file's absolute path (a relative one breaks in another folder)."""
+    if spec.path is None:   # a spec made in code, not read from a file
+        return spec.name
     path = Path(spec.path).resolve()
     return spec.name if path.parent == SWEEPS_DIR.resolve() and path.stem == spec.name else str(path)
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 # CONTENDED: a cell's metric, and a table row's column: 1 when every repeat of the row was contended
 from harness.machine.machine_load import CONTENDED, OTHER_CORES
+from harness.report.figure_kinds import is_timing
 LEFT_OUT = "contended_left_out"     # a row's contended repeats left out (it had uncontended ones)
 BASELINE = "contended_baseline"     # a row's column: 1 when its speed-up divides a contended baseline's time
 BASELINES = "contended_baselines"   # table.attrs: the contended baseline points
@@ -74,8 +75,6 @@ def rests_on_contention(table: pd.DataFrame, column: str) -> pd.Series:
     """The rows whose figure in `column` rests on a time taken under contention: a timing of a
     contended row, and a speed-up or efficiency (or a bound of one) of a contended row or over a
     contended baseline. All False for a figure contention does not move (accuracy, parameters)."""
-    from harness.report.checks import is_timing
-
     none = pd.Series(False, index=table.index)
     bare = column.removesuffix("_lo").removesuffix("_hi")
     if CONTENDED not in table or column.startswith("book_") or not is_timing(bare, table):
