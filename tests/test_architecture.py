@@ -32,7 +32,7 @@ LAYERS = [
     ("the training half", ["harness.training.*"]),
     ("ranks", ["harness.distributed.*"]),
     ("the experiments", ["experiments.*"]),
-    ("what sweep and study files hold", ["harness.specs.*"]),
+    ("what sweep and study files hold, and the command that ran one", ["harness.specs.*", "harness.rerun"]),
     ("the report: read back from the store, never running a cell", ["harness.report.*"]),
     ("one cell and where cells run", ["harness.cells", "harness.launchers.*"]),
     ("one invocation in its three modes: here, as a launcher, as a worker", ["harness.invocation"]),

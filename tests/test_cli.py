@@ -168,16 +168,26 @@ def test_ui_on_a_port_in_use_is_one_sentence(uri, capsys):
                                    [f"port {port}", "already in use", "PORT="], capsys)
 
 
-def test_ui_banner_names_each_runs_table_with_the_model_training_view(store, sweep_file):
+def test_ui_banner_opens_a_sweep_on_its_newest_cells_once_reported_in_the_model_training_view(store, sweep_file):
+    from harness import ui_links
     from harness.cli.ui_server import _banner
+    from harness.report import overview
     from harness.specs import sweep_spec
     from harness.sweeps.sweep_engine import run_sweep
 
-    run_sweep(sweep_spec.load(str(sweep_file("bannered", {"sparsity": [0.0]}))), store, show_progress=False)
+    spec = sweep_spec.load(str(sweep_file("bannered", {"sparsity": [0.0]})))
+    run_sweep(spec, store, show_progress=False)
     experiment_id = store.find_experiment("bannered")
-    text = _banner(store, "http://127.0.0.1:5999")
-    line = next(line for line in text.splitlines() if line.split()[:1] == ["bannered"])
-    assert line.split()[1] == f"http://127.0.0.1:5999/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+    def link() -> str:
+        text = _banner(store, "http://127.0.0.1:5999")
+        return next(line for line in text.splitlines() if line.split()[:1] == ["bannered"]).split()[1]
+
+    # before any report (an older store, or a sweep whose report failed): the runs table
+    assert link() == f"http://127.0.0.1:5999/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+    overview.refresh(store, spec)   # what `harness sweep` and `harness report` do after the cells
+    assert link() == (f"http://127.0.0.1:5999/#/experiments/{experiment_id}/runs?"
+                      f"viewStateShareKey={ui_links.CELLS_VIEW}&workflowType=machine_learning")
 
 
 # A KeyboardInterrupt caught after it passed through PyRun_String (as some extensions evaluate code)

@@ -1,11 +1,12 @@
-"""Cells timed while other work held the cores (`contended` = 1 from the load probe): marked in the
-table and the plot, left out of speed-ups and checks with that reason (a grid point's uncontended
-repeats used when it has some), counted in the sweep's summary with the command that measures them
-again, and measured again by --remeasure-contended with one record per cell."""
+"""Cells timed while other work held the cores (`contended` = 1 from the load probe): their figures
+shown in the table and the plot marked "contended, not judged" (a grid point's uncontended repeats
+used when it has some), said once per table, never the ground of a verdict, counted in the sweep's
+summary with the command that measures them again, and measured again by --remeasure-contended with
+one record per cell."""
 
 from __future__ import annotations
 
-import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -43,31 +44,64 @@ def spec(sweep_file):
     return sweep_spec.load(str(sweep_file("starved", {"sparsity": [0.0, 0.3, 0.5, 0.7]})))
 
 
-def test_a_starved_row_is_marked_and_left_out_of_the_speed_ups(spec):
+def _report(spec, runs, scale="quick") -> tables.Report:
+    """The report of fabricated cells, as `harness report` writes it."""
+    table = tables.build_table(spec, runs, scale=scale)
+    report = tables.Report(spec, scale, table, [], "test machine", "p1", runs=runs)
+    report.verdicts = checks.evaluate(spec.checks, table, axes=spec.axes(), scale=scale)
+    report.markdown = render.to_markdown(report, runs[0])
+    return report
+
+
+def test_a_starved_row_keeps_its_figures_marked_contended_not_judged(spec):
     table = tables.build_table(spec, _runs(STARVED))
     row = table.set_index("sparsity").loc[0.7]
-    assert row["contended"] == 1 and row["train_time_s"] == 229.0   # shown, marked
-    assert math.isnan(row["speedup"])                               # not the 0.07x of today
-    assert "contended: its times are left out of speed-ups and checks" in row["note"]
-    assert "harness sweep starved --remeasure-contended" in row["note"]
+    assert row["contended"] == 1 and row["train_time_s"] == 229.0
+    assert row["speedup"] == pytest.approx(16 / 229)                # shown: the 0.07x the machine gave
     assert table.set_index("sparsity").loc[0.5, "speedup"] == pytest.approx(16 / 9)
     markdown = render.table_markdown(SimpleNamespace(table=table, spec=spec))
-    assert "| 0.7 | 229.0 (contended) | contended |" in markdown, markdown
+    assert "| 0.7 | 229.0 (contended, not judged) | 0.07x (contended, not judged) |" in markdown, markdown
+    assert "| 0.5 | 9 | 1.78x |" in markdown, markdown               # the rows measured alone, unmarked
+
+
+def test_a_busy_machine_still_gives_a_figure_and_says_so_once_per_table(sweep_file):
+    """The issue's quick table: every repeat of both rows contended (27.9 s against 13.3 s). The
+    speed-up is shown, marked, and judged by no check; the contention is said once, above the
+    table, with the command that measures the cells again, not on each row or each repeat."""
+    busy = sweep_spec.load(str(sweep_file("busy_table", {"sparsity": [0.0, 0.5]}, repeats=3, published=(
+        '[[checks]]\nkind = "bound"\nmetric = "speedup"\nmin = 1.5\nwhere = { sparsity = 0.5 }\n'
+        'scales = ["quick"]\n'))))
+    report = _report(busy, _runs({0.0: [(27.9, 1), (28.4, 1), (27.5, 1)], 0.5: [(13.3, 1), (13.1, 1), (13.6, 1)]}))
+    row = report.table.set_index("sparsity").loc[0.5]
+    assert row["speedup"] == pytest.approx(27.9 / 13.3) and row["contended_baseline"] == 1
+    shown = r"\| 0\.5 \| 13\.3 \(IQR [\d.]+\) \(contended, not judged\) \| 2\.10x \[[\d.]+, [\d.]+\] \(contended, not judged\) \|"
+    assert re.search(shown, report.markdown), report.markdown
+    (verdict,) = report.verdicts
+    assert verdict.verdict == checks.Judgement.NA and "sparsity=0.0 (the baseline)" in verdict.detail
+    markdown = report.markdown
+    assert markdown.count("**Timed under contention**") == 1 and markdown.count("--remeasure-contended") == 1
+    above_checks = markdown.split("| check |")[0]   # a verdict names the rows it left out, and why
+    assert above_checks.count("other work held") == 1 and "other work held 1.6 cores" in above_checks
+    assert "every row: their figures are shown marked" in markdown
+    assert "Notes:" not in markdown, markdown                       # no row repeats the clause
 
 
 def test_a_point_with_uncontended_repeats_uses_those_and_says_what_was_left_out(sweep_file):
     three = sweep_spec.load(str(sweep_file("mixed", {"sparsity": [0.0, 0.5]}, repeats=3)))
-    table = tables.build_table(three, _runs({0.0: [(10.0, 0)] * 3, 0.5: [(5.0, 0), (5.0, 0), (50.0, 1)]}))
-    row = table.set_index("sparsity").loc[0.5]
+    report = _report(three, _runs({0.0: [(10.0, 0)] * 3, 0.5: [(5.0, 0), (5.0, 0), (50.0, 1)]}))
+    row = report.table.set_index("sparsity").loc[0.5]
     assert row["train_time_s"] == 5.0 and row["repeats"] == 2 and row["contended_left_out"] == 1
     assert row["contended"] == 0 and row["speedup"] == pytest.approx(2.0)
-    assert "1 repeat(s) timed while other work held the cores left out" in row["note"]
+    assert "1 repeat(s) of sparsity=0.5: left out, the row's figures are its other repeats'" in report.markdown
+    assert "not judged" not in report.markdown                       # no figure rests on the left-out repeat
 
 
-def test_a_contended_baseline_leaves_every_speed_up_out(spec):
+def test_a_contended_baseline_marks_every_speed_up_over_it(spec):
     table = tables.build_table(spec, _runs({0.0: [(99.0, 1)], 0.5: [(9.0, 0)]})).set_index("sparsity")
-    assert table["speedup"].isna().all()
-    assert "speed-up left out: its baseline (sparsity=0.0) was contended" in table.loc[0.5, "note"]
+    assert table.loc[0.5, "speedup"] == pytest.approx(11.0) and table.loc[0.5, "contended_baseline"] == 1
+    assert table.loc[0.5, "contended"] == 0                          # its own time is not marked
+    markdown = render.table_markdown(SimpleNamespace(table=table.reset_index(), spec=spec))
+    assert "| 0.5 | 9 | 11.00x (contended, not judged) |" in markdown, markdown
     verdict = checks.evaluate([{"kind": "bound", "metric": "speedup", "min": 1.1, "where": {"sparsity": 0.5}}],
                               table.reset_index(), axes=["sparsity"])[0]
     assert verdict.verdict == checks.Judgement.NA and "sparsity=0.0 (the baseline)" in verdict.detail, verdict.detail
@@ -97,7 +131,7 @@ def test_the_plot_draws_a_contended_time_apart(spec, monkeypatch, tmp_path):
     plots.plot(SimpleNamespace(table=table, spec=spec, scale="smoke"), tmp_path / "p.png")
     time_panel = drawn[0].axes[0]
     lines = {line.get_label(): list(line.get_ydata()) for line in time_panel.get_lines()}
-    assert lines["contended, left out"] == [1.5 * 16.0]   # drawn at the top of the scale, not at 229 s
+    assert lines["contended, not judged"] == [1.5 * 16.0]   # drawn at the top of the scale, not at 229 s
     assert 229.0 not in lines["ours (smoke)"]
     assert [t.get_text() for t in time_panel.texts] == ["229 (off scale)"]
 
@@ -120,10 +154,11 @@ def test_remeasure_contended_runs_those_cells_again_with_one_record_each(store, 
     first = run_sweep(spec, store, scale="smoke", show_progress=False)
     assert [r.metrics["contended"] for r in first.results] == [1.0, 1.0]
     summary = sweep_summary(first)
-    assert "2 of 2 cell(s) were timed while other work held the cores" in summary
-    assert "`harness sweep busy --scale smoke --remeasure-contended` measures them again" in summary
+    assert "2 of 2 cell(s) were timed while other work held 1.6 cores" in summary
+    assert f"`harness sweep {spec.path.resolve()} --scale smoke --tracking-uri {store.uri} --remeasure-contended` " \
+        "measures them again" in summary, summary
     built = tables.build(store, spec, "smoke")
-    assert "**Timed under contention**" in built.markdown and "(contended)" in built.markdown
+    assert "**Timed under contention**" in built.markdown and "(contended, not judged)" in built.markdown
     monkeypatch.setattr(machine_load, "LoadWatch", _IdleMachine)
     assert [r.outcome for r in run_sweep(spec, store, scale="smoke", show_progress=False).results] == ["reused"] * 2
     lines = []

@@ -232,7 +232,8 @@ def test_the_ui_server_and_its_banner_hide_a_database_stores_password(monkeypatc
 
     started = _stub_ui_server(monkeypatch)
     uri = f"postgresql://harness:{PASSWORD}@127.0.0.1:5432/mlflow"
-    store = SimpleNamespace(uri=uri, experiments=lambda: [("1", "secret")])   # what the banner reads of a store
+    store = SimpleNamespace(uri=uri, experiments=lambda: [("1", "secret")],   # what the banner reads of a store
+                            experiment_tags=lambda experiment_id: {})
     assert ui_server.serve(store, free_port()) == 0
     banner = capsys.readouterr().out
     (argv, env), = started

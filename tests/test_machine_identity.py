@@ -12,6 +12,9 @@ from harness.sweeps import sweep_engine
 from harness.specs import sweep_spec
 from harness.sweeps.sweep_engine import run_sweep
 
+# the command a drift note gives for measuring the drifted cells again (the report passes its own)
+AGAIN = "harness sweep sparsity --scale quick --remeasure-drifted"
+
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
 cpu family\t: {family}
@@ -114,11 +117,11 @@ def test_a_table_whose_cells_ran_at_different_speeds_says_so():
     def run(index, repeat="0"):
         return RunRecord("r", "r", "FINISHED", {"repeat": repeat}, {"speed_index": index}, {}, 0)
 
-    assert tables.drift_note([run(10.0), run(10.5)]) is None
-    note = tables.drift_note([run(10.0), run(6.0)])
-    assert "higher is faster) 6 to 10 (67% apart" in note and "within round(s) 0" in note and "--remeasure-drifted" in note
+    assert tables.drift_note([run(10.0), run(10.5)], AGAIN) is None
+    note = tables.drift_note([run(10.0), run(6.0)], AGAIN)
+    assert "higher is faster) 6 to 10 (67% apart" in note and "within round(s) 0" in note and f"`{AGAIN}`" in note
     # T6.1's case: three rounds at 279, a fourth added later at 240: between rounds, which pairing divides out
-    between = tables.drift_note([run(279.0, r) for r in "012" for _ in range(2)] + [run(150.0, "3")] * 2)
+    between = tables.drift_note([run(279.0, r) for r in "012" for _ in range(2)] + [run(150.0, "3")] * 2, AGAIN)
     assert "round 0: 279" in between and "round 3: 150" in between and "does not enter it" in between, between
     assert "--remeasure-drifted" not in between
 
@@ -225,8 +228,8 @@ def test_the_drift_note_leaves_out_calibrations_under_load_and_says_what_the_ind
         metrics = {"speed_index": index} | ({} if load is None else {"speed_index_other_cores": load})
         return RunRecord("r", "r", "FINISHED", {"repeat": repeat}, metrics, {}, 0)
 
-    assert tables.drift_note([run(25.9, 1.6), run(55.6, 0.0)]) is None
-    note = tables.drift_note([run(25.9, 0.0), run(55.6, 0.0), run(20.0, 1.6)])
+    assert tables.drift_note([run(25.9, 1.6), run(55.6, 0.0)], AGAIN) is None
+    note = tables.drift_note([run(25.9, 0.0), run(55.6, 0.0), run(20.0, 1.6)], AGAIN)
     assert "how fast the machine ran a fixed ~1 s matmul-and-convolution calibration" in note
     assert "25.9 to 55.6 (115% apart, more than the 44%" in note
     assert "1 cell(s) whose calibration ran under load are not compared" in note

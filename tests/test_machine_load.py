@@ -74,14 +74,9 @@ def test_other_work_is_what_the_machine_was_busy_with_beyond_our_own_cpu_time(mo
     assert watched(sample(1.0, 1.0, 1.0, 0.0), sample(1.0, 2.0, 1.0, 0.0)) == {}
 
 
-def test_a_contended_cell_says_so_in_its_report_row():
-    from harness.report.tables import _contention
-    from harness.store.tracking import RunRecord
+def test_the_report_says_how_many_cores_other_work_held_as_one_figure_or_a_range():
+    from harness.report.contention import busy_cores
 
-    def run(metrics):
-        return RunRecord("r", "cell", "FINISHED", {}, metrics, {}, 0)
-
-    quiet = run({"contended": 0.0, "other_busy_cores": 0.1, "load_avg_before": 1.0, "load_avg_after": 1.1})
-    busy = run({"contended": 1.0, "other_busy_cores": 1.4, "load_avg_before": 3.2, "load_avg_after": 3.9})
-    assert _contention(quiet) == [] and _contention(run({})) == []
-    assert _contention(busy) == ["timed while other work held 1.4 cores (load 3.2 -> 3.9)"]
+    assert busy_cores([{"other_busy_cores": 1.4}, {"other_busy_cores": 1.44}]) == "1.4"
+    assert busy_cores([{"other_busy_cores": 1.6}, {"other_busy_cores": 0.9}, {}]) == "0.9-1.6"
+    assert busy_cores([{}]) == "some"   # a cell from before the probe logged the figure

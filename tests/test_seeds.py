@@ -62,7 +62,7 @@ def test_a_sweep_measured_again_under_a_new_procedure_is_reported_from_the_new_c
     for run in old + new + elsewhere:
         run.tags.update({SCALE: "cpu", tables.FINGERPRINT: "m2" if run in elsewhere else "m1"})
     parent = RunRecord("p", "parent", "FINISHED", {}, {}, {SCALE: "cpu"}, 0)
-    store = SimpleNamespace(find_experiment=lambda name: "1",
+    store = SimpleNamespace(find_experiment=lambda name: "1", uri="sqlite:///seeds.db",
                             sweep_runs=lambda e, name, parents=False: [parent] if parents else new + old + elsewhere)
     here, there = tables.build_all(store, spec, "cpu")
     assert sorted(here.table["seeds"]) == [3, 3] and list(here.table["repeats"]) == [3, 3]

@@ -22,7 +22,11 @@ def test_the_summary_rounds_like_the_report_and_carries_its_notes():
     first, second = text.splitlines()[1:3]
     assert "12.3" in first and "47.12%" in first and "1,234,567" in first and "12.345678" not in text
     assert first.endswith("the book's unpruned row")
-    assert "timed while other work held 1.5 cores" in second and "unpruned" not in second
+    assert second.endswith("  contended") and "unpruned" not in second
+    # how busy the machine was is said once, below the cells, with the command that measures them again
+    (footer,) = [line for line in text.splitlines() if "other work held" in line]
+    assert "1 of 2 cell(s) were timed while other work held 1.5 cores" in footer
+    assert "`harness sweep sparsity --scale smoke --remeasure-contended`" in footer
 
 
 def test_a_fully_reused_rerun_says_nothing_ran_and_gives_no_rate():

@@ -52,7 +52,7 @@ class UI:
     store: Store
     parent: RunRecord         # the sweep invocation whose cells the tests look at
     cells: list[RunRecord]    # its finished cells, in grid order
-    printed_url: str = ""     # the sweep's runs-table address as `harness ui` printed it
+    printed_url: str = ""     # the sweep's address as `harness ui` printed it: the view of its newest cells
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def browser():
     driver.quit()
 
 
-def _start_browser():
+def _start_browser(width: int = 1500, height: int = 1300):
     """A headless Chromium with a profile of its own (chromedriver makes a fresh one per session)."""
     missing = [n for n, p in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if not p]
     try:
@@ -76,7 +76,7 @@ def _start_browser():
     options.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--window-size=1500,1300"):
+                 "--no-first-run", f"--window-size={width},{height}"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
@@ -193,7 +193,8 @@ def _click(driver, xpath: str) -> None:
 
 
 def _open_experiment(driver, ui: UI) -> None:
-    driver.get(ui.printed_url)
+    """The experiment's runs table as it is without the sweep's view (docs/MLFLOW_UI.md's steps)."""
+    driver.get(ui_links.runs_table(ui.experiment_id, ui.base))
     _wait_for_text(driver, ui.parent.name)
     _close_the_assistant(driver)
 
@@ -280,14 +281,15 @@ def _percent(fraction: float) -> str:
 
 
 # --- the walkthrough --------------------------------------------------------------------------------
-def test_the_url_harness_ui_prints_opens_the_runs_table_in_a_fresh_profile(ui):
+def test_the_url_harness_ui_prints_opens_the_model_training_view_in_a_fresh_profile(ui):
     """MLflow 3 opens an experiment on its GenAI traces overview in a browser that never chose the
-    model-training view; the printed link (workflowType=machine_learning) opens the runs table."""
+    model-training view; the printed link (workflowType=machine_learning) opens the runs table, here
+    as the view of the sweep's newest cells that its report saved (harness/report/ui_view.py)."""
     from selenium.webdriver.common.by import By
 
-    assert ui.printed_url.endswith(f"#/experiments/{ui.experiment_id}/runs?workflowType=machine_learning")
+    assert ui.printed_url == ui_links.cells_view(ui.experiment_id, ui.base)
 
-    def side_nav(url: str) -> str:  # what a fresh profile shows at url, once the page has settled
+    def side_nav(url: str, row: str) -> str:  # what a fresh profile shows at url, once the page has settled
         fresh = _start_browser()
         try:
             fresh.get(url)
@@ -297,19 +299,98 @@ def test_the_url_harness_ui_prints_opens_the_runs_table_in_a_fresh_profile(ui):
                 time.sleep(0.5)
                 body = fresh.execute_script("return document.body.innerText")
             if "Model registry" in body:
-                _wait_for_text(fresh, ui.parent.name)  # the sweep's parent run is a row of the table
+                _wait_for_text(fresh, row)  # a run of the sweep is a row of the table
                 assert fresh.find_elements(By.XPATH, "//input[@name='runs-view-mode' and @value='CHART']")
             return body
         finally:
             fresh.quit()
 
     # The control: without the parameter the same experiment opens on MLflow's GenAI view.
-    assert "Observability" in side_nav(f"{ui.base}/#/experiments/{ui.experiment_id}")
-    body = side_nav(ui.printed_url)
+    assert "Observability" in side_nav(f"{ui.base}/#/experiments/{ui.experiment_id}", ui.cells[0].name)
+    body = side_nav(ui.printed_url, ui.cells[0].name)
     assert "Model registry" in body and "Observability" not in body and "Detect Issues" not in body
     # The sweep ran twice; the second invocation reused both cells and made no parent of its own.
     parents = ui.store.sweep_runs(ui.experiment_id, SWEEP, parents=True)
     assert [p.run_id for p in parents] == [ui.parent.run_id] or os.environ.get("HARNESS_UI_STORE")
+
+
+# What the first screen shows of each cell's row: the text of each column named, and whether its
+# whole box is on screen (inside the table's viewport, above the window's bottom) and drawn (the
+# browser's topmost element at its centre is the cell's own: nothing covers it).
+FIRST_SCREEN = """
+const [names, columns] = arguments;
+const found = {};
+for (const row of document.querySelectorAll('.ag-center-cols-container .ag-row, .ag-pinned-left-cols-container .ag-row')) {
+  const label = [...row.querySelectorAll('a, span')].find(e => names.includes(e.innerText.trim()));
+  if (label) found[label.innerText.trim()] = row.getAttribute('row-index');
+}
+const shown = {};
+for (const [name, index] of Object.entries(found)) {
+  shown[name] = {};
+  for (const column of columns) {
+    const cell = document.querySelector(`.ag-center-cols-container .ag-row[row-index="${index}"] [col-id="${column}"]`);
+    if (!cell) continue;
+    const box = cell.getBoundingClientRect(), view = cell.closest('.ag-center-cols-viewport').getBoundingClientRect();
+    const top = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+    shown[name][column] = {text: cell.innerText.trim(),
+      visible: box.left >= view.left - 1 && box.right <= view.right + 1 && box.bottom <= window.innerHeight
+               && !!top && cell.contains(top)};
+  }
+}
+return shown;"""
+
+
+@pytest.mark.parametrize("width", [1400, 2600])
+def test_the_printed_link_shows_each_cells_params_and_metrics_on_the_first_screen(ui, width):
+    """The first screen of the printed link, as MLflow draws it in a fresh profile (its assistant
+    panel open beside the table, as MLflow opens it on a first visit to a local server): a row per
+    cell of the sweep's newest table and nothing else, with the swept value, the time, the speed-up
+    and the accuracy readable without a click or a scroll, each the value the cell logged."""
+    columns = ["params.`sparsity`", "metrics.`train_time_s`", "metrics.`speedup`", "metrics.`test_accuracy`"]
+    first_screen = columns if width >= 2000 else columns[:3]   # 1400 px beside the assistant: three figures
+    names = [c.name for c in ui.cells]
+    fresh = _start_browser(width, 1000)
+    try:
+        fresh.get(ui.printed_url)
+        shown = _settled(lambda: fresh.execute_script(FIRST_SCREEN, names, columns),
+                         lambda s: set(s) == set(names) and all(len(s[n]) == len(columns) for n in names),
+                         what="the cells' rows of the printed link")
+        rows = _settled(lambda: len(fresh.find_elements("css selector", ".ag-center-cols-container .ag-row")),
+                        what="the table's rows")
+        assert rows == len(names), f"{rows} rows for the {len(names)} cells (the parent run is no row of the view)"
+        figures = {c.run_id: c.metrics for c in ui.store.runs(ui.experiment_id)}
+        for cell in ui.cells:
+            cells = shown[cell.name]
+            assert float(cells["params.`sparsity`"]["text"]) == float(cell.params["sparsity"])
+            for metric in ("train_time_s", "speedup", "test_accuracy"):
+                assert float(cells[f"metrics.`{metric}`"]["text"].rstrip(".…")) == pytest.approx(
+                    figures[cell.run_id][metric], rel=1e-3), (cell.name, metric, cells)
+            hidden = [c for c in first_screen if not cells[c]["visible"]]
+            assert not hidden, f"at {width} px, {cell.name}'s {hidden} are off the first screen: {cells}"
+        _screenshot(fresh, f"mlflow-cells-{width}.png")
+    finally:
+        fresh.quit()
+
+
+def test_the_assistant_panel_stays_closed_once_closed(ui):
+    """MLflow opens its assistant beside the page on a first visit to a local server and no URL or
+    server option keeps it closed (docs/MLFLOW_UI.md); closed once, it stays closed in that browser."""
+    from selenium.webdriver.common.by import By
+
+    close = "//button[@data-component-id='mlflow.assistant.chat_panel.close']"
+    fresh = _start_browser()
+    try:
+        fresh.get(ui.printed_url)
+        _wait_for_text(fresh, ui.cells[0].name)
+        _settled(lambda: len(fresh.find_elements(By.XPATH, close)), bool, what="the assistant panel")
+        _close_the_assistant(fresh)
+        fresh.get(ui.printed_url)
+        fresh.refresh()
+        _wait_for_text(fresh, ui.cells[0].name)
+        assert _settled(lambda: len([e for e in fresh.find_elements(By.XPATH, close) if e.is_displayed()]),
+                        lambda n: True, quiet_s=3) == 0
+    finally:
+        fresh.quit()
 
 
 def test_each_cells_dataset_column_shows_the_data_it_trained_on(ui):

@@ -92,7 +92,7 @@ def _add_sweep(sub, parents: list[argparse.ArgumentParser]) -> None:
                         "(the calibration's own noise; neither taken under load)")
     p.add_argument("--remeasure-contended", action="store_true",
                    help="run again the finished cells timed while other work held the cores (their rows are "
-                        "marked contended and left out of speed-ups and checks)")
+                        "marked contended, not judged: no check rests on them)")
     p.add_argument("--until-decided", action="store_true",
                    help="then add rounds, in this process, for the grid points of INCONCLUSIVE timing checks only")
     p.add_argument("--max-repeats", type=int, default=None,

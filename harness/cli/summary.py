@@ -1,11 +1,15 @@
 """What a sweep prints when it ends: one line per cell with its first metrics, rounded as the report
-rounds them and with the report's notes (a contended cell, a row the sweep file annotates), then
-the counts."""
+rounds them and with the report's notes (a row the sweep file annotates; a contended cell marked,
+its load said once below the cells), then the counts. Every command it prints runs as pasted: it
+keeps the sweep's scale, overrides and store (harness/rerun.py)."""
 
 from __future__ import annotations
 
+from harness.machine.machine_load import CONTENDED
+from harness.report.contention import busy_cores
 from harness.report.render import format_value
 from harness.report.tables import cell_note
+from harness.rerun import Rerun
 from harness.store import RunRecord
 from harness.sweeps.sweep_engine import SweepResult
 
@@ -25,8 +29,14 @@ def sweep_summary(result: SweepResult, metrics: list[str] | None = None, notes: 
     ran = "nothing to run: every cell was finished before" if result.results and \
         result.count("reused") == len(result.results) else f"in {result.seconds:.0f} s"
     lines.append(f"sweep {result.name} ({result.scale}): {len(result.results)} cells: {counts}, "
-                 f"{ran}; {parent}; report: harness report {result.name}")
+                 f"{ran}; {parent}; report: `{rerun_of(result).report_command()}`")
     return "\n".join(lines)
+
+
+def rerun_of(result: SweepResult) -> Rerun:
+    """The command that measured the result's cells (the sweep's name and scale alone for a result
+    made without one)."""
+    return result.rerun or Rerun(result.name, result.scale)
 
 
 def drift_lines(result: SweepResult) -> list[str]:
@@ -39,23 +49,26 @@ def drift_lines(result: SweepResult) -> list[str]:
     return [f"{len(drifted)} reused cell(s) were measured at a speed_index more than {DRIFT_TOLERANCE:.0%} from "
             f"today's {result.speed_index:.3g} ({SPEED_INDEX_WORDS}; {DRIFT_TOLERANCE:.0%} is beyond its own noise "
             "on an idle machine): " + ", ".join(r.cell.label for r in drifted)
-            + f"; their ratios with today's cells mix two machines' speeds (`harness sweep {result.name} "
-            "--remeasure-drifted` measures them again)"]
+            + f"; their ratios with today's cells mix two machines' speeds "
+            f"(`{rerun_of(result).sweep_command('--remeasure-drifted')}` measures them again)"]
 
 
 def contended_lines(result: SweepResult) -> list[str]:
-    """One line: how many finished cells were timed while other work held the cores, and the command
-    that measures them again (the report leaves their times out of speed-ups and checks)."""
+    """One line: how many finished cells were timed while other work held the cores, how many cores
+    it held, and the command that measures them again. Said once here, not on each cell's line."""
     contended = result.contended()
     if not contended:
         return []
-    return [f"{len(contended)} of {len(result.results)} cell(s) were timed while other work held the cores "
-            f"(contended; the report marks them and leaves their times out of speed-ups and checks): "
-            f"`harness sweep {result.name} --scale {result.scale} --remeasure-contended` measures them again"]
+    return [f"{len(contended)} of {len(result.results)} cell(s) were timed while other work held "
+            f"{busy_cores([r.metrics for r in contended])} cores (contended: the report shows their times and "
+            "speed-ups marked 'contended, not judged', and no check rests on them): "
+            f"`{rerun_of(result).sweep_command('--remeasure-contended')}` measures them again"]
 
 
 def _note(result, notes: list[dict]) -> str:
-    """The failure or skip reason, then what the report would note beside the cell."""
+    """The failure or skip reason, what the report would note beside the cell, and "contended"
+    where other work held the cores (how many: the line below the cells)."""
     params = {k: str(v) for k, v in (result.cell.values or {}).items()}
     as_run = RunRecord(result.run_id or "", result.cell.label, "FINISHED", params, dict(result.metrics), {}, 0)
-    return "; ".join(p for p in (result.reason or "", cell_note(notes, as_run)) if p)
+    contended = "contended" if result.metrics.get(CONTENDED) == 1 else ""
+    return "; ".join(p for p in (result.reason or "", cell_note(notes, as_run), contended) if p)

@@ -1,5 +1,7 @@
 """`harness ui`: MLflow's UI server over the store, and, once it answers, the address of each
-experiment's runs table (the links open the model-training view, harness/ui_links.py)."""
+experiment: a sweep's opens on its newest cells with their params and metrics as columns (the saved
+view its report writes, harness/report/ui_view.py), any other on its runs table. Every link opens
+the model-training view (harness/ui_links.py)."""
 
 from __future__ import annotations
 
@@ -84,9 +86,17 @@ def _banner(store: Store, base: str) -> str:
     if not experiments:
         lines.append(f"no experiment yet (run a sweep first); the list: {ui_links.experiments_list(base)}")
         return "\n".join(lines)
-    lines.append("runs tables, last updated first:")
+    lines.append("last updated first; a sweep opens on its newest cells, their params and metrics as columns:")
     width = max(len(name) for _, name in experiments[:SHOWN_EXPERIMENTS])
-    lines += [f"  {name:<{width}}  {ui_links.runs_table(eid, base)}" for eid, name in experiments[:SHOWN_EXPERIMENTS]]
+    lines += [f"  {name:<{width}}  {_link(store, eid, base)}" for eid, name in experiments[:SHOWN_EXPERIMENTS]]
     if len(experiments) > SHOWN_EXPERIMENTS:
         lines.append(f"  and {len(experiments) - SHOWN_EXPERIMENTS} more: {ui_links.experiments_list(base)}")
     return "\n".join(lines)
+
+
+def _link(store: Store, experiment_id: str, base: str) -> str:
+    """The view of the sweep's newest cells where its report wrote one, else the runs table."""
+    view = ui_links.VIEW_TAG_PREFIX + ui_links.CELLS_VIEW
+    if view in store.experiment_tags(experiment_id):
+        return ui_links.cells_view(experiment_id, base)
+    return ui_links.runs_table(experiment_id, base)

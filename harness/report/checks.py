@@ -99,6 +99,7 @@ import pandas as pd
 
 from harness.specs.checkkinds import Best, Bound, Check, Compare, Exact, Flat, Ratio, Trend, parse
 from harness.report import contention, intervals
+from harness.report.figure_kinds import is_accuracy, is_time, is_timing
 from harness.report.measured_on import MeasuredOn
 
 
@@ -231,7 +232,7 @@ def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: Me
         return verdict
     verdict.stand_in = True
     if verdict.verdict == Judgement.FAIL:
-        predicted = "high" if _is_time(check.metric) else "low"
+        predicted = "high" if is_time(check.metric) else "low"
         if verdict.side == predicted:
             how = "longer" if predicted == "high" else "smaller"
             return Verdict(verdict.check, Judgement.DIFFERS, f"{verdict.detail}; {'; '.join(lacking)}: that predicts a "
@@ -241,23 +242,6 @@ def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: Me
         return verdict
     verdict.detail += f" (a stand-in: {'; '.join(lacking)})"
     return verdict
-
-
-def _is_time(metric: str) -> bool:
-    return metric.endswith("_s") and "time" in metric
-
-
-def is_timing(metric: str, table: pd.DataFrame | None = None) -> bool:
-    """A figure that moves with the machine's speed from run to run: a time, a speed-up, an
-    efficiency, a throughput (and the table's own time metric)."""
-    time = table.attrs.get("time") if table is not None else None
-    # "_over_": a ratio of two times taken in one process (numpy_over_torch), as noisy as they are
-    return metric in ("speedup", "efficiency", "samples_per_s", "mfu", time) or _is_time(metric) or "_over_" in metric
-
-
-def is_accuracy(metric: str) -> bool:
-    """A figure that moves with the seed a run trained: an accuracy (a time to accuracy is a time)."""
-    return "accuracy" in metric and "to_accuracy" not in metric
 
 
 def _chance_ceiling(check: Check, table: pd.DataFrame) -> float | None:
@@ -565,7 +549,7 @@ def _judge_timing(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict
     FAIL when the whole interval fails, INCONCLUSIVE otherwise (and always on one run)."""
     n = _fewest_runs(check, table)
     return _judge_on_interval(check, table, axes, n, "", f"n = {n} run(s) per grid point: one timing cannot decide "
-                              "a claim (run the sweep with repeats, or --until-decided)")
+                              "a claim (more rounds can: the report gives the --until-decided command below its checks)")
 
 
 def _judge_accuracy(check: Check, table: pd.DataFrame, axes: list[str]) -> Verdict:

@@ -4,7 +4,8 @@ derives for it (`speedup`, `efficiency`) as metrics, so the UI can chart and sor
 
 Refreshed after each sweep invocation (`harness sweep`) and by `harness report`: the reports are read
 and derived (tables.build_all), rendered (report_files.write_files, plots.plot, `description` here), and
-written back to the store by writeback, the sweep report's writer to MLflow. The report's files are
+written back to the store by writeback, the sweep report's writer to MLflow, with the saved view of the
+newest table's cells that `harness ui` links to (ui_view.py). The report's files are
 artifacts of the sweep's parent run holding the newest cells, which the description links to.
 """
 
@@ -59,6 +60,8 @@ def publish(store: Store, spec: SweepSpec, experiment_id: str, reports: list[tab
             small = plots.plot(report, Path(folder) / f"{paths[2].stem}-overview.png", OVERVIEW_WIDTH_PX)
             writeback.attach_files(store, report, [small])
     writeback.describe(store, experiment_id, description(experiment_id, reports, written))
+    if reports:
+        writeback.describe_view(store, experiment_id, reports[0])
     return written
 
 

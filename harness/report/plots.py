@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.report.contention import NOT_JUDGED, rests_on_contention
+
 
 def plot(report, path: Path, width_px: int | None = None) -> Path:
     """Our time, speed-up and accuracy against the swept value, the book's beside them; `width_px`
@@ -38,7 +40,7 @@ def plot(report, path: Path, width_px: int | None = None) -> Path:
             if ours in part:
                 trusted, contended = _split_contended(part, ours)
                 ax.plot(_x(trusted, x), trusted[ours], "o-", label=f"ours ({report.scale}){suffix}")
-                if contended[ours].notna().any():   # a left-out speed-up has no point to draw
+                if contended[ours].notna().any():
                     _draw_contended(ax, contended, x, ours, trusted[ours].max(), suffix)
             if book and book in part and part[book].notna().any():
                 ax.plot(part[x].astype(str) if part[x].dtype == object else part[x], part[book], "s--",
@@ -56,12 +58,12 @@ def _x(part, x: str):
 
 
 def _draw_contended(ax, contended, x: str, column: str, top: float, suffix: str) -> None:
-    """Contended times as red crosses; one far above the measured line (a starved cell's 229 s beside
-    16 s) is drawn at 1.5x the line's highest point with its value written beside it, so it does not
-    flatten the line it is left out of."""
+    """Figures resting on contended times as red crosses; one far above the measured line (a starved
+    cell's 229 s beside 16 s) is drawn at 1.5x the line's highest point with its value written beside
+    it, so it does not flatten the line it is no part of."""
     ceiling = 1.5 * top if top == top and top > 0 else None   # top != top: the line has no point
     drawn = contended[column] if ceiling is None else contended[column].clip(upper=ceiling)
-    ax.plot(_x(contended, x), drawn, "X", color="tab:red", markersize=9, label=f"contended, left out{suffix}")
+    ax.plot(_x(contended, x), drawn, "X", color="tab:red", markersize=9, label=f"{NOT_JUDGED}{suffix}")
     for at, real, shown in zip(_x(contended, x), contended[column], drawn):
         if real > shown:
             ax.annotate(f"{real:.3g} (off scale)", (at, shown), textcoords="offset points", xytext=(-8, -4),
@@ -69,13 +71,10 @@ def _draw_contended(ax, contended, x: str, column: str, top: float, suffix: str)
 
 
 def _split_contended(part, column: str):
-    """The rows to draw as the line, and the rows timed under contention (harness/report/contention.py),
-    drawn apart as red crosses: a time of theirs measures the contention, not the setting."""
-    from harness.report.checks import is_timing
-
-    if "contended" not in part or not is_timing(column, part):
-        return part, part.iloc[0:0]
-    marked = part["contended"] == 1
+    """The rows to draw as the line, and those whose figure rests on a time taken under contention
+    (harness/report/contention.py), drawn apart as red crosses: it measures the contention as much
+    as the setting."""
+    marked = rests_on_contention(part, column)
     return part[~marked], part[marked]
 
 

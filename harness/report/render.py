@@ -13,7 +13,7 @@ import re
 import pandas as pd
 
 from harness.machine.machine_load import CONTENDED_CORES
-from harness.report import checks
+from harness.report import checks, contention
 from harness.store import RunRecord
 
 MFU = "mfu"   # model FLOPs utilisation against the measured peak (harness/training/flops.py)
@@ -128,8 +128,10 @@ def table_markdown(report) -> str:
     lines = ["| " + " | ".join(label(c) for c in columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     time = report.spec.report.get("time", "train_time_s")
     iqr = "train_time_iqr_s" if time == "train_time_s" else f"{time.removesuffix('_s')}_iqr_s"
-    lines += ["| " + " | ".join(_marked(r, c, cell_text(r, c, iqr if c == time else None), time) for c in columns)
-              + " |" for r in rows]
+    # a figure that rests on a time taken under contention is shown, marked (harness/report/contention.py)
+    marked = {c: contention.rests_on_contention(t, c).tolist() for c in columns}
+    lines += ["| " + " | ".join(_marked(cell_text(r, c, iqr if c == time else None), marked[c][i]) for c in columns)
+              + " |" for i, r in enumerate(rows)]
     notes = []
     for row in rows:
         where = " ".join(f"{a}={value_text(a, row[a])}" for a in axes)
@@ -143,12 +145,9 @@ def table_markdown(report) -> str:
     return "\n".join(lines)
 
 
-def _marked(row: dict, column: str, text: str, time: str) -> str:
-    """A row timed under contention (harness/report/contention.py) says so in its timing cells: its
-    time is shown with "(contended)", its speed-up and efficiency, left out, as "contended"."""
-    if row.get("contended") != 1 or not (column == time or checks.is_timing(column)) or column.startswith("book_"):
-        return text
-    return "contended" if text == "—" else f"{text} (contended)"
+def _marked(text: str, contended: bool) -> str:
+    """A figure resting on a time taken under contention: shown, with "(contended, not judged)"."""
+    return f"{text} ({contention.NOT_JUDGED})" if contended and text != "—" else text
 
 
 def _paired_baseline(t: pd.DataFrame, axes: list[str], time: str) -> list[str]:
@@ -263,6 +262,7 @@ def to_markdown(report, sample_run: RunRecord, conventions: bool = True) -> str:
     if report.verdicts:
         lines += ["", "| check | verdict | measured |", "|---|---|---|"]
         lines += [f"| {v.check} | **{v.label}** | {v.detail} |" for v in report.verdicts]
+        lines += _until_decided_line(report)
     if report.left_out:   # finished cells that belong to another table, or to an earlier procedure
         lines += ["", "Left out of this table:", *(f"- {note}" for note in report.left_out)]
     if report.problems:
@@ -271,16 +271,48 @@ def to_markdown(report, sample_run: RunRecord, conventions: bool = True) -> str:
 
 
 def _contended_line(report) -> list[str]:
-    """One bullet when cells were timed under contention: which rows, and how to measure them again."""
+    """One bullet when cells were timed under contention, said once for the table: which rows, how
+    many cores other work held, what the marks mean, and the command that measures them again."""
     t = report.table
-    if "contended" not in t:
+    if contention.CONTENDED not in t:
         return []
-    rows, left = int((t["contended"] == 1).sum()), int(t["contended_left_out"].sum())
-    parts = [f"{rows} row(s) whose every repeat was (marked contended: their times are shown, left out of "
-             "speed-ups and checks)"] * bool(rows) + [f"{left} repeat(s) of other rows (left out)"] * bool(left)
-    return [f"- **Timed under contention** (other work held the cores; harness/machine/machine_load.py): "
-            f"{' and '.join(parts)}; `harness sweep {report.spec.name} --scale {report.scale} "
-            "--remeasure-contended` measures them again."]
+    axes = [a for a in report.spec.axes() if a in t]
+
+    def where(rows) -> str:
+        return "; ".join(" ".join(f"{a}={value_text(a, row[a])}" for a in axes) for _, row in rows.iterrows())
+
+    every, some = t[t[contention.CONTENDED] == 1], t[t[contention.LEFT_OUT] > 0]
+    parts = []
+    if len(every):
+        parts.append(("every row" if len(every) == int(t["repeats"].notna().sum()) else f"row(s) {where(every)}")
+                     + f": their figures are shown marked \"{contention.NOT_JUDGED}\" (a speed-up over a contended "
+                     "baseline too), and no check rests on them")
+    if len(some):
+        parts.append(f"{int(some[contention.LEFT_OUT].sum())} repeat(s) of {where(some)}: left out, the row's "
+                     "figures are its other repeats'")
+    contended = [run.metrics for run in report.runs if run.metrics.get(contention.CONTENDED) == 1]
+    command = _rerun(report).sweep_command("--remeasure-contended")
+    return [f"- **Timed under contention** (other work held {contention.busy_cores(contended)} cores; "
+            f"harness/machine/machine_load.py): {'; '.join(parts)}. `{command}` measures them again."]
+
+
+def _until_decided_line(report) -> list[str]:
+    """Below the checks, when some are INCONCLUSIVE: the command that adds rounds for the grid points
+    they read until they are decided (harness/cli/decide.py)."""
+    undecided = sum(v.verdict == checks.Judgement.INCONCLUSIVE for v in report.verdicts)
+    if not undecided:
+        return []
+    command = _rerun(report).sweep_command("--until-decided")
+    return ["", f"{undecided} check(s) INCONCLUSIVE: `{command}` adds rounds, for the grid points they read only, "
+                "until they are decided or reach --max-repeats."]
+
+
+def _rerun(report):
+    """The command that measured the report's cells (its sweep's name and scale alone when the
+    report was made without one)."""
+    from harness.rerun import Rerun
+
+    return getattr(report, "rerun", None) or Rerun(report.spec.name, report.scale)
 
 
 def format_value(column: str, value) -> str:

@@ -206,8 +206,9 @@ def machine(reports: list) -> list[str]:
              "not by a flag." for key, tags in seen.items()]
     lines += [
              f"- Calibration: around every cell the load probe (harness/machine/machine_load.py) counts the cores other work "
-             f"kept busy; {CONTENDED_CORES} or more marks the cell contended: its row says so and its times are left "
-             "out of speed-ups and checks (harness/report/contention.py). "
+             f"kept busy; {CONTENDED_CORES} or more marks the cell contended: its table says so, its times and "
+             "speed-ups are shown marked \"contended, not judged\", and no check rests on them "
+             "(harness/report/contention.py). "
              f"{sum(run.metrics.get('contended') == 1 for r in reports for run in r.runs)} of "
              f"{sum(len(r.runs) for r in reports)} cells were.",
              "- Peaks (each MFU's denominator: a cell's `peak_tflops` is `peak_devices` times the figure under its "

@@ -16,6 +16,7 @@ from harness.machine.fingerprint import FINGERPRINT, machine_text
 from harness.report import checks, contention, intervals, measured_on, render
 from harness.report.intervals import iqr
 from harness.report.render import MFU
+from harness.rerun import Rerun, of_parent
 from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, PROCEDURE, SCALE
 from harness.specs.sweep_spec import SweepSpec
@@ -42,6 +43,7 @@ class Report:
     drift: str | None = None      # its cells ran at different speed_index (harness/machine/calibration.py)
     verdicts: list[checks.Verdict] = field(default_factory=list)
     runs: list[RunRecord] = field(default_factory=list)   # the finished cells the table is made of
+    rerun: Rerun | None = None   # the command that measured its newest cells, for the hints it prints
 
 
 def build(store: Store, spec: SweepSpec, scale: str | None = None, fingerprint: str | None = None) -> Report:
@@ -86,8 +88,11 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
                  f"this table is procedure {procedure_of(machine_runs[0])}'s alone "
                  f"(harness/training/config.py)."] if superseded.get(key) else []
         for variant, runs in variants.items():
-            reports.append(_report(spec, scale, key, variant, runs, by_machine, variants, cells, problems,
-                                   older, _holding_parent(runs, parents)))
+            holding = _holding_parent(runs, parents)
+            params = next((p.params for p in parents if p.run_id == holding), None)
+            report = _report(spec, scale, key, variant, runs, by_machine, variants, cells, problems, older, holding,
+                             of_parent(spec, scale, params, store.uri))
+            reports.append(report)
     return reports
 
 
@@ -119,7 +124,7 @@ def current_procedure(cells: list[RunRecord]) -> tuple[list[RunRecord], dict[str
 
 def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunRecord],
             by_machine: dict[str, list], variants: dict[str, list], cells: list[RunRecord],
-            problems: list[str], older: list[str], parent_run_id: str) -> Report:
+            problems: list[str], older: list[str], parent_run_id: str, command: Rerun) -> Report:
     left_out = []
     if len(variants) > 1:
         left_out.append("cells run with other fixed settings are reported as separate tables: "
@@ -130,8 +135,8 @@ def _report(spec: SweepSpec, scale: str, key: str, variant: str, runs: list[RunR
         left_out.append("cells measured on other machines or software are reported separately: " + "; ".join(others))
     report = Report(spec, scale, build_table(spec, runs, scale=scale), list(problems), _machine(runs[0]),
                     parent_run_id, left_out + older)
-    report.fingerprint, report.variant, report.runs = key, variant, runs
-    report.drift = drift_note(runs)
+    report.fingerprint, report.variant, report.runs, report.rerun = key, variant, runs, command
+    report.drift = drift_note(runs, command.sweep_command("--remeasure-drifted"))
     finished = report.table["repeats"].fillna(0) + report.table.get(contention.LEFT_OUT, 0)
     for _, row in report.table[finished < spec.repeats_at(scale)].astype(object).iterrows():
         label = " ".join(f"{a}={row[a]}" for a in spec.axes())
@@ -221,11 +226,12 @@ def settings_groups(spec: SweepSpec, runs: list[RunRecord]) -> dict[str, list[Ru
     return named
 
 
-def drift_note(runs: list[RunRecord]) -> str | None:
+def drift_note(runs: list[RunRecord], remeasure: str) -> str | None:
     """A sentence when the table's cells were measured at different speeds (their `speed_index`,
     harness/machine/calibration.py, apart by more than the index's own noise), saying where: between
     rounds, which a speed-up paired by round divides out (both rows of a round saw the same speed), or
-    within a round, which it does not. A calibration taken under load is compared with none."""
+    within a round, which it does not, with `remeasure`, the command that measures those cells again.
+    A calibration taken under load is compared with none."""
     from harness.machine import calibration
     from harness.machine.calibration import DRIFT_TOLERANCE, SPEED_INDEX_WORDS
 
@@ -253,7 +259,7 @@ def drift_note(runs: list[RunRecord]) -> str | None:
     return (text + ": within round(s) " + ", ".join(sorted(within, key=int)) + " the cells ran at speeds "
             + ", ".join(f"{d:.0%}" for _, d in sorted(within.items(), key=lambda kv: int(kv[0])))
             + " apart, so a speed-up over such a round divides times taken at different speeds; "
-            "`harness sweep NAME --remeasure-drifted` measures again the cells away from today's speed")
+            f"`{remeasure}` measures again the cells away from today's speed")
 
 
 def _range_text(values: list[float]) -> str:
@@ -277,7 +283,8 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     time = spec.report.get("time", "train_time_s")   # the metric speed-ups are computed from
     metrics = _metrics_read(spec, runs)
     cells, left_out = contention.without_contended_repeats(_cells(spec, runs, axes, metrics), axes)
-    # the shown medians keep a contended row's times (marked); speed-ups and intervals never use them
+    # The shown medians and speed-ups keep a contended row's times (marked "contended, not judged");
+    # the checks' rounds and resampled tables never hold them.
     timed = contention.times_blanked(cells, [m for m in metrics if m == time or checks.is_timing(m)])
     table = _medians(cells, axes, metrics, time)
     if scale is not None:
@@ -286,15 +293,14 @@ def build_table(spec: SweepSpec, runs, scale: str | None = None) -> pd.DataFrame
     workers = spec.report.get("workers")  # the field counting workers, for parallel efficiency
     if baseline and time in metrics:
         rounds = {tuple(k if isinstance(k, tuple) else (k,)): dict(zip(g["repeat"], g[time]))
-                  for k, g in timed.dropna(subset=[time]).groupby(axes, sort=False)}
+                  for k, g in cells.dropna(subset=[time]).groupby(axes, sort=False)}
         _speedup_with_interval(table, baseline, time, axes, rounds)
         if workers:
             for suffix in ("", "_lo", "_hi"):
                 table["efficiency" + suffix] = _efficiency(table, baseline, "speedup" + suffix, workers)
     table = _in_grid_order(_with_published(table, spec, axes, time), spec, axes)
     table = table[_column_order(table, axes, time)].reset_index(drop=True)
-    contention.mark(table, cells, axes, left_out, _baseline_rows(table, baseline, axes) if baseline else {},
-                    spec.name)
+    contention.mark(table, cells, axes, left_out, _baseline_rows(table, baseline, axes) if baseline else {})
     table.attrs["rounds"] = intervals.Rounds(timed[[*axes, "repeat", *metrics]].copy(),
                                              _replicates(table, timed, axes, metrics, time, baseline, workers))
     table.attrs["time"] = time
@@ -484,7 +490,7 @@ def _speedup_with_interval(table: pd.DataFrame, baseline: dict, time: str, axes:
             ratio = intervals.Ratio(float("nan"), float("nan"), float("nan"), 0, False)
         elif base == i:
             ratio = intervals.Ratio(1.0, float("nan"), float("nan"), len(rounds[point]), True)
-        elif tuple(table.at[base, a] for a in axes) not in rounds:   # a baseline timed under contention
+        elif tuple(table.at[base, a] for a in axes) not in rounds:   # a baseline with no time
             ratio = intervals.Ratio(float("nan"), float("nan"), float("nan"), 0, False)
         else:
             base_rounds = rounds[tuple(table.at[base, a] for a in axes)]
@@ -556,18 +562,9 @@ def _iqr_name(time: str) -> str:
 
 
 def cell_note(notes: list[dict], run: RunRecord) -> str:
-    """The report's note for one cell: the sweep file's [report] notes that apply, then contention."""
-    return "; ".join([n["text"] for n in notes if _matches(run, n.get("when", {}))] + _contention(run))
-
-
-def _contention(run: RunRecord) -> list[str]:
-    """A cell timed while other work held the machine's cores (harness/machine/machine_load.py) says so:
-    its times are not to be trusted beside the others."""
-    if run.metrics.get("contended") != 1:
-        return []
-    return [f"timed while other work held {run.metrics.get('other_busy_cores', float('nan')):.1f} cores "
-            f"(load {run.metrics.get('load_avg_before', float('nan')):.1f} -> "
-            f"{run.metrics.get('load_avg_after', float('nan')):.1f})"]
+    """The report's note for one cell: the sweep file's [report] notes that apply. (Contention is
+    said once per table, render.py, not on each cell.)"""
+    return "; ".join(n["text"] for n in notes if _matches(run, n.get("when", {})))
 
 
 def _matches(run: RunRecord, when: dict) -> bool:

@@ -6,14 +6,16 @@
 - each finished cell gets the figures the report derives for its grid point (`speedup`,
   `efficiency`) as metrics, so the MLflow UI can chart and sort the cells by them;
 - the experiment's description becomes the report, so the UI's experiment page opens on the table
-  beside the published figures and its verdicts.
+  beside the published figures and its verdicts;
+- the experiment gets a saved view of its newest cells (ui_view.py), the page `harness ui` links to:
+  the runs table with the cells' grid values and figures as its columns.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness.report import tables
+from harness.report import tables, ui_view
 from harness.store import Store
 
 ARTIFACT_DIR = "report"   # the parent run's artifact folder the description links into
@@ -42,3 +44,8 @@ def log_cell_figures(store: Store, report: tables.Report) -> int:
 def describe(store: Store, experiment_id: str, markdown: str) -> None:
     """The experiment's description (what the UI shows on the experiment's page)."""
     store.describe_experiment(experiment_id, markdown)
+
+
+def describe_view(store: Store, experiment_id: str, report: tables.Report) -> None:
+    """The saved view of the report's cells, which `harness ui` links to."""
+    store.tag_experiment(experiment_id, *ui_view.view_tag(report))

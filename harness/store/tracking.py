@@ -310,6 +310,13 @@ class Store:
     def experiment_description(self, experiment_id: str) -> str:
         return self._client.get_experiment(experiment_id).tags.get(DESCRIPTION, "")
 
+    def tag_experiment(self, experiment_id: str, key: str, value: str) -> None:
+        """One tag of the experiment (the UI reads some: a saved view of its runs table)."""
+        self._client.set_experiment_tag(experiment_id, key, value)
+
+    def experiment_tags(self, experiment_id: str) -> dict[str, str]:
+        return dict(self._client.get_experiment(experiment_id).tags)
+
     def experiments(self) -> list[tuple[str, str]]:
         """(id, name) of every live experiment but MLflow's empty "Default", last updated first."""
         found = self._client.search_experiments(order_by=["last_update_time DESC"], max_results=1000)

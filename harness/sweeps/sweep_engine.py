@@ -29,6 +29,7 @@ from harness.specs.cell_spec import Cell
 from harness.errors import StoreFault
 from harness.invocation import Invocation, Log, Stopped
 from harness.launchers import Launcher, WorkerRole
+from harness.rerun import Rerun, of_invocation
 from harness.store import Claims, Outcome, RunRecord, Store
 from harness.store.claims import ClaimState
 from harness.store.outcome import SUMMARY_ORDER
@@ -50,6 +51,7 @@ class SweepResult:
     seconds: float
     detached: bool = False   # the workers run on as jobs of a launcher that returned at once
     speed: Calibration | None = None   # this invocation's calibration (harness/machine/calibration.py)
+    rerun: Rerun | None = None         # the command that measured these cells, for the hints (harness/rerun.py)
 
     @property
     def speed_index(self) -> float | None:
@@ -84,7 +86,8 @@ def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: 
     run = Invocation("sweep", "cells", store, db_url or resolve_db_url(None, store.uri), workers, launcher, role, log)
     overrides = run.worker_overrides(overrides, lambda given: _fixed_threads(spec, scale, given))
     cells = [c for c in expand(spec, scale, overrides, repeats=repeats) if select is None or select(c)]
-    sweep = _Sweep(spec, scale, cells, store, run.open_experiment(spec.name), show_progress, log)
+    sweep = _Sweep(spec, scale, cells, store, run.open_experiment(spec.name), show_progress, log,
+                   rerun=of_invocation(spec, scale, overrides, store.uri))
     if role is not None:  # its share of the cells, timed against the speed_index its launcher measured
         speed = _parent_speed(store, sweep.experiment_id, spec, role.parent_run_id)
         results = run.as_worker(lambda claims: sweep.work(claims, role.parent_run_id, speed=speed),
@@ -128,6 +131,7 @@ class _Sweep:
     experiment_id: str
     show_progress: bool = True
     log: Log | None = None
+    rerun: Rerun | None = None
     started: float = field(default_factory=time.perf_counter)
 
     @property
@@ -135,7 +139,8 @@ class _Sweep:
         return f"sweep:{self.spec.name}"
 
     def result(self, parent: str, results: list[CellResult], **extra) -> SweepResult:
-        return SweepResult(self.spec.name, self.scale, parent, results, time.perf_counter() - self.started, **extra)
+        return SweepResult(self.spec.name, self.scale, parent, results, time.perf_counter() - self.started,
+                           rerun=self.rerun, **extra)
 
     def all_reused(self, records: dict[str, list[RunRecord]], speed: Calibration) -> SweepResult | None:
         """An invocation whose every cell is already finished makes no parent run (an empty parent of
