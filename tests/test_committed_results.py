@@ -87,7 +87,7 @@ def test_the_committed_pages_are_what_the_report_writes_from_the_committed_store
     assert not differ, f"regenerate it with `make reproduce-cpu-report MACHINE={folder}{tables}`: {differ} differ"
 
 
-READER = REPO_ROOT / "results" / "recompute_tables.py"   # what every folder of tables' recompute.py runs
+READER = REPO_ROOT / "results" / "recompute"   # the reader every folder of tables' recompute.py runs
 
 
 def test_every_folder_of_results_has_a_recompute_script():
@@ -101,7 +101,7 @@ def test_every_recompute_script_agrees_with_its_committed_folder(script):
     """Each script asserts its figures (and, for a folder of tables, every interval's bounds and every
     verdict with its class) against the committed CSVs and page it recomputes; it imports nothing of
     the harness (it is a reader's check that the store, not our code, holds the figures)."""
-    for path in (REPO_ROOT / script, READER):
+    for path in (REPO_ROOT / script, *READER.glob("*.py")):
         text = path.read_text()
         assert "harness" not in " ".join(line for line in text.splitlines() if line.startswith(("import", "from")))
     done = subprocess.run([sys.executable, script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
@@ -110,7 +110,7 @@ def test_every_recompute_script_agrees_with_its_committed_folder(script):
 
 def test_every_folder_of_tables_recomputes_by_one_reader():
     """Every folder of tables (the 2-core page and each folder that measured some of its tables
-    again on a host of its own) has the same recompute.py, which runs results/recompute_tables.py
+    again on a host of its own) has the same recompute.py, which runs the reader in results/recompute/
     on the folder it is in: a fix to one copy that misses another fails here."""
     folders = [REPO_ROOT / "results" / folder for folder in FOLDERS]
     copies = {(folder / "recompute.py").read_bytes() for folder in folders}
@@ -136,7 +136,7 @@ def test_a_recompute_script_fails_on_a_figure_or_verdict_the_store_does_not_give
     store does not give makes its recompute.py exit non-zero."""
     folder = tmp_path / "results" / "cpu-2core" / "data-parallel"
     shutil.copytree(REPO_ROOT / "results" / "cpu-2core" / "data-parallel", folder)
-    shutil.copy(READER, tmp_path / "results" / READER.name)
+    shutil.copytree(READER, tmp_path / "results" / READER.name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO_ROOT / "sweeps", tmp_path / "sweeps")
     if tamper == "an interval":
         path = folder / "resnet.csv"
