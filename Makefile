@@ -66,7 +66,7 @@ CPU_TABLES = $(if $(TABLES),--sweeps $(TABLES))
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list machine bench-overhead bench-ddp clean-store \
         bench-workers bench-cells bench-noise bench-calibration bench-cli soak gpu-check dashboard peak reproduce-cpu \
-        reproduce-cpu-report airbench-ladder
+        reproduce-cpu-report airbench-ladder results-index
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -114,12 +114,15 @@ report: ## reports/REPRODUCTION.md: every sweep beside the published tables, wit
 # `harness reproduce` runs every sweep with a [scales.cpu], in the documents' order, giving DATA_DIR to those that
 # train on data. A sweep with failed cells (exit 1) does not stop the others; a mistake (2) or Ctrl-C (130) stops
 # them all. Run it again to resume: every finished cell is reused, the one cut off runs again.
-reproduce-cpu: ## every CPU table at scale cpu on the CIFAR-10 JPEGs in DATA_DIR, then results/cpu-2core/ (MACHINE=); resumable
+reproduce-cpu: ## every CPU table at scale cpu on the CIFAR-10 JPEGs in DATA_DIR, then results/cpu-2core/ (MACHINE=); resumable; a clean tree (ARGS=--allow-dirty)
 	@if [ -z "$(DATA_DIR)" ]; then echo "make reproduce-cpu needs DATA_DIR=, the folder holding CIFAR-10 as train/ and test/ class folders of images (for example DATA_DIR=../shared/data/cifar10-jpeg)." >&2; exit 2; fi
-	$(HARNESS) reproduce --scale cpu --data-dir $(DATA_DIR) --out results/$(MACHINE) $(CPU_STORE) $(CPU_TABLES)
+	$(HARNESS) reproduce --scale cpu --data-dir $(DATA_DIR) --out results/$(MACHINE) $(CPU_STORE) $(CPU_TABLES)$(if $(ARGS), $(ARGS))
 
 reproduce-cpu-report: ## results/cpu-2core/ (MACHINE=) written again from its committed store, measuring nothing (after a change to the report)
 	$(HARNESS) report --out results/$(MACHINE) $(CPU_STORE) $(CPU_TABLES)
+
+results-index: ## results/README.md, the first page of results/, written again from the folders (after any change there)
+	$(BIN)/python -m harness.report.results_index
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
 	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s $(SCALE_OPT) $(call overrides,sweeps/resnet.toml) $(STORE); done

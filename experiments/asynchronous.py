@@ -114,4 +114,16 @@ def run(cfg: AsyncConfig, on_epoch: EpochCallback | None = None) -> dict[str, fl
         "nosync_share": float(np.median([a / b for a, b in zip(nosync, synced)])),
         "numpy_over_torch": np_t["median"] / s_t["median"],
         "matrix_size_used": float(n),
+        **numpy_blas_threads(),
     }
+
+
+def numpy_blas_threads() -> dict[str, float]:
+    """The threads numpy's own BLAS may use, as threadpoolctl (a dependency of scikit-learn) reads it
+    from the libraries numpy loaded: torch against numpy is a fair fight only when both use the same
+    cores, and `threads` sets torch's alone. Empty when numpy's BLAS is not found (not logged)."""
+    from threadpoolctl import threadpool_info
+
+    found = [lib["num_threads"] for lib in threadpool_info()
+             if lib.get("user_api") == "blas" and "numpy" in lib.get("filepath", "")]
+    return {"numpy_blas_threads": float(max(found))} if found else {}

@@ -19,6 +19,9 @@ import pytest
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
 # Every sweep invocation calibrates the machine for about a second; the suite starts hundreds.
 os.environ.setdefault("HARNESS_CALIBRATION_S", "0.05")
+# `harness reproduce` and `harness study` refuse a dirty working tree (harness/cli/dirty_tree.py); the
+# suite's runs are throwaway and often run from a tree being edited.
+os.environ.setdefault("HARNESS_ALLOW_DIRTY", "1")
 # Peaks the tests measure (under their own load) stay out of the user's cache (harness/training/peak.py).
 if "HARNESS_CACHE_DIR" not in os.environ:
     os.environ["HARNESS_CACHE_DIR"] = tempfile.mkdtemp(prefix="harness-test-cache-")

@@ -110,7 +110,7 @@ text = "trains in no time anywhere"
     monkeypatch.setattr(sweep_spec, "SWEEPS_DIR", path.parent)
     run_sweep(sweep_spec.load("differs"), store, show_progress=False)
     written, summary = write_reproduction(store, tmp_path / "out")
-    assert summary.endswith("checks: measured claims 1 FAIL; stand-ins 1 DIFFERS: machine")
+    assert summary.endswith("checks: book timings 1 FAIL; stand-ins 1 DIFFERS: machine")
     text = written.read_text()
     assert "| trains in no time on a million cores | **DIFFERS: machine** |" in text
     assert "cores; the claim needs 1000000 (a machine with a million cores): that predicts a longer train_time_s" in text

@@ -75,7 +75,7 @@ text = "tiny CNN has 9,802 parameters"
     line3 = text.splitlines()[2]
     assert line3.startswith("**Measured on** ") and fingerprint()["fingerprint"] in line3, line3
     glance = next(line for line in text.splitlines() if line.startswith("| repro_ran") or "`repro_ran`" in line)
-    assert "| tiny CNN has 9,802 parameters | measured 9,802 | **PASS** | exact facts 1 PASS |" in glance
+    assert "| tiny CNN has 9,802 parameters | measured 9,802 | **PASS** | exact fact | exact facts 1 PASS |" in glance
     assert "…" not in text and "Written on" not in text
     # a results folder holding some of the tables: its page names those alone, never the others as not run
     path, summary = write_reproduction(store, tmp_path / "some", ["repro_ran"])

@@ -6,6 +6,7 @@ store the harness commits is left in rollback-journal mode, so reading it writes
 
 from __future__ import annotations
 
+import csv
 import shutil
 import sqlite3
 import subprocess
@@ -54,10 +55,11 @@ def test_every_committed_store_is_in_rollback_journal_mode():
 def test_every_results_folder_with_figures_has_its_store_beside_it():
     """Every committed figure recomputes from a store committed beside it: a folder under results/
     that holds a page or a CSV has a store/ of its own, or is a part (a quality ladder) of a folder
-    that has one. Runs in no store are a record, kept under docs/history/, not a result."""
+    that has one. Runs in no store are a record, kept under docs/history/, not a result. The first
+    page, results/README.md, holds only what the folders' own files say (tests/test_results_index.py)."""
     results = REPO_ROOT / "results"
     folders = {p.parent for p in results.rglob("*") if p.suffix in (".md", ".csv")
-               and "store" not in p.relative_to(results).parts}
+               and "store" not in p.relative_to(results).parts and p != results / "README.md"}
     assert RESULTS in folders and RESULTS / "airbench-fp32" in folders
     bare = [f.relative_to(REPO_ROOT).as_posix() for f in sorted(folders)
             if not (f / "store").is_dir() and not (f.parent / "store").is_dir()]
@@ -75,7 +77,8 @@ def test_the_committed_pages_are_what_the_report_writes_from_the_committed_store
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "out"
     # the store's URI relative, as the committed page names it
-    write_reproduction(Store(f"sqlite:///results/{folder}/store/mlflow.db"), out, FOLDERS[folder])
+    # the sub-folders that measured some of its tables again are read where they are committed
+    write_reproduction(Store(f"sqlite:///results/{folder}/store/mlflow.db"), out, FOLDERS[folder], results)
     written = sorted(p.name for p in out.iterdir() if p.suffix in (".md", ".csv"))
     committed = sorted(p.name for p in results.iterdir() if p.suffix in (".md", ".csv") and p.name != "README.md")
     assert written == committed
@@ -84,24 +87,35 @@ def test_the_committed_pages_are_what_the_report_writes_from_the_committed_store
     assert not differ, f"regenerate it with `make reproduce-cpu-report MACHINE={folder}{tables}`: {differ} differ"
 
 
+READER = REPO_ROOT / "results" / "recompute"   # the reader every folder of tables' recompute.py runs
+
+
+def test_every_folder_of_results_has_a_recompute_script():
+    stores = {p.parent.parent for p in (REPO_ROOT / "results").rglob("mlflow.db") if p.parent.name == "store"}
+    assert stores and not [s.relative_to(REPO_ROOT).as_posix() for s in stores if not (s / "recompute.py").exists()]
+
+
 @pytest.mark.parametrize("script", sorted(p.relative_to(REPO_ROOT).as_posix()
                                            for p in (REPO_ROOT / "results").rglob("recompute.py")))
 def test_every_recompute_script_agrees_with_its_committed_folder(script):
-    """Each script asserts its figures against the committed CSV or page it recomputes; it imports
-    nothing of the harness (it is a reader's check that the store, not our code, holds the figures)."""
-    text = (REPO_ROOT / script).read_text()
-    assert "harness" not in " ".join(line for line in text.splitlines() if line.startswith(("import", "from")))
-    done = subprocess.run([sys.executable, script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    """Each script asserts its figures (and, for a folder of tables, every interval's bounds and every
+    verdict with its class) against the committed CSVs and page it recomputes; it imports nothing of
+    the harness (it is a reader's check that the store, not our code, holds the figures)."""
+    for path in (REPO_ROOT / script, *READER.glob("*.py")):
+        text = path.read_text()
+        assert "harness" not in " ".join(line for line in text.splitlines() if line.startswith(("import", "from")))
+    done = subprocess.run([sys.executable, script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_the_folders_of_some_tables_on_hosts_of_their_own_share_one_recompute_script():
-    """Tables measured again on a host of their own each have a folder (D12.5 and D12.6's, D12.6's
-    exercises, airbench in fp32 and in bf16); one script reads whichever folder it is in, and a fix to one copy that
-    misses another fails here."""
-    folders = [REPO_ROOT / "results" / folder for folder, tables in FOLDERS.items() if tables]
+def test_every_folder_of_tables_recomputes_by_one_reader():
+    """Every folder of tables (the 2-core page and each folder that measured some of its tables
+    again on a host of its own) has the same recompute.py, which runs the reader in results/recompute/
+    on the folder it is in: a fix to one copy that misses another fails here."""
+    folders = [REPO_ROOT / "results" / folder for folder in FOLDERS]
     copies = {(folder / "recompute.py").read_bytes() for folder in folders}
-    assert len(folders) == 4 and len(copies) == 1
+    assert len(folders) == 5 and len(copies) == 1
+    assert all((folder / "verdicts.csv").exists() for folder in folders)
 
 
 def test_a_store_settled_for_commit_is_left_in_rollback_journal_mode(store, sweep_file):
@@ -114,3 +128,29 @@ def test_a_store_settled_for_commit_is_left_in_rollback_journal_mode(store, swee
     assert store.settle_for_commit() == {"mlflow.db": "delete", "optuna.db": "delete"}
     assert _mode(path) == "delete" and _mode(path.with_name("optuna.db")) == "delete"
     assert not [p.name for p in path.parent.iterdir() if p.name.endswith(("-wal", "-shm"))]
+
+
+@pytest.mark.parametrize("tamper", ["a verdict", "an interval", "a class"])
+def test_a_recompute_script_fails_on_a_figure_or_verdict_the_store_does_not_give(tamper, tmp_path):
+    """The reader is a check, not a printout: a folder whose CSV, verdicts.csv or page says what its
+    store does not give makes its recompute.py exit non-zero."""
+    folder = tmp_path / "results" / "cpu-2core" / "data-parallel"
+    shutil.copytree(REPO_ROOT / "results" / "cpu-2core" / "data-parallel", folder)
+    shutil.copytree(READER, tmp_path / "results" / READER.name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO_ROOT / "sweeps", tmp_path / "sweeps")
+    if tamper == "an interval":
+        path = folder / "resnet.csv"
+        rows = list(csv.DictReader(path.open()))
+        rows[1]["speedup_hi"] = str(float(rows[1]["speedup_hi"]) - 0.01)   # 2 devices: [1.77, 2.00] -> 1.99
+        with path.open("w", newline="") as out:
+            writer = csv.DictWriter(out, list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        path = folder / "verdicts.csv"
+        old, new = (",FAIL,1,FAIL (stand-in),", ",PASS,1,PASS (stand-in),") if tamper == "a verdict" else \
+            (",computed fact,", ",measured claim,")
+        assert old in path.read_text()
+        path.write_text(path.read_text().replace(old, new, 1))
+    done = subprocess.run([sys.executable, str(folder / "recompute.py")], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "AssertionError" in done.stderr, done.stdout[-1000:]

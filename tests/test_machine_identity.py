@@ -124,6 +124,12 @@ def test_a_table_whose_cells_ran_at_different_speeds_says_so():
     between = tables.drift_note([run(279.0, r) for r in "012" for _ in range(2)] + [run(150.0, "3")] * 2, AGAIN)
     assert "round 0: 279" in between and "round 3: 150" in between and "does not enter it" in between, between
     assert "--remeasure-drifted" not in between
+    # each round was read once (every cell of a round logs its one reading): a move inside a round is not
+    # measured, and the note says so rather than "not within one"
+    assert "whether it moved within a round is not measured" in between and "not within one" not in between
+    # a round resumed in a second sitting is read twice: there, staying within the tolerance is measured
+    twice = tables.drift_note([run(279.0, "0"), run(270.0, "0"), run(150.0, "1"), run(152.0, "1")])
+    assert "not within one" in twice and "not measured" not in twice, twice
 
 
 def test_the_report_says_when_its_ratios_mix_machine_speeds(store, sweep_file, monkeypatch):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from harness.errors import UserError
-from harness.report import checks, intervals, render, tables
+from harness.report import checks, evidence, intervals, render, tables
 from harness.store import RunRecord
 from harness.store.tracking import CELL_ID, OUTCOME
 from harness.specs import sweep_spec
@@ -201,8 +201,8 @@ def test_the_summary_counts_kinds_of_evidence_apart():
     verdicts = [checks.Verdict("a", checks.Judgement.PASS, "", "exact"), checks.Verdict("b", checks.Judgement.PASS, "", "bound"),
                 checks.Verdict("c", checks.Judgement.FAIL, "", "bound", stand_in=True),
                 checks.Verdict("d", checks.Judgement.INCONCLUSIVE, "", "bound"), checks.Verdict("e", checks.Judgement.NA, "", "trend")]
-    assert checks.count_line(verdicts) == ("exact facts 1 PASS; measured claims 1 PASS; stand-ins 1 FAIL; "
-                                           "1 inconclusive; 1 N/A")
+    assert evidence.count_line(verdicts) == ("measured claims 1 PASS, 1 inconclusive; stand-ins 1 FAIL; "
+                                           "exact facts 1 PASS; 1 N/A")
 
 
 @pytest.mark.parametrize("name", sweep_spec.available())

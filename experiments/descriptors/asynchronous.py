@@ -30,7 +30,8 @@ EXPERIMENT = Experiment(
          "clocks; timing_repeats repeats, median quoted"),
     needs_dataset=False,  # makes its own random matrices; no epochs
     metrics=("numpy_time_s", "numpy_time_iqr_s", "torch_nosync_time_s", "torch_nosync_time_iqr_s",
-             "torch_sync_time_s", "torch_sync_time_iqr_s", "nosync_share", "numpy_over_torch", "matrix_size_used"),
+             "torch_sync_time_s", "torch_sync_time_iqr_s", "nosync_share", "numpy_over_torch", "matrix_size_used",
+             "numpy_blas_threads"),
     config=AsyncConfig,
     smoke={"device": "cpu", "matrix_size": 64, "matmul_iterations": 2, "timing_repeats": 2, "threads": 1},
 )

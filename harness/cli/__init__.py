@@ -124,6 +124,8 @@ def _add_study(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--out", help="folder for the study's .md, .csv and .png (default: reports/)")
     p.add_argument("--keep-emulated", action="store_true", help="keep in the space the dtypes this CPU emulates "
                    "through fp32 (left out by default: many times slower, they cannot win here)")
+    p.add_argument("--allow-dirty", action="store_true", help="start although the working tree has uncommitted "
+                   "changes (refused by default: the runs would record a commit whose code they did not run)")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     _add_worker_args(p)
 
@@ -148,6 +150,8 @@ def _add_reading(sub, parents: list[argparse.ArgumentParser]) -> None:
     p.add_argument("--out", help="folder for REPRODUCTION.md and its tables (default: reports/)")
     p.add_argument("--sweeps", type=_names, help="run and report these sweeps alone (comma-separated; default: "
                    "every sweep with the scale)")
+    p.add_argument("--allow-dirty", action="store_true", help="start although the working tree has uncommitted "
+                   "changes (refused by default: the cells would record a commit whose code they did not run)")
 
     p = sub.add_parser("list", parents=[common], help="experiments, sweeps, studies, models, datasets and config "
                        "fields, grouped; a group whole: harness list sweeps (experiments, studies, models, datasets, "

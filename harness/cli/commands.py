@@ -252,6 +252,10 @@ def cmd_study(args) -> int:
     _check_one_at_a_time(spec, args, workers, role)
     if args.status:   # a read of the study's storage: no MLflow store is opened (or created)
         return _study_status(spec, args, overrides)
+    if role is None:   # a worker runs its launcher's code: the launcher was asked
+        from harness.cli.dirty_tree import refuse_dirty
+
+        refuse_dirty(args.allow_dirty, "harness study")
     out_dir = _out_dir(args.out, None) if args.out else None
     launcher = _launcher(args)
     _check_data_folders([make_config(spec.fixed_for_checks(args.scale, overrides))])
@@ -526,6 +530,9 @@ def cmd_reproduce(args) -> int:
                         "class folders of images (for example --data-dir ../shared/data/cifar10-jpeg).")
     planned = reproduce.plan(args.scale, args.data_dir, args.sweeps)
     _check_planned_data(planned, args.scale)
+    from harness.cli.dirty_tree import refuse_dirty
+
+    refuse_dirty(args.allow_dirty, "harness reproduce")
     out_dir = _out_dir(args.out, REPORTS_DIR)
     store = _store(args)   # a bad URI is one sentence now, not one per sweep
     return reproduce.reproduce(planned, args.scale, store, out_dir, args.sweeps)

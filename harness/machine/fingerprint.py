@@ -13,18 +13,10 @@ from pathlib import Path
 
 import torch
 
-from harness.folders import REPO_ROOT
+from harness.machine.git_state import git, uncommitted
 from harness.machine.hardware import gpu_count
 
 FINGERPRINT = "fingerprint"   # the tag (and key) naming one machine: ratios are formed only within one
-
-
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def _cpuinfo() -> str:
@@ -100,8 +92,8 @@ def fingerprint_of(tags: dict[str, str]) -> str:
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> dict[str, str]:
     """Tags describing this process's code, software and machine (cached: it does not change)."""
-    commit = _git("rev-parse", "HEAD") or "unknown"
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    commit = git("rev-parse", "HEAD") or "unknown"
+    status = uncommitted()
     gpus = [torch.cuda.get_device_name(i) for i in range(gpu_count())]
     flags = cpu_flags()
     tags = {

@@ -61,8 +61,10 @@ Every kind also takes (the models and their defaults: harness/specs/checkkinds.p
     reason = "d2l prints no outputs"  # ... and why (tests/test_checks_can_fail.py exempts exactly these)
     assumes = { model = "cnn" }     # the settings the claim is about: cells that ran others are N/A ...
     stand_ins = { dataset = "imagefolder" }  # ... but these are judged, labelled "(stand-in)"
-    claim = "goal"                  # "published" (default), "goal" (this project's own) or "consistency"
-                                    # (true by construction on some machines): the last two counted apart
+    claim = "goal"                  # "published" (default), "goal" (this project's own), "consistency"
+                                    # (true by construction on some machines) or "computed" (a figure our
+                                    # code computes the same way every run): each counted in its class
+                                    # (harness/report/evidence.py), never as a reproduced claim
 
 Verdicts: PASS, FAIL, DIFFERS: machine, INCONCLUSIVE, or N/A when the table lacks the cells a check needs
 (it says which).
@@ -90,7 +92,6 @@ How a verdict is reached on our tables (harness/report/tables.py passes the scal
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -128,7 +129,8 @@ class Verdict:
     kind: str = ""   # the check's kind: "exact" facts are counted apart from measured claims
     stand_in: bool = False   # measured without what the claim needs (cores, GPUs, native dtype)
     side: str = ""   # on a FAIL of a bound, ratio or compare: "low" or "high", the side it missed on
-    claim: str = "published"   # a document's claim, the project's "goal", or a "consistency" check
+    claim: str = "published"   # a document's claim, the project's "goal", a "consistency" check or a "computed" fact
+    metric: str = ""  # the metric it judged: a timing claim is told from others by it (harness/report/evidence.py)
 
     @property
     def label(self) -> str:
@@ -154,7 +156,7 @@ def evaluate(checks: Iterable[Check | dict], table: pd.DataFrame, *, axes: list[
             verdicts.append(Verdict(str(entry), Judgement.NA, str(err)))
             continue
         verdict = _judge(check, table, axes or [], measured, machine, scale, repeats, settings or {})
-        verdict.claim = check.claim
+        verdict.claim, verdict.metric = check.claim, check.metric
         verdicts.append(verdict)
     return verdicts
 
@@ -192,6 +194,9 @@ def _texts(value) -> set[str]:
 def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
            machine: str, scale: str | None, repeats: int | None = None,
            settings: dict[str, set[str]] | None = None) -> Verdict:
+    off_scale = _off_scale(check, scale)
+    if off_scale:   # the scale's reason comes first: a smoke table judges no claim, whatever it ran
+        return off_scale
     other, standing = _assumed(check, settings or {})
     if other:
         return Verdict(check.name, Judgement.NA, other, check.kind)
@@ -202,14 +207,20 @@ def _judge(check: Check, table: pd.DataFrame, axes: list[str], measured: Measure
     return verdict
 
 
+def _off_scale(check: Check, scale: str | None) -> Verdict | None:
+    """N/A when the check is not judged at this scale (an absolute accuracy needs the document's data
+    and epochs; at smoke only exact facts are judged), saying why; else None."""
+    if scale is not None and check.scales and scale not in check.scales:
+        return Verdict(check.name, Judgement.NA, f"judged at scale {', '.join(check.scales)} only (the document's data "
+                       f"and epochs); this table is scale {scale}", check.kind)
+    if scale == "smoke" and check.kind != "exact" and "smoke" not in check.scales:
+        return Verdict(check.name, Judgement.NA, SMOKE_REASON, check.kind)
+    return None
+
+
 def _judge_here(check: Check, table: pd.DataFrame, axes: list[str], measured: MeasuredOn | None,
                 machine: str, scale: str | None, repeats: int | None = None) -> Verdict:
     kind, name = check.kind, check.name
-    if scale is not None and check.scales and scale not in check.scales:
-        return Verdict(name, Judgement.NA, f"judged at scale {', '.join(check.scales)} only (the document's data and epochs); "
-                       f"this table is scale {scale}", kind)
-    if scale == "smoke" and kind != "exact" and "smoke" not in check.scales:
-        return Verdict(name, Judgement.NA, SMOKE_REASON, kind)
     at_chance = _at_chance(check, table) if scale is not None and kind != "exact" else None
     if at_chance:
         return Verdict(name, Judgement.NA, at_chance, kind)
@@ -304,29 +315,6 @@ def _stated_and_rival(check: Best, table: pd.DataFrame) -> tuple[pd.Series, pd.S
     others = rows.drop(stated.index)
     rival = others[check.metric].idxmin() if check.goal == "lowest" else others[check.metric].idxmax()
     return stated.iloc[0], others.loc[rival]
-
-
-def count_line(verdicts: list[Verdict]) -> str:
-    """The summary of a report's verdicts, counting apart what is evidence of different kinds: exact
-    facts, measured claims, stand-ins (measured without what the claim needs, or on a stand-in data
-    set or dtype), this project's own goals, consistency checks of the measurement (true by
-    construction on some machines: never a reproduced claim), inconclusive, N/A."""
-    groups = {"exact facts": Counter(), "measured claims": Counter(), "stand-ins": Counter(),
-              "project goals": Counter(), "consistency": Counter()}
-    inconclusive = sum(v.verdict == Judgement.INCONCLUSIVE for v in verdicts)
-    na = sum(v.verdict == Judgement.NA for v in verdicts)
-    for v in verdicts:
-        if v.verdict in (Judgement.INCONCLUSIVE, Judgement.NA):
-            continue
-        group = ("project goals" if v.claim == "goal" else "consistency" if v.claim == "consistency" else
-                 "stand-ins" if v.stand_in else "exact facts" if v.kind == "exact" else "measured claims")
-        groups[group][v.verdict] += 1
-    parts = []
-    for group, found in groups.items():
-        if found:
-            parts.append(f"{group} " + ", ".join(f"{found[k]} {k}" for k in VERDICTS if found[k]))
-    parts += [f"{inconclusive} inconclusive"] * bool(inconclusive) + [f"{na} N/A"] * bool(na)
-    return "; ".join(parts) or "none"
 
 
 def rows_where(table: pd.DataFrame, where: dict | None) -> pd.DataFrame:

@@ -132,12 +132,14 @@ def table_markdown(report) -> str:
     marked = {c: contention.rests_on_contention(t, c).tolist() for c in columns}
     lines += ["| " + " | ".join(_marked(cell_text(r, c, iqr if c == time else None), marked[c][i]) for c in columns)
               + " |" for i, r in enumerate(rows)]
-    notes = []
+    shared = _notes_of_every_row(report, rows)
+    notes = [f"- every row measured here: {text}" for text in shared]
     for row in rows:
         where = " ".join(f"{a}={value_text(a, row[a])}" for a in axes)
         for key in ("note", "mfu_invalid_reason", "mfu_na"):
-            if isinstance(row.get(key), str) and row[key]:
-                notes.append(f"- {where}: {row[key]}")
+            text = _without(row.get(key), shared) if key == "note" else row.get(key)
+            if isinstance(text, str) and text:
+                notes.append(f"- {where}: {text}")
     notes += _paired_baseline(t, axes, time)
     notes += _one_seed(t, columns)
     if notes:
@@ -148,6 +150,25 @@ def table_markdown(report) -> str:
 def _marked(text: str, contended: bool) -> str:
     """A figure resting on a time taken under contention: shown, with "(contended, not judged)"."""
     return f"{text} ({contention.NOT_JUDGED})" if contended and text != "—" else text
+
+
+def _notes_of_every_row(report, rows: list[dict]) -> list[str]:
+    """The sweep file's notes that hold for every row measured here (a stand-in data set, processes
+    for GPUs): said once above the rows' own notes, not once a row."""
+    measured = [r for r in rows if (r.get("repeats") or 0) > 0]
+    if len(measured) < 2:
+        return []
+    texts = [n["text"] for n in report.spec.report.get("notes", [])]
+    return [t for t in dict.fromkeys(texts) if all(t in (r.get("note") or "") for r in measured)]
+
+
+def _without(note, texts: list[str]):
+    """A row's note (its notes joined by "; ") without the ones said once for every row."""
+    if not isinstance(note, str) or not texts:
+        return note
+    for text in texts:
+        note = note.replace(text, "")
+    return "; ".join(part for part in note.split("; ") if part.strip())
 
 
 def _paired_baseline(t: pd.DataFrame, axes: list[str], time: str) -> list[str]:

@@ -8,7 +8,7 @@ Every kind takes `metric`, `text` (the claim in words), `where` (the rows it rea
 or a list of values), `needs` (what the document's machine had that the claim depends on),
 `scales` (judged only at these), `on` (+ `reason`) for a claim the published rows cannot judge,
 `assumes` / `stand_ins` (the settings the claim is about, and those that stand in for them) and
-`claim` (a published claim, the project's goal, or a consistency check).
+`claim` (a published claim, the project's goal, a consistency check or a computed fact).
 """
 
 from __future__ import annotations
@@ -58,9 +58,11 @@ class Check(BaseModel):
     # verdict is then judged and labelled a stand-in.
     stand_ins: Rows | None = None
     # What the check is evidence of: a document's claim ("published"), this project's own goal
-    # ("goal", counted apart), or a consistency check of the measurement itself ("consistency":
-    # true by construction on some machines, counted apart, never as a reproduced claim).
-    claim: Literal["published", "goal", "consistency"] = "published"
+    # ("goal", counted apart), a consistency check of the measurement itself ("consistency":
+    # true by construction on some machines, counted apart, never as a reproduced claim), or a
+    # figure our own code computes the same way on every run ("computed": a FLOP count, outputs
+    # equal by construction; no machine's noise moves it, so it is a fact, never a measured claim).
+    claim: Literal["published", "goal", "consistency", "computed"] = "published"
 
     @model_validator(mode="after")
     def _complete(self) -> "Check":
