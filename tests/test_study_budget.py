@@ -206,7 +206,9 @@ def test_a_race_cut_by_the_budget_says_so_and_names_no_winner_on_fewer_than_thre
 # --- the study on digits-sized data: pruning, the budget split, resume ---------------------------------
 @pytest.mark.slow
 def test_trials_that_cannot_win_are_pruned_with_why_and_the_budget_leaves_the_race_its_time(tmp_path, capsys):
-    path = _write(tmp_path, [("n_trials = 5", "n_trials = 200")])
+    # a ceiling no search reaches in 75 s (a warm fork server runs a trial of this size in about 0.3 s),
+    # so the budget is what stops it
+    path = _write(tmp_path, [("n_trials = 5", "n_trials = 5000")])
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     out = tmp_path / "out"
     assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(out),
@@ -219,7 +221,7 @@ def test_trials_that_cannot_win_are_pruned_with_why_and_the_budget_leaves_the_ra
     finished = [t for t in trials if t.state.is_finished()]
     slow = [t for t in finished if t.params["lr_factor"] == 0.0001 and not t.user_attrs.get("harness.baseline")]
     fast = [t for t in finished if t.params["lr_factor"] == 1.0 and not t.user_attrs.get("harness.baseline")]
-    assert slow and fast and len(finished) < 200, [t.params for t in trials]
+    assert slow and fast and len(finished) < 5000, [t.params for t in trials]
     for t in slow:   # an lr 10,000 times too small never reaches the target: stopped, not failed
         assert t.state == TrialState.PRUNED
         why = t.user_attrs[incumbent.PRUNED_ATTR]

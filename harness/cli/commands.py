@@ -338,8 +338,7 @@ def _check_budget(spec, args, seconds: float, workers: int) -> None:
         return
     need = budget.race_need(spec.verify, reference_s=reference, incumbent_s=None, overhead_s=budget.FIRST_OVERHEAD_S,
                             methods=1,
-                            neighbour_runs=2 * min(spec.verify.first_seeds, spec.verify.neighbour_seeds)
-                            if "lr_factor" in spec.space else 0)
+                            neighbour_runs=budget.neighbour_runs(spec.verify, "lr_factor" in spec.space))
     budget.check_affords(seconds, reference_s=reference, need=need, overhead=budget.FIRST_OVERHEAD_S)
 
 

@@ -107,6 +107,11 @@ def race_need(verify, *, reference_s: float, incumbent_s: float | None, overhead
     return RaceNeed(tuned_runs, candidate_runs, ablation_runs, seconds)
 
 
+def neighbour_runs(verify, tunes_lr: bool) -> int:
+    """The runs of the tuned lr's two neighbours beside it on the race's first seeds (none without an lr)."""
+    return 2 * min(verify.first_seeds, verify.neighbour_seeds) if tunes_lr else 0
+
+
 def overhead_s(trials) -> float:
     """A run's wall clock outside its training clock, the median over the study's finished trials (the
     first estimate until one has finished). The first trial also pays the fork server's start, so

@@ -46,7 +46,7 @@ class SearchBudget:
         best = incumbent.incumbent(self.study)
         return budget.race_need(self.spec.verify, reference_s=reference, incumbent_s=best[1] if best else None,
                                 overhead_s=budget.overhead_s(trials), methods=self._methods(best),
-                                neighbour_runs=self._neighbour_runs())
+                                neighbour_runs=budget.neighbour_runs(self.spec.verify, "lr_factor" in self.spec.space))
 
     def _methods(self, best: tuple[int, float] | None) -> int:
         """The methods the winner is likely to have: the incumbent's, where it differs from the tuned
@@ -56,11 +56,6 @@ class SearchBudget:
         params = self.study.trials[best[0]].params
         return max(1, sum(params.get(k) != self.spec.space[k].optuna_value(v) for k, v in self.tuned.items()
                           if k in self.spec.space))
-
-    def _neighbour_runs(self) -> int:
-        """The tuned lr's neighbours race beside it on the first seeds, where the study tunes an lr."""
-        v = self.spec.verify
-        return 2 * min(v.first_seeds, v.neighbour_seeds) if "lr_factor" in self.spec.space else 0
 
     def trial_cost_s(self) -> float | None:
         """What the next trial is likely to cost: the median wall clock of the trials so far."""
