@@ -26,6 +26,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from harness.errors import UserError
@@ -179,14 +180,7 @@ def status_line(user_attrs: dict) -> str | None:
     """The budget line --status prints from a study's attributes alone (None without a budget)."""
     if BUDGET_ATTR not in user_attrs:
         return None
-    return Budget(_Attrs(user_attrs)).line()
-
-
-class _Attrs:
-    """Read-only user attributes, for a line printed without the study object."""
-
-    def __init__(self, attrs: dict) -> None:
-        self.user_attrs = attrs
+    return Budget(SimpleNamespace(user_attrs=user_attrs)).line()   # read only: nothing is set
 
 
 def check_affords(seconds: float, *, reference_s: float | None, need: RaceNeed | None, overhead: float) -> None:

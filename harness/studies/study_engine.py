@@ -94,7 +94,7 @@ def _search_budget(spec: StudySpec, study, scale: str, seconds: float | None, lo
     if found is not None and "lr_factor" in tuned:
         tuned["lr_factor"] = float(found["lr_factor"])
     calibrated = found.get("reference_time_to_target_s") if found else None
-    return SearchBudget(spec, study, kept, calibrated, tuned, log)
+    return SearchBudget(spec, study, kept, calibrated, tuned)
 
 
 def _as_parent(run: Invocation, loop: TrialLoop, overrides: dict[str, Any], out_dir: Path | None) -> StudyOutcome:

@@ -74,8 +74,8 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
     store.reap_stale_runs(experiment_id)
     preflight([make_config(fixed)])
     runs: list[dict[str, Any]] = []
-    trials = isolation.runner(isolation.PROCESS)
     clock = _RaceClock.of(spec, name, db_url, log) if budgeted else None
+    trials = isolation.runner(isolation.PROCESS)   # opened last: closed in the finally below
     try:
         def timed(variant: Variant, seed: int) -> dict[str, Any]:
             began = time.monotonic()
@@ -87,13 +87,11 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
 
         tuned = _tuned_baseline(spec, scale, book, timed)
         result = _race(spec, candidates, tuned, _beside(tuned), runs, timed, clock)
-        methods = _ablation(spec, _ablation_reference(spec, book, tuned),
-                            _params(spec, _trial_named(candidates, result.leader).params), timed, clock) \
-            if result.named else []
+        winner = _params(spec, _trial_named(candidates, result.leader).params)
+        methods = _ablation(spec, _ablation_reference(spec, book, tuned), winner, timed, clock) if result.named else []
     finally:
         trials.close()
     text = race_report.text(spec, name, scale, target, fixed, base, candidates, result, runs, tuned.lr_factor, methods)
-    winner = _params(spec, _trial_named(candidates, result.leader).params)
     cards = method_cards.cards(methods, winner, runs, result.reference.name, lambda k: _changes_of(spec, k),
                                title=spec.title, host=_host()) if result.named else None
     return _write(name, text, runs, out_dir, log, cards)
