@@ -8,8 +8,8 @@ The descriptor imports neither torch nor its run module (`RunTarget` imports the
 call), so names, keys and values are checked, and `harness list` lists, in a fraction of a second,
 before anything heavy is loaded.
 
-An experiment's config class is `harness.training.config.RunConfig` plus the field groups of
-`harness.training.field_groups` its run reads (through the harness helpers it calls) plus fields of
+An experiment's config class is `harness.fields.config.RunConfig` plus the field groups of
+`harness.fields.field_groups` its run reads (through the harness helpers it calls) plus fields of
 its own: its fields are what it reads, so a sweep that sets any other field is refused ("does not
 read"). Configs are built here (`make_config`), where the experiment's name chooses the class.
 
@@ -33,7 +33,7 @@ from harness.errors import UserError
 if TYPE_CHECKING:
     from pydantic.fields import FieldInfo
 
-    from harness.training.config import RunConfig
+    from harness.fields.config import RunConfig
     from harness.training.train import EpochCallback
 
 # name -> descriptor module; ONE line per experiment. Descriptors are imported only when asked for
@@ -127,7 +127,7 @@ class Experiment:
         """The shape the cell's dataset is loaded at: its model's input, or `input_shape`."""
         if self.input_shape is not None:
             return self.input_shape
-        from harness.training.catalogue import MODELS
+        from harness.fields.catalogue import MODELS
 
         return MODELS[cfg.model].input_shape
 
@@ -186,7 +186,7 @@ def make_config(values: Mapping[str, Any]) -> "RunConfig":
     mistake is a UserError of one sentence per mistake."""
     from pydantic import ValidationError
 
-    from harness.training.config import describe_validation_error
+    from harness.fields.config import describe_validation_error
 
     name = values.get("experiment", DEFAULT_EXPERIMENT)
     if not isinstance(name, str) or name not in REGISTRY:
@@ -202,7 +202,7 @@ def make_config(values: Mapping[str, Any]) -> "RunConfig":
 def check_keys(keys: Iterable[str], *, read_by: str | None = None) -> None:
     """UserError when a key is no field of any experiment's config. A key experiment `read_by` reads
     is a field without asking the others: only another key imports every experiment module."""
-    from harness.training.config import unknown_key_sentence
+    from harness.fields.config import unknown_key_sentence
 
     keys = list(keys)
     if read_by in REGISTRY:
@@ -219,7 +219,7 @@ def check_keys(keys: Iterable[str], *, read_by: str | None = None) -> None:
 def check_reads(name: str, keys: Iterable[str], *, where: str = "") -> None:
     """UserError when a key is not a config field, or is one experiment `name` never reads (setting it
     would change nothing but the cell's id). `where` ("sweep file X") starts the sentence."""
-    from harness.training.config import not_read_sentence
+    from harness.fields.config import not_read_sentence
 
     keys = list(keys)
     prefix = f"{where}: " if where else ""

@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from experiments.descriptors.dp_scratch import DpScratchConfig
 from harness.training import flops
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.training.data import Dataset, Split, load_splits
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank

@@ -1,7 +1,8 @@
 """The layering the code promises (docs/ARCHITECTURE.md), checked on the source: one door to
-MLflow, a store that imports nothing above it, no private name imported across modules, every
-module on a floor of LAYERS, no two modules of the harness of one name, and neither an import
-cycle nor an import up the floors.
+MLflow, a store that imports nothing above it, a torch-free half (harness/fields) from which no
+import of torch can be reached, no private name imported across modules, every module on a floor
+of LAYERS, no two modules of the harness of one name, and neither an import cycle nor an import up
+the floors.
 
 Imports are read at any depth: one inside a function (or a method, an `if`, a `try`, a
 TYPE_CHECKING block) counts as much as one at the top of the file. It runs later, but it makes
@@ -29,6 +30,7 @@ LAYERS = [
                    "harness.ui_links"]),
     ("the machine", ["harness.machine.*"]),
     ("the store", ["harness.store.*"]),
+    ("the torch-free half: a cell's config, its field groups, the catalogue, the data folders", ["harness.fields.*"]),
     ("the training half", ["harness.training.*"]),
     ("ranks", ["harness.distributed.*"]),
     ("the experiments", ["experiments.*"]),
@@ -39,6 +41,11 @@ LAYERS = [
     ("the engines", ["harness.sweeps.*", "harness.studies.*"]),
     ("the command line", ["harness.cli.*", "harness.__main__"]),
 ]
+
+# What the torch-free half (harness/fields) never imports, nor anything of the harness it reaches:
+# torch and what loads it, numpy beside it, and the other imports of seconds, MLflow and Optuna. The
+# command line answers a mistake from that half before any of them is imported.
+HEAVY = ("torch", "torchvision", "torch_pruning", "nni", "numpy", "mlflow", "optuna")
 
 
 
@@ -155,6 +162,38 @@ def names_used_twice(root: Path, sources: list[Path]) -> dict[str, list[str]]:
     return {name: paths for name, paths in sorted(files.items()) if len(paths) > 1}
 
 
+def heavy_imports(root: Path, sources: list[Path], package: str, heavy=HEAVY) -> list[str]:
+    """Each import of a `heavy` package, at any depth, in a module of `package` or in any module of
+    `sources` one of them reaches through imports at any depth (and the __init__ of every package
+    above such a module: importing it runs them), as 'file:line: imports torch (a -> b -> c)', the
+    way from `package` to that file."""
+    graph = import_graph(root, sources)
+    files = {_module(p, root): p for p in sources}
+    way = {m: [m] for m in sorted(files) if m == package or m.startswith(package + ".")}
+    todo = list(way)
+    while todo:
+        module = todo.pop(0)
+        parts = module.split(".")
+        above = [".".join(parts[:end]) for end in range(1, len(parts))]
+        for target in [*above, *sorted(graph.get(module, {}))]:
+            if target in files and target not in way:
+                way[target] = way[module] + [target]
+                todo.append(target)
+    found = []
+    for module, steps in sorted(way.items()):
+        path = files[module]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            found += [f"{path.relative_to(root)}:{node.lineno}: imports {name} ({' -> '.join(steps)})"
+                      for name in names if name.partition(".")[0] in heavy]
+    return found
+
+
 def arrows_up(graph: Graph, layers=LAYERS) -> list[str]:
     """Each import of a module on a higher floor, as one line naming the file and line."""
     found = []
@@ -215,6 +254,18 @@ def test_no_import_goes_up_the_floors():
     assert not up, "\n".join(up)
 
 
+def test_the_torch_free_half_imports_no_torch_at_any_depth():
+    """Nothing in harness/fields imports torch (nor numpy, MLflow, Optuna), inside a function either,
+    and no module of the harness it imports does, at any depth: a mistake in a user's values is
+    answered from it before torch loads, and a late import there would load it the first time some
+    check ran."""
+    modules = {_module(p) for p in SOURCES}
+    assert {"harness.fields.config", "harness.fields.field_groups", "harness.fields.catalogue",
+            "harness.fields.data_folders"} <= modules
+    found = heavy_imports(ROOT, SOURCES, "harness.fields")
+    assert not found, "\n".join(found)
+
+
 def test_no_two_modules_of_the_harness_share_a_name():
     twice = names_used_twice(ROOT, sorted(ROOT.glob("harness/**/*.py")))
     assert not twice, "give each module a name of its own across harness/: " + "; ".join(
@@ -252,6 +303,32 @@ def test_a_function_local_cycle_fails_the_check(tmp_path, late_import):
     assert f"{Path('pkg', 'low.py')}:{late_line}" in text and f"{Path('pkg', 'high.py')}:1" in text
     (up,) = arrows_up(graph, layers)
     assert up.startswith(f"{Path('pkg', 'low.py')}:{late_line}: pkg.low (floor 'low') imports pkg.high")
+
+
+def test_a_torch_import_modules_away_fails_the_torch_free_check(tmp_path):
+    """pkg.free.names imports pkg.middle, which imports pkg.heavy only inside a function, and
+    pkg.heavy imports torch inside a function of its own: the check names that line and the way to
+    it. A package's __init__ above a module reached counts (importing the module runs it); a module
+    that nothing reached imports is none of the check's business."""
+    package = tmp_path / "pkg"
+    (package / "free").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "free" / "__init__.py").write_text("")
+    (package / "free" / "names.py").write_text("from pkg import middle\n")
+    (package / "middle.py").write_text("def helper():\n    from pkg.heavy import count\n    return count()\n")
+    (package / "heavy.py").write_text("def count():\n    import torch\n    return torch.cuda.device_count()\n")
+    (package / "apart.py").write_text("import torch\n")
+    sources = sorted(tmp_path.glob("pkg/**/*.py"))
+    assert heavy_imports(tmp_path, sources, "pkg.free") == [
+        f"{Path('pkg', 'heavy.py')}:2: imports torch (pkg.free.names -> pkg.middle -> pkg.heavy)"]
+
+    (package / "heavy.py").write_text("def count():\n    return 0\n")
+    (package / "__init__.py").write_text("import numpy.linalg\n")
+    assert heavy_imports(tmp_path, sources, "pkg.free") == [
+        f"{Path('pkg', '__init__.py')}:1: imports numpy.linalg (pkg.free -> pkg)"]
+
+    (package / "__init__.py").write_text("")
+    assert heavy_imports(tmp_path, sources, "pkg.free") == []
 
 
 def test_a_module_is_on_its_own_floor_before_its_packages():

@@ -21,7 +21,7 @@ import torch
 import experiments
 from experiments import check_reads, make_config, metric_matches
 from experiments.descriptors.autoparallel import EXERCISE_METRICS
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.errors import CellSkipped, UserError
 from harness.training import peak
 
@@ -51,7 +51,7 @@ SET_BY_THE_HARNESS = {"experiment", "repeat", "malloc"}
 # The orchestration half reads configs too, but not on an experiment's behalf.
 NOT_RUN_BY_AN_EXPERIMENT = ("harness.cells", "harness.cli", "harness.launchers", "harness.report",
                             "harness.store", "harness.studies", "harness.sweeps")
-DEFINE_THE_FIELDS = ("harness.training.config", "harness.training.field_groups", "experiments")
+DEFINE_THE_FIELDS = ("harness.fields.config", "harness.fields.field_groups", "experiments")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -139,7 +139,7 @@ def test_each_field_of_an_experiments_class_is_read_by_code_its_run_can_reach(na
 
 def test_the_source_check_catches_a_declared_field_nothing_reads(tmp_path, monkeypatch):
     (tmp_path / "unread_field_experiment.py").write_text(
-        "from harness.training.config import RunConfig\n"
+        "from harness.fields.config import RunConfig\n"
         "class UnreadConfig(RunConfig):\n"
         "    never_used_anywhere: int = 3\n"
         "def run(cfg, on_epoch=None):\n"

@@ -18,8 +18,8 @@ MODULE = '''
 from pydantic import Field
 
 from experiments import Experiment
-from harness.training.config import RunConfig
-from harness.training.field_groups import EpochsFields
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import EpochsFields
 
 
 class ThrowawayConfig(RunConfig, EpochsFields):

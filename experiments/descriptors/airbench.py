@@ -11,9 +11,9 @@ from pydantic import Field, model_validator
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES
-from harness.training.config import RunConfig
-from harness.training.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields,
+from harness.fields.catalogue import FLOP_METRICS, FLOP_NOTES
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields,
                                            CompilationFields, DataFields, EvalBatchFields, TargetFields)
 
 

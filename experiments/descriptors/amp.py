@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
-from harness.training.config import RunConfig
-from harness.training.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields,
+from harness.fields.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields,
                                            TargetFields, TrainingLoopFields)
 
 

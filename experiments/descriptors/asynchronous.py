@@ -7,8 +7,8 @@ from __future__ import annotations
 from pydantic import Field
 
 from experiments import Experiment, RunTarget
-from harness.training.config import PositiveInt, RunConfig
-from harness.training.field_groups import TimingRepeatsFields
+from harness.fields.config import PositiveInt, RunConfig
+from harness.fields.field_groups import TimingRepeatsFields
 
 
 class AsyncConfig(RunConfig, TimingRepeatsFields):

@@ -9,8 +9,8 @@ from typing import Literal
 from pydantic import Field
 
 from experiments import Experiment, RunTarget
-from harness.training.config import RunConfig
-from harness.training.field_groups import EpochsFields
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import EpochsFields
 
 # What the exercises (experiments/autoparallel_exercises.py) return.
 EXERCISE_METRICS = ("one_stream_time_s", "streams_time_s", "stream_gain", "cpu_compute_time_s", "serial_time_s",

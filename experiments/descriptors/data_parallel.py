@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from experiments import DDP_BACKENDS, Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import DDP_CLOCK, FLOP_METRICS, FLOP_NOTES, RANK_METRICS, TRAINING_METRICS
-from harness.training.config import RunConfig
-from harness.training.field_groups import DdpTrainingFields
+from harness.fields.catalogue import DDP_CLOCK, FLOP_METRICS, FLOP_NOTES, RANK_METRICS, TRAINING_METRICS
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import DdpTrainingFields
 
 
 class DataParallelConfig(RunConfig, DdpTrainingFields):

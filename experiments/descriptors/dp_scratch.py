@@ -9,9 +9,9 @@ from typing import Literal
 from pydantic import Field
 
 from experiments import DDP_BACKENDS, Experiment, RunTarget, TRAINING_SENSE
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_METRICS
-from harness.training.config import RunConfig
-from harness.training.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
+from harness.fields.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_METRICS
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
                                            WarmupEpochsFields)
 
 

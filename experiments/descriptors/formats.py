@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from experiments import Experiment, RunTarget
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 
 
 class FormatsConfig(RunConfig):

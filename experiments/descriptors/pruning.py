@@ -8,9 +8,9 @@ from pydantic import Field
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
-from harness.training.config import RunConfig
-from harness.training.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
+from harness.fields.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
 
 
 class PruningConfig(RunConfig, SplitsFields, OptimizerFields, TrainingLoopFields, TargetFields, PruningFields):

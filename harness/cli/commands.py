@@ -18,7 +18,7 @@ def _overrides(args, experiment: str) -> dict:
     declares for that kind of device where its config has one (gloo on a CPU, nccl on GPUs:
     Experiment.backends). A --set wins."""
     import experiments
-    from harness.training.config import parse_assignment
+    from harness.fields.config import parse_assignment
 
     values = {}
     if getattr(args, "device", None):
@@ -191,7 +191,7 @@ def _check_data_folders(configs) -> None:
     """The class folders an image-folder dataset needs, and a downloaded dataset's files or its
     address, for every cell that trains on one (each pair once)."""
     import experiments
-    from harness.training.data_folders import check_class_folders, check_downloadable
+    from harness.fields.data_folders import check_class_folders, check_downloadable
 
     wanted = {(cfg.dataset, cfg.data_dir) for cfg in configs if experiments.get(cfg.experiment).needs_dataset}
     for dataset, data_dir in sorted(wanted):
@@ -443,7 +443,7 @@ def cmd_ui(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    from harness.machine import hardware
+    from harness.machine import device_names, hardware
 
     cores = hardware.usable_core_count()
     thread_counts = sorted({1, cores}) if args.threads is None else [args.threads]
@@ -451,9 +451,9 @@ def cmd_peak(args) -> int:
         raise UserError(f"--threads must be between 1 and {cores}, the cores this process may use.")
     if args.device:
         try:
-            hardware.parse_device(args.device)
+            device_names.parse_device(args.device)
         except ValueError:
-            raise UserError(f"--device must be {hardware.DEVICE_FORMS} (got {args.device}).") from None
+            raise UserError(f"--device must be {device_names.DEVICE_FORMS} (got {args.device}).") from None
     # Which GPUs are here is torch's to say: imported from here on.
     devices = [args.device] if args.device else ["cpu", *(f"cuda:{i}" for i in range(hardware.gpu_count()))]
     for name in devices:

@@ -23,7 +23,7 @@ from harness.folders import REPO_ROOT
 from harness.machine.fingerprint import machine_text
 from harness.report import reruns, verdict_file
 from harness.report.render import peak_under_load
-from harness.training.config import SEEDED_ROUNDS_FROM
+from harness.fields.config import SEEDED_ROUNDS_FROM
 
 RESULTS = REPO_ROOT / "results"
 DATA_DIR = "../shared/data/cifar10-jpeg"   # where the project's docs keep the JPEG CIFAR-10 (docs/RUNNING.md)
@@ -131,7 +131,7 @@ def host_text(folder: Folder) -> str:
 
 
 def procedure_text(folder: Folder) -> str:
-    """How the cells were measured: the measurement procedure (harness/training/config.py) and seeds."""
+    """How the cells were measured: the measurement procedure (harness/fields/config.py) and seeds."""
     if folder.tables:
         by_table: dict[str, tuple[str, str]] = {}
         for line in folder.tables:
@@ -144,7 +144,7 @@ def procedure_text(folder: Folder) -> str:
 
 
 def _procedure(procedure: int, seeds: str) -> str:
-    """A table's measurement procedure (harness/training/config.py) in words, with its seeds."""
+    """A table's measurement procedure (harness/fields/config.py) in words, with its seeds."""
     if procedure >= SEEDED_ROUNDS_FROM:
         return f"procedure {procedure}, round r trains seed r" + (f" ({seeds} seeds)" if seeds else "")
     named = f"procedure {procedure}" if procedure else "a procedure before seeds per round (its cells untagged)"

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Iterable, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.training.config import is_finite
+from harness.fields.config import is_finite
 from harness.errors import UserError, mistakes
 from harness.store.paths import is_safe_name
 from harness.folders import project_path

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from harness.machine import process_state
 from harness.cells import run_here
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.errors import CellPruned, CellSkipped, UserError
 from harness.launchers.forkserver import ForkServer
 

@@ -99,8 +99,8 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
 
 def _changes_of(spec: StudySpec, param: str) -> str:
     """What a searched parameter changes besides speed: the method table's kind and line for the
-    fields it sets (harness/training/catalogue.py), and the study file's own note, if it has one."""
-    from harness.training.catalogue import SPEED_METHODS, speed_method_of
+    fields it sets (harness/fields/catalogue.py), and the study file's own note, if it has one."""
+    from harness.fields.catalogue import SPEED_METHODS, speed_method_of
 
     named = next((m for m in map(speed_method_of, spec.space[param].field_names()) if m), None)
     method = SPEED_METHODS.get(named) if named else None

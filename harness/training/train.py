@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import torch
 from torch import nn
 
-from harness.training.catalogue import TRAINING_CLOCK, TRAINING_METRICS
-from harness.training.config import RunConfig
+from harness.fields.catalogue import TRAINING_CLOCK, TRAINING_METRICS
+from harness.fields.config import RunConfig
 from harness.training.data import DeviceBatches, Split, batches, shuffled_indices
 from harness.errors import CellSkipped
 from harness.machine.hardware import missing_gpu, slice_note, usable_core_count
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from harness.training.precision import Precision
     from harness.training.time_to_accuracy import AccuracyWatch
 
-CLOCK = TRAINING_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
+CLOCK = TRAINING_CLOCK   # harness/fields/catalogue.py, where descriptors read it without torch
 
 EpochCallback = Callable[[int, dict], None]
 # A batch in, the part of it a step trains on out (speed_methods.SelectiveBackprop).

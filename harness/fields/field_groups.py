@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from harness.training.catalogue import DATASETS, MODELS, models_with_weights
-from harness.training.config import FieldGroup, PositiveInt
+from harness.fields.catalogue import DATASETS, MODELS, models_with_weights
+from harness.fields.config import FieldGroup, PositiveInt
 
 
 class ModelFields(FieldGroup):

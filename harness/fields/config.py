@@ -2,7 +2,7 @@
 fields every experiment has (`RunConfig`), a cell's identity, and one sentence per mistake.
 
 Each experiment's config is a class of its own, `RunConfig` plus the field groups its `run` reads
-(harness/training/field_groups.py) and fields of its own, declared in its module; the registry
+(harness/fields/field_groups.py) and fields of its own, declared in its module; the registry
 (experiments/__init__.py) knows which class belongs to which name and builds configs from values.
 A field keeps one name, default and meaning in every class it is part of, so it becomes the same
 MLflow param whatever the experiment, and the compare view lines up grid cells, study trials and
@@ -22,7 +22,7 @@ from typing import Annotated, Any, Collection, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import UserError, mistakes
-from harness.machine.hardware import parse_device
+from harness.machine.device_names import parse_device
 from harness.suggest import did_you_mean
 
 
