@@ -1,6 +1,6 @@
 """`harness study NAME --verify`: the race: the front's fastest trials and a tuned-lr baseline re-measured
 over seeds in fresh processes, to the study's one target, the winner named on the re-measured intervals,
-then ablated; resumable (studies/verify.py)."""
+then ablated; resumable (studies/deciding/verify.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from experiments import make_config
 from harness.specs.cell_spec import Cell
 from harness.cli import main
 from harness.store.tracking import KIND, Store
-from harness.studies import baseline, verify
+from harness.studies import baseline
+from harness.studies.deciding import verify
 from harness.specs import study_spec
-from harness.studies.verify import ROLE, bootstrap_median, bootstrap_ratio
+from harness.studies.deciding.verify import ROLE, bootstrap_median, bootstrap_ratio
 from conftest import assert_one_sentence_exit_2, mlflow_client
 
 STUDY = """\
@@ -128,7 +129,7 @@ def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_ru
 
 
 def test_a_recipe_that_missed_the_target_has_no_speedup_and_a_multi_field_choice_is_shown_once():
-    from harness.studies.verify import _fmt_speedup, _methods
+    from harness.studies.deciding.verify import _fmt_speedup, _methods
 
     assert _fmt_speedup(0.0) == "none (the recipe did not reach the target)"   # not "0x"
     assert _fmt_speedup(math.inf) == "not reached by the baseline"

@@ -270,7 +270,7 @@ def cmd_study(args) -> int:
         last_scale.record("study", spec.name, args.scale)
     db_url = where(args).db_url
     if args.calibrate_target:
-        from harness.studies import calibrated_target
+        from harness.studies.deciding import calibrated_target
 
         calibrated_target.calibrate(spec, store, scale=args.scale, overrides=overrides,
                                     show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
@@ -278,7 +278,7 @@ def cmd_study(args) -> int:
     from harness.studies import study_engine   # every value is checked: now Optuna, MLflow and torch
 
     if args.verify:
-        from harness.studies import verify
+        from harness.studies.deciding import verify
 
         verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
                           show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
@@ -289,7 +289,7 @@ def cmd_study(args) -> int:
                                log=lambda line: print(line, flush=True), budget_s=budget_s)
     print(f"{'worker ' + str(os.getpid()) if role else 'study ' + outcome.study_name}: {outcome.line()}", flush=True)
     if outcome.budgeted and not role and outcome.stop.exit_code == 0:   # the race, on what the budget has left
-        from harness.studies import verify
+        from harness.studies.deciding import verify
 
         verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
                           show_progress=not args.no_progress, log=lambda line: print(line, flush=True), budgeted=True)
@@ -302,7 +302,7 @@ def _check_one_at_a_time(spec, args, workers: int, role) -> None:
     """--calibrate-target and --verify time runs one after another, at a scale the file calibrates:
     said before anything is loaded."""
     if args.calibrate_target:
-        from harness.studies import calibrated_target
+        from harness.studies.deciding import calibrated_target
 
         calibrated_target.check_calibrates(spec, args.scale)
         if workers > 1 or role is not None:
@@ -328,11 +328,11 @@ def _check_budget(spec, args, seconds: float, workers: int) -> None:
     """A budget that cannot hold one run of the tuned loop, or the race alone, is refused before any
     trial (sized from the calibration's figures where the target is calibrated; otherwise the baseline
     trial sizes the race once it has run)."""
-    from harness.studies import budget, calibrated_target
+    from harness.studies import budget, trial_target
 
     if workers > 1 or args.worker:
         raise UserError("--budget times one study on the cores it holds; run it without --workers.")
-    found = calibrated_target.read(spec, args.scale)
+    found = trial_target.read(spec, args.scale)
     reference = (found or {}).get("reference_time_to_target_s")
     if reference is None:
         return

@@ -1,6 +1,6 @@
 """The report of `harness study NAME --verify`: the race's candidates, each with its in-study figure
 beside the re-measured one, the winner named on the re-measured intervals only, its speed-up over
-the tuned baseline with an interval, and the winner's ablation (studies/verify.py runs them).
+the tuned baseline with an interval, and the winner's ablation (verify.py runs them).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import pandas as pd
 
 from experiments import make_config
-from harness.studies import calibrated_target
-from harness.studies.race import MIN_SEEDS, RaceResult
-from harness.studies.variants import searches_lr
+from harness.studies import trial_target
+from harness.studies.deciding.race import MIN_SEEDS, RaceResult
+from harness.studies.deciding.variants import searches_lr
 from harness.studies.study_report import markdown
 from harness.specs.study_spec import StudySpec
 
@@ -201,8 +201,8 @@ def _target_line(spec: StudySpec, scale: str, target: float, fixed: dict[str, An
     clock = (f" Checked every {fixed['check_every_samples']} training samples" + (f" on a probe of {fixed['probe_size']} test images, "
              "a crossing confirmed on the whole test set" if fixed.get("probe_size") else "") + "; each run's resolution "
              "is in the CSV (time_to_accuracy_resolution_s).") if fixed.get("check_every_samples") else ""
-    if calibrated_target.calibrated_at(spec, scale):
-        return (f"Target: test accuracy **{target:.4g}**, calibrated ({calibrated_target.path(spec, scale).name}): the tuned "
+    if trial_target.calibrated_at(spec, scale):
+        return (f"Target: test accuracy **{target:.4g}**, calibrated ({trial_target.path(spec, scale).name}): the tuned "
                 f"{spec.baseline.name}'s median best within {spec.target.epochs[scale]} epoch(s), less "
                 f"{spec.target.margin:g}." + clock)
     return (f"Target: test accuracy **{target:.4g}**, what {spec.baseline.name} reached at the end of epoch "
