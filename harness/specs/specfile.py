@@ -87,7 +87,13 @@ class SpecFile(BaseModel):
 
 def read(path: Path, model: type[Spec]) -> Spec:
     """The file as `model`, or one sentence naming the file and what is wrong with it."""
-    kind, shown = model.kind, project_path(path)
+    return build(read_toml(path, model.kind), path, model)
+
+
+def read_toml(path: Path, kind: str) -> dict[str, Any]:
+    """The file's TOML as a dict, or one sentence naming the file: unreadable, not UTF-8, not TOML,
+    or holding an infinite number."""
+    shown = project_path(path)
     try:
         raw = tomllib.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -99,6 +105,12 @@ def read(path: Path, model: type[Spec]) -> Spec:
     for key, value in _numbers(raw):
         if not is_finite(value):  # TOML has inf and nan; no setting, range or published figure is either
             raise UserError(f"{kind} file {shown}: key '{key}' must be a finite number (got {value}).")
+    return raw
+
+
+def build(raw: dict[str, Any], path: Path, model: type[Spec]) -> Spec:
+    """The file's keys (`raw`, as read from `path`) as `model`, or one sentence naming the file."""
+    kind, shown = model.kind, project_path(path)
     try:
         return model(**raw, path=path)
     except ValidationError as err:
