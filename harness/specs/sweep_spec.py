@@ -28,6 +28,7 @@ __all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "
 
 class SweepSpec(SpecFile):
     kind: ClassVar[str] = "sweep"
+    derived: ClassVar[tuple[str, ...]] = ("path", "scale_grids", "scale_repeats")
     grid: dict[str, list] = {}
     # Repeats of every grid point, run in rounds (A B C, A B C). A scale may set its own
     # (`[scales.smoke] repeats = 1`), which wins over this. The shipped training sweeps say 3, and 1 at
