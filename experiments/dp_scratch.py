@@ -229,7 +229,7 @@ def _flop_metrics(cfg: RunConfig, data: Dataset, train_time_s: float, ranks: boo
 
 def _summary(cfg: RunConfig, data: Dataset, times: list[float], warmup_s: float, test_accuracy: float,
              eval_s: float) -> dict[str, float]:
-    """The training metrics every experiment logs (train.METRICS), and how many copies trained."""
+    """The training metrics every experiment logs (catalogue.TRAINING_METRICS), and how many copies trained."""
     return {**training_metrics(times, [warmup_s], train_samples=len(data.train), test_samples=len(data.test),
                                accuracy=test_accuracy, eval_seconds=eval_s,
                                samples_trained=len(data.train) * cfg.epochs),

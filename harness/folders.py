@@ -13,7 +13,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SWEEPS_DIR = REPO_ROOT / "sweeps"       # the sweep and study files (*.toml)
 REPORTS_DIR = REPO_ROOT / "reports"     # generated reports, unless --out says otherwise
-TARGETS_DIR = REPO_ROOT / "results" / "targets"   # calibrated targets (studies/deciding/calibrated_target.py)
+RESULTS_DIR = REPO_ROOT / "results"     # committed results, each folder with its store (report/results_index.py)
+TARGETS_DIR = RESULTS_DIR / "targets"   # studies' calibrated targets (studies/deciding/calibrated_target.py)
 MLRUNS_DIR = REPO_ROOT / "mlruns"       # the default store, the shared database, Slurm logs
 # What the harness remembers of this checkout between commands (the scale each sweep and study last
 # ran at); HARNESS_STATE_DIR moves it (the tests point it at a temporary folder).

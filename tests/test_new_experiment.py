@@ -95,4 +95,4 @@ def test_the_new_experiment_refuses_a_field_it_does_not_read(throwaway, capsys):
     assert_one_sentence_exit_2(["sweep", str(throwaway), "--set", "factr=2"],
                                ["unknown config key 'factr'", "did you mean 'factor'?"], capsys)
     assert_one_sentence_exit_2(["run", "throwaway", "--set", "factor=-1"],
-                               ["config field 'factor'", "greater than 0"], capsys)
+                               ["config: key 'factor'", "greater than 0"], capsys)

@@ -71,10 +71,10 @@ def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR, sweeps: list[s
              "## Conventions", "", *conventions(first), "",
              "## Tables", ""]
     for name, pairs in built.items():
-        for built_report, paths in pairs:
+        for built_report, files in pairs:
             section = render.to_markdown(built_report, built_report.runs[0], conventions=False)
             lines += ["##" + section, *_under_table(built_report, again.get(name, [])),
-                      f"![{specs[name].title}]({paths[2].name})", ""]
+                      f"![{specs[name].title}]({files.plot.name})", ""]
     if not_run:
         lines += ["### Not run", "", "**Not run** here, each with the command that runs it (`SCALE=smoke`, `quick`, "
                   "`cpu`, or the document's scale without SCALE):", ""]

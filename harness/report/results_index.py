@@ -19,13 +19,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.folders import REPO_ROOT
+from harness.folders import RESULTS_DIR
 from harness.machine.fingerprint import machine_text
 from harness.report import reruns, verdict_file
 from harness.report.render import peak_under_load
 from harness.fields.config import SEEDED_ROUNDS_FROM
 
-RESULTS = REPO_ROOT / "results"
 DATA_DIR = "../shared/data/cifar10-jpeg"   # where the project's docs keep the JPEG CIFAR-10 (docs/RUNNING.md)
 PEAK = re.compile(r"^([0-9.]+) TFLOP/s")
 
@@ -33,7 +32,7 @@ PEAK = re.compile(r"^([0-9.]+) TFLOP/s")
 @dataclass
 class Folder:
     path: Path                                          # under root
-    root: Path = RESULTS                                # the results/ folder the page is the first page of
+    root: Path = RESULTS_DIR                            # the results/ folder the page is the first page of
     title: str = ""                                     # its README's first heading
     tables: list[dict] = field(default_factory=list)    # verdicts.csv lines
     hosts: dict[str, dict] = field(default_factory=dict)   # fingerprint -> tags of one of its runs
@@ -51,7 +50,7 @@ class Folder:
         return self.path.relative_to(self.root).as_posix()
 
 
-def folders(root: Path = RESULTS) -> list[Folder]:
+def folders(root: Path = RESULTS_DIR) -> list[Folder]:
     """Every folder of results under `root` (one with a store/ of its own), each read."""
     found = sorted({p.parent.parent for p in root.rglob("mlflow.db") if p.parent.name == "store"
                     and "store" not in p.parent.parent.relative_to(root).parts})
@@ -289,7 +288,7 @@ def page(found: list[Folder]) -> str:
     return "\n".join(lines)
 
 
-def write(root: Path = RESULTS) -> Path:
+def write(root: Path = RESULTS_DIR) -> Path:
     path = root / "README.md"
     path.write_text(page(folders(root)))
     return path

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import torch
 from torch import nn
 
-from harness.fields.catalogue import TRAINING_CLOCK, TRAINING_METRICS
+from harness.fields.catalogue import TRAINING_CLOCK
 from harness.fields.config import RunConfig
 from harness.training.data import DeviceBatches, Split, batches, shuffled_indices
 from harness.errors import CellSkipped
@@ -171,15 +171,11 @@ def evaluate(model: nn.Module, data: Split, *, batch_size: int, device: torch.de
     return correct / len(data)
 
 
-# The metrics every training experiment logs under the same names, as training_metrics builds them
-# (the DDP target's merge and dp_scratch build theirs with it too): catalogue.TRAINING_METRICS.
-METRICS = TRAINING_METRICS
-
-
 def training_metrics(epoch_times: list[float], warmup_times: list[float], *, train_samples: int,
                      test_samples: int, accuracy: float, eval_seconds: float,
                      samples_trained: int | None = None, train_time: float | None = None) -> dict[str, float]:
-    """The metrics every training experiment logs under the same names (METRICS): the sum of the
+    """The metrics every training experiment logs under the same names (catalogue.TRAINING_METRICS,
+    in that order; the DDP target's merge and dp_scratch build theirs with it too): the sum of the
     timed epochs, their median and IQR, throughput, accuracy, and the untimed parts.
     `samples_trained` (default: every epoch whole) is less when training stopped at a target inside
     an epoch. `train_time` (default: the epochs summed) is the slowest rank's on ranks, whose epochs
