@@ -48,7 +48,7 @@ from harness.studies.deciding import calibrated_target, method_cards, race, race
 from harness.studies.study_storage import open_study
 # the race's roles (the other candidates: "trial N"; without an lr to tune, the baseline's own name)
 from harness.studies.deciding.race_report import NEIGHBOURS, TUNED, WINNER  # noqa: F401
-from harness.studies.deciding.race_report import (bootstrap_median, bootstrap_ratio,  # noqa: F401
+from harness.studies.deciding.race_report import (bootstrap_median, paired_bootstrap_ratio,  # noqa: F401
                                                   fmt_speedup as _fmt_speedup, methods_text as _methods)
 from harness.studies.deciding.variants import (Variant, own_factor as _own_factor, params_of as _params, searches_lr,
                                                values_of as _values)
