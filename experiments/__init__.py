@@ -8,10 +8,11 @@ The descriptor imports neither torch nor its run module (`RunTarget` imports the
 call), so names, keys and values are checked, and `harness list` lists, in a fraction of a second,
 before anything heavy is loaded.
 
-An experiment's config class is `harness.fields.config.RunConfig` plus the field groups of
-`harness.fields.field_groups` its run reads (through the harness helpers it calls) plus fields of
-its own: its fields are what it reads, so a sweep that sets any other field is refused ("does not
-read"). Configs are built here (`make_config`), where the experiment's name chooses the class.
+An experiment's config class is `harness.fields.config.RunConfig` plus the field groups its run
+reads (through the harness helpers it calls: the shared ones of `harness.fields.field_groups`, and
+those no other experiment reads, declared in its descriptor) plus fields of its own: its fields are
+what it reads, so a sweep that sets any other field is refused ("does not read"). Configs are built
+here (`make_config`), where the experiment's name chooses the class.
 
 A metric value that is a string (a captured warning, the dtype autocast produced) is a note: it
 is logged as the tag `harness.note.<key>` instead of a metric.
