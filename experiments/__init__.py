@@ -104,6 +104,11 @@ class Experiment:
     backends: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def run_module(self) -> str:
+        """The module its run lives in (named, not imported, for a RunTarget)."""
+        return self.run.target.partition(":")[0] if isinstance(self.run, RunTarget) else self.run.__module__
+
+    @property
     def reads(self) -> frozenset[str]:
         """The config fields run() reads: its config class's fields."""
         return frozenset(self.config.model_fields)
@@ -154,11 +159,14 @@ def get(name: str) -> Experiment:
 def run_modules() -> list[str]:
     """The modules the experiments' runs live in, for a process that imports them all ahead of the
     first cell (a study's fork server, whose every trial would otherwise import its run afresh)."""
-    found = set()
-    for name in REGISTRY:
-        run = get(name).run
-        found.add(run.target.partition(":")[0] if isinstance(run, RunTarget) else run.__module__)
-    return sorted(found)
+    return sorted({get(name).run_module for name in REGISTRY})
+
+
+def card(name: str) -> str:
+    """The experiment's card, its descriptor's docstring: the question it answers (the first
+    paragraph), then its fields, procedure and metrics."""
+    get(name)   # an unknown name is one sentence
+    return (importlib.import_module(REGISTRY[name]).__doc__ or "").strip()
 
 
 def all_fields() -> dict[str, "FieldInfo"]:
