@@ -68,7 +68,7 @@ CPU_TABLES = $(if $(TABLES),--sweeps $(TABLES))
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list machine bench-overhead bench-ddp clean-store \
         bench-workers bench-cells bench-noise bench-calibration bench-cli soak gpu-check dashboard peak reproduce-cpu \
-        reproduce-cpu-report airbench-ladder results-index
+        reproduce-cpu-report airbench-ladder results-index docs
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -125,6 +125,10 @@ reproduce-cpu-report: ## results/cpu-2core/ (MACHINE=) written again from its co
 
 results-index: ## results/README.md, the first page of results/, written again from the folders (after any change there)
 	$(BIN)/python -m harness.report.results_index
+
+# docs/ is a folder too: `docs` is phony, or make would call it up to date.
+docs: ## the README's sweeps table and docs/EXPERIMENTS.md's experiments table, written again from the sweep files and descriptors
+	$(BIN)/python -m harness.report.docs_tables
 
 sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, then each sweep that extends it (the epochs / batch / lr exercises)
 	set -e; for s in $(call family,resnet); do $(HARNESS) sweep $$s $(SCALE_OPT) $(overrides) $(STORE); done

@@ -98,12 +98,18 @@ def test_one_field_is_the_same_field_in_every_class_that_has_it():
 
 
 def _field_groups():
+    """The shared groups (harness/fields/field_groups.py) and those one experiment alone reads,
+    declared in its descriptor beside its config class."""
+    import importlib
     import inspect
 
     from harness.fields import field_groups
-    from harness.fields.config import FieldGroup
-    return [cls for _, cls in inspect.getmembers(field_groups, inspect.isclass)
-            if issubclass(cls, FieldGroup) and cls is not FieldGroup and cls.__module__ == field_groups.__name__]
+    from harness.fields.config import FieldGroup, RunConfig
+
+    descriptors = [importlib.import_module(experiments.get(name).config.__module__) for name in experiments.names()]
+    return [cls for module in (field_groups, *descriptors) for _, cls in inspect.getmembers(module, inspect.isclass)
+            if issubclass(cls, FieldGroup) and not issubclass(cls, RunConfig) and cls is not FieldGroup
+            and cls.__module__ == module.__name__]
 
 
 def _fields_its_rules_read(group) -> set[str]:

@@ -12,7 +12,6 @@ reported as separate tables."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from harness.machine.fingerprint import machine_text
 from harness.machine.machine_load import CONTENDED_CORES
 from harness.report import aa_pairs, checks, evidence, jpeg_cost, overview, render, reruns, unchecked, verdict_file
 from harness.report import tables as report
-from harness.report.order import in_document_order
+from harness.report.order import document_label, in_document_order
 from harness.store import Store, redact
 from harness.store.tracking import NOTE_PREFIX
 from harness.store.uris import hide_password
@@ -132,13 +131,10 @@ def _days(line: dict) -> str:
     return first if first == last else f"{first} to {last}"
 
 
-_LABEL = re.compile(r"^(Table \d+(?:\.\d+)?|[TD]\d[\w./]*)( exercise(?: \d+)?)?")
-
-
 def label(spec) -> str:
     """The table's name as the document gives it, and the sweep's: "T9.2/T9.3 `cpu-ddp`"."""
-    found = _LABEL.match(spec.title)
-    return (f"{''.join(g for g in found.groups() if g)} " if found else "") + f"`{spec.name}`"
+    shown = document_label(spec.title)
+    return (f"{shown} " if shown else "") + f"`{spec.name}`"
 
 
 def measured_line(reports: list) -> str:

@@ -49,10 +49,10 @@ def prepare(cfg: RunConfig) -> torch.device:
 
 def lr_effective(cfg: RunConfig, world_size: int | None = None) -> float | None:
     """The learning rate a cell trains with, worked out here and nowhere else (None: it has no `lr`):
-    `lr`, times `lr_factor` (a tuned lr, field_groups.SpeedMethodsFields), scaled linearly with the global batch
-    over `lr_base_batch` (SpeedMethodsFields), or times the ranks with `lr_scaling` (LrScalingFields:
-    the rate a linear_warmup ramps to). `world_size`: the ranks it runs on (default: its own). The cell
-    runner logs it as the metric `lr_effective`."""
+    `lr`, times `lr_factor` (a tuned lr, recipe's SpeedMethodsFields), scaled linearly with the global
+    batch over `lr_base_batch` (SpeedMethodsFields), or times the ranks with `lr_scaling` (data_parallel's
+    LrScalingFields: the rate a linear_warmup ramps to). `world_size`: the ranks it runs on (default:
+    its own). The cell runner logs it as the metric `lr_effective`."""
     if not hasattr(cfg, "lr"):
         return None
     world_size = getattr(cfg, "world_size", 1) if world_size is None else world_size
