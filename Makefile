@@ -89,7 +89,7 @@ install-system: ## Debian packages the browser test needs (chromium, chromedrive
 	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
 
 # --durations: every log ends with the slowest tests and their seconds, so a slow one is seen where it grew.
-test: ## the whole test suite (slow and multi-process tests included; 26 minutes on 2 Intel cores in the last CI run, 2026-12-07)
+test: ## the whole test suite (slow and multi-process tests included; its time on 2 cores: README.md)
 	$(BIN)/pytest -q --durations=30
 
 test-fast: ## the suite without the tests marked slow
