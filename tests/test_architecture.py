@@ -278,21 +278,27 @@ def test_every_module_is_on_a_floor():
     assert not unplaced, f"give these modules a floor in LAYERS: {unplaced}"
 
 
-def test_the_bottom_floor_imports_nothing_of_the_harness():
-    graph = import_graph(ROOT, SOURCES)
+@pytest.fixture(scope="module")
+def project_graph() -> Graph:
+    """import_graph(ROOT, SOURCES), built once for the tests that only read it."""
+    return import_graph(ROOT, SOURCES)
+
+
+def test_the_bottom_floor_imports_nothing_of_the_harness(project_graph):
+    graph = project_graph
     bottom = [m for m in graph if floor_of(m) == 0]
     reaching = {m: sorted(graph[m]) for m in bottom if graph[m]}
     assert not reaching, reaching
 
 
-def test_no_import_cycle_at_any_depth():
-    graph = import_graph(ROOT, SOURCES)
+def test_no_import_cycle_at_any_depth(project_graph):
+    graph = project_graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + cycle_text(graph, cycle)
 
 
-def test_no_import_goes_up_the_floors():
-    up = arrows_up(import_graph(ROOT, SOURCES))
+def test_no_import_goes_up_the_floors(project_graph):
+    up = arrows_up(project_graph)
     assert not up, "\n".join(up)
 
 
@@ -306,8 +312,8 @@ def test_the_torch_free_half_imports_no_torch_at_any_depth():
             "harness.fields.data_folders"} <= modules
     found = heavy_imports(ROOT, SOURCES, "harness.fields")
     assert not found, "\n".join(found)
-def test_no_import_goes_up_the_rooms_of_a_floor():
-    up = arrows_up(import_graph(ROOT, SOURCES), ROOMS, kind="room")
+def test_no_import_goes_up_the_rooms_of_a_floor(project_graph):
+    up = arrows_up(project_graph, ROOMS, kind="room")
     assert not up, "\n".join(up)
 
 
