@@ -12,6 +12,7 @@ and the tags its store's runs logged (read-only) for the host, the dates, the pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -180,6 +181,19 @@ def headline_text(folder: Folder) -> str:
     return "; ".join(said) or "—"
 
 
+def study_budget(optuna_db: Path) -> str:
+    """The wall-clock budget a study in this Optuna file ran under, as --budget reads it ("2h", "1h30m"),
+    or "" for a file without one (read with sqlite3 alone: the report does not load Optuna)."""
+    if not optuna_db.is_file():
+        return ""
+    with contextlib.closing(sqlite3.connect(f"file:{optuna_db}?mode=ro", uri=True)) as db:
+        row = db.execute("select value_json from study_user_attributes where key = 'harness.budget_s'").fetchone()
+    if row is None:
+        return ""
+    hours, minutes = divmod(round(float(json.loads(row[0])) / 60), 60)
+    return f"{hours}h{minutes}m" if hours and minutes else f"{hours}h" if hours else f"{minutes}m"
+
+
 def rerun_text(folder: Folder) -> str:
     """One sentence: how to recompute the folder, write its pages again, and measure it again."""
     name, recompute = folder.name, f"`.venv/bin/python results/{folder.name}/recompute.py` recomputes it"
@@ -198,6 +212,11 @@ def rerun_text(folder: Folder) -> str:
     target = re.sub(r"^study_", "", study.split("-")[0]).replace("_", "-")
     scale = folder.scales.most_common(1)[0][0] if folder.scales else "cpu"
     uri = f"TRACKING_URI=sqlite:///results/{name}/store/mlflow.db"
+    budget = study_budget(folder.path / "store" / "optuna.db")
+    if budget:   # search and race in one command, within the budget the study ran under
+        return (f"{recompute}; `make study-{target} SCALE={scale} DATA_DIR={DATA_DIR} BUDGET={budget} "
+                f"STORAGE=sqlite:///results/{name}/store/optuna.db {uri}` measures it again (search and race in "
+                "one wall-clock budget)")
     if kinds & {"study", "verify"}:
         return (f"{recompute}; `make study-{target} SCALE={scale} DATA_DIR={DATA_DIR} {uri}` then "
                 f"`make study-{target}-verify SCALE={scale} DATA_DIR={DATA_DIR} {uri}` measure it again")
