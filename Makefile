@@ -34,10 +34,10 @@ SLURM_CPUS_PER_TASK ?=
 DETACH ?=
 
 # DEVICE=cpu runs a GPU sweep as CPU processes over gloo; DEVICE=cuda runs it on GPUs over nccl (`--device`:
-# the harness sets the backend the sweep's experiment declares for the device, where it has one).
-device_set = $(if $(DEVICE),--device $(DEVICE))
+# the harness sets the backend the sweep's experiment declares for the device, where it has one). What a
+# sweep needs (its data, its backend) the harness reads from the sweep file, so no target names a file here.
 overrides = $(if $(DATASET),--set dataset=$(DATASET)) $(if $(DATA_DIR),--set data_dir=$(DATA_DIR)) \
-            $(call device_set,$1) $(foreach s,$(SET),--set $(s))
+            $(if $(DEVICE),--device $(DEVICE)) $(foreach s,$(SET),--set $(s))
 # Every sweeps/NAME.toml has `make sweep-NAME` and `make report-NAME`.
 SWEEPS := $(basename $(notdir $(filter-out sweeps/study_%,$(wildcard sweeps/*.toml))))
 # Every sweeps/study_NAME.toml has `make study-NAME` (underscores written as hyphens).
@@ -45,7 +45,9 @@ STUDIES := $(subst _,-,$(patsubst study_%,%,$(basename $(notdir $(wildcard sweep
 STORE := $(if $(TRACKING_URI),--tracking-uri $(TRACKING_URI))
 # `last`: the harness reads the scale this sweep or study last ran at (mlruns/last-scales.json), else smoke.
 SCALE_OPT = --scale $(or $(SCALE),last)
-RESNET_SWEEPS := resnet resnet-epochs resnet-batch resnet-lr
+# A sweep and the sweeps whose files extend it (`extends = "NAME"`): a new exercise file joins its
+# section's target by that line alone.
+family = $1 $(basename $(notdir $(shell grep -lE '^extends *= *"$1"' sweeps/*.toml)))
 SLURM_OPTS := $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION)) \
               $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME)) $(if $(SLURM_GPUS_PER_TASK),--slurm-gpus-per-task $(SLURM_GPUS_PER_TASK)) \
               $(if $(SLURM_CPUS_PER_TASK),--slurm-cpus-per-task $(SLURM_CPUS_PER_TASK)) $(if $(DETACH),--detach)
@@ -66,7 +68,7 @@ CPU_TABLES = $(if $(TABLES),--sweeps $(TABLES))
 # sweep-% and report-% stay out of .PHONY: make skips pattern rules for phony targets.
 .PHONY: help install install-system test test-fast report ui list machine bench-overhead bench-ddp clean-store \
         bench-workers bench-cells bench-noise bench-calibration bench-cli soak gpu-check dashboard peak reproduce-cpu \
-        reproduce-cpu-report airbench-ladder results-index
+        reproduce-cpu-report airbench-ladder results-index docs
 
 help: ## list the targets
 	@grep -E '^[a-z%-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -87,23 +89,23 @@ install-system: ## Debian packages the browser test needs (chromium, chromedrive
 	else apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; fi
 
 # --durations: every log ends with the slowest tests and their seconds, so a slow one is seen where it grew.
-test: ## the whole test suite (slow and multi-process tests included; 26 minutes on 2 Intel cores in the last CI run, 2026-12-07)
+test: ## the whole test suite (slow and multi-process tests included; its time on 2 cores: README.md)
 	$(BIN)/pytest -q --durations=30
 
 test-fast: ## the suite without the tests marked slow
 	$(BIN)/pytest -q -m "not slow" --durations=15
 
 sweep-%: ## run sweeps/NAME.toml: sweep-sparsity (T6.1), sweep-amp (T7), sweep-gpus DEVICE=cpu (T10.2), ... (REMEASURE=contended)
-	$(HARNESS) sweep $* $(SCALE_OPT) $(WORKER_OPTS) $(foreach r,$(REMEASURE),--remeasure-$(r)) $(call overrides,sweeps/$*.toml) $(STORE)
+	$(HARNESS) sweep $* $(SCALE_OPT) $(WORKER_OPTS) $(foreach r,$(REMEASURE),--remeasure-$(r)) $(overrides) $(STORE)
 
 study-%: ## run or resume sweeps/study_NAME.toml: study-lr-batch, study-sparsity-tradeoff (ARGS=--status)
-	$(HARNESS) study $(subst -,_,$*) $(SCALE_OPT) $(STUDY_OPTS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
+	$(HARNESS) study $(subst -,_,$*) $(SCALE_OPT) $(STUDY_OPTS) $(overrides) $(STORE)
 
 study-%-calibrate: ## measure a study's target from its tuned baseline ([target]): results/targets/ (resumable)
-	$(HARNESS) study $(subst -,_,$*) --calibrate-target $(SCALE_OPT) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
+	$(HARNESS) study $(subst -,_,$*) --calibrate-target $(SCALE_OPT) $(ARGS) $(overrides) $(STORE)
 
 study-%-verify: ## race a study's best trials over seeds in fresh processes against its tuned baseline, then ablate the winner (resumable)
-	$(HARNESS) study $(subst -,_,$*) --verify $(SCALE_OPT) $(ARGS) $(call overrides,sweeps/study_$(subst -,_,$*).toml) $(STORE)
+	$(HARNESS) study $(subst -,_,$*) --verify $(SCALE_OPT) $(ARGS) $(overrides) $(STORE)
 
 report-%: ## one sweep's table and plot beside the published figures, at SCALE (reports/NAME-SCALE.*)
 	$(HARNESS) report $* $(SCALE_OPT) $(STORE)
@@ -124,11 +126,15 @@ reproduce-cpu-report: ## results/cpu-2core/ (MACHINE=) written again from its co
 results-index: ## results/README.md, the first page of results/, written again from the folders (after any change there)
 	$(BIN)/python -m harness.report.results_index
 
-sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, and the epochs / batch / lr exercise sweeps
-	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) sweep $$s $(SCALE_OPT) $(call overrides,sweeps/resnet.toml) $(STORE); done
+# docs/ is a folder too: `docs` is phony, or make would call it up to date.
+docs: ## the README's sweeps table and docs/EXPERIMENTS.md's experiments table, written again from the sweep files and descriptors
+	$(BIN)/python -m harness.report.docs_tables
+
+sweep-resnet: ## D12.6 ResNet-18 1 vs 2 devices, then each sweep that extends it (the epochs / batch / lr exercises)
+	set -e; for s in $(call family,resnet); do $(HARNESS) sweep $$s $(SCALE_OPT) $(overrides) $(STORE); done
 
 report-resnet: ## D12.6 tables; the exercise plots show accuracy and time on two y-axes
-	set -e; for s in $(RESNET_SWEEPS); do $(HARNESS) report $$s $(SCALE_OPT) $(STORE); done
+	set -e; for s in $(call family,resnet); do $(HARNESS) report $$s $(SCALE_OPT) $(STORE); done
 
 bench-ddp: ## N ranks x t threads against 1 rank x N*t threads on the same cores (ratios)
 	$(BIN)/python benchmarks/ddp_vs_threads.py $(ARGS)

@@ -163,7 +163,7 @@ def _offline_cells() -> dict[str, tuple[object, set[str]]]:
     """Each sweep's spec and smoke cells (their ids), after checking that none would download anything."""
     import experiments
     from harness.specs import sweep_spec
-    from harness.training.config import parse_assignment
+    from harness.fields.config import parse_assignment
 
     def reads_data(cfg) -> bool:  # an experiment that makes its own inputs needs no dataset
         return experiments.get(cfg.experiment).needs_dataset

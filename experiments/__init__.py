@@ -8,16 +8,18 @@ The descriptor imports neither torch nor its run module (`RunTarget` imports the
 call), so names, keys and values are checked, and `harness list` lists, in a fraction of a second,
 before anything heavy is loaded.
 
-An experiment's config class is `harness.training.config.RunConfig` plus the field groups of
-`harness.training.field_groups` its run reads (through the harness helpers it calls) plus fields of
-its own: its fields are what it reads, so a sweep that sets any other field is refused ("does not
-read"). Configs are built here (`make_config`), where the experiment's name chooses the class.
+An experiment's config class is `harness.fields.config.RunConfig` plus the field groups its run
+reads (through the harness helpers it calls: the shared ones of `harness.fields.field_groups`, and
+those no other experiment reads, declared in its descriptor) plus fields of its own: its fields are
+what it reads, so a sweep that sets any other field is refused ("does not read"). Configs are built
+here (`make_config`), where the experiment's name chooses the class.
 
 A metric value that is a string (a captured warning, the dtype autocast produced) is a note: it
 is logged as the tag `harness.note.<key>` instead of a metric.
 
-A new experiment is its run module, its descriptor (a config class and `EXPERIMENT =
-Experiment(...)`), one line in REGISTRY, and its sweep file.
+A new experiment is two files and its sweep file: its run module and its descriptor (its card, a
+config class and `EXPERIMENT = Experiment(name=...)`), found by that file (experiments/descriptors/
+__init__.py reads the names from the descriptors' source): there is no list of experiments to edit.
 """
 
 from __future__ import annotations
@@ -28,28 +30,15 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Literal, Mapping
 
+from experiments import descriptors
 from harness.errors import UserError
 
 if TYPE_CHECKING:
     from pydantic.fields import FieldInfo
 
-    from harness.training.config import RunConfig
+    from harness.fields.config import RunConfig
     from harness.training.train import EpochCallback
 
-# name -> descriptor module; ONE line per experiment. Descriptors are imported only when asked for
-# (get), and none of them imports torch.
-REGISTRY: dict[str, str] = {
-    "pruning": "experiments.descriptors.pruning",
-    "amp": "experiments.descriptors.amp",
-    "hybridize": "experiments.descriptors.hybridize",
-    "async": "experiments.descriptors.asynchronous",
-    "data_parallel": "experiments.descriptors.data_parallel",
-    "dp_scratch": "experiments.descriptors.dp_scratch",
-    "autoparallel": "experiments.descriptors.autoparallel",
-    "recipe": "experiments.descriptors.recipe",
-    "formats": "experiments.descriptors.formats",
-    "airbench": "experiments.descriptors.airbench",
-}
 DEFAULT_EXPERIMENT = "pruning"  # the experiment of a config whose values name none
 
 # A metric name with `{i}` stands for one metric per index: rank{i}_train_time_s is rank0_..., rank1_...
@@ -103,6 +92,11 @@ class Experiment:
     backends: Mapping[str, str] = field(default_factory=dict)
 
     @property
+    def run_module(self) -> str:
+        """The module its run lives in (named, not imported, for a RunTarget)."""
+        return self.run.target.partition(":")[0] if isinstance(self.run, RunTarget) else self.run.__module__
+
+    @property
     def reads(self) -> frozenset[str]:
         """The config fields run() reads: its config class's fields."""
         return frozenset(self.config.model_fields)
@@ -127,7 +121,7 @@ class Experiment:
         """The shape the cell's dataset is loaded at: its model's input, or `input_shape`."""
         if self.input_shape is not None:
             return self.input_shape
-        from harness.training.catalogue import MODELS
+        from harness.fields.catalogue import MODELS
 
         return MODELS[cfg.model].input_shape
 
@@ -139,38 +133,49 @@ def metric_matches(declared: str, key: str) -> bool:
     return re.fullmatch(re.escape(declared).replace(re.escape(_INDEX), r"\d+"), key) is not None
 
 
+def registry() -> dict[str, str]:
+    """name -> descriptor module, by name: each module of experiments/descriptors/ that declares an
+    experiment, found from its source. Descriptors are imported only when asked for (get), and none
+    of them imports torch."""
+    return descriptors.found()
+
+
 def names() -> list[str]:
-    return list(REGISTRY)
+    return list(registry())
 
 
 def get(name: str) -> Experiment:
     """The experiment's descriptor (its module is imported here, on first use)."""
-    if name not in REGISTRY:
-        raise UserError(f"unknown experiment '{name}'; choose one of {', '.join(REGISTRY)}.")
-    return importlib.import_module(REGISTRY[name]).EXPERIMENT
+    found = registry()
+    if name not in found:
+        raise UserError(f"unknown experiment '{name}'; choose one of {', '.join(found)}.")
+    return importlib.import_module(found[name]).EXPERIMENT
 
 
 def run_modules() -> list[str]:
     """The modules the experiments' runs live in, for a process that imports them all ahead of the
     first cell (a study's fork server, whose every trial would otherwise import its run afresh)."""
-    found = set()
-    for name in REGISTRY:
-        run = get(name).run
-        found.add(run.target.partition(":")[0] if isinstance(run, RunTarget) else run.__module__)
-    return sorted(found)
+    return sorted({get(name).run_module for name in registry()})
+
+
+def card(name: str) -> str:
+    """The experiment's card, its descriptor's docstring: the question it answers (the first
+    paragraph), then its fields, procedure and metrics."""
+    get(name)   # an unknown name is one sentence
+    return (importlib.import_module(registry()[name]).__doc__ or "").strip()
 
 
 def all_fields() -> dict[str, "FieldInfo"]:
     """Every config field of any experiment (one name is one field in every class that has it), in
-    the registry's order; for `harness list`, and to tell another experiment's field from a typo.
-    Imports every experiment module."""
-    return _all_fields(tuple(REGISTRY.items()))
+    the experiments' order (by name); for `harness list`, and to tell another experiment's field from
+    a typo. Imports every experiment module."""
+    return _all_fields(tuple(registry().items()))
 
 
 @functools.lru_cache(maxsize=4)
-def _all_fields(registry: tuple[tuple[str, str], ...]) -> dict[str, "FieldInfo"]:
+def _all_fields(found: tuple[tuple[str, str], ...]) -> dict[str, "FieldInfo"]:
     fields: dict[str, FieldInfo] = {}
-    for name, _ in registry:
+    for name, _ in found:
         for key, info in get(name).config.model_fields.items():
             fields.setdefault(key, info)
     return fields
@@ -186,11 +191,11 @@ def make_config(values: Mapping[str, Any]) -> "RunConfig":
     mistake is a UserError of one sentence per mistake."""
     from pydantic import ValidationError
 
-    from harness.training.config import describe_validation_error
+    from harness.fields.config import describe_validation_error
 
     name = values.get("experiment", DEFAULT_EXPERIMENT)
-    if not isinstance(name, str) or name not in REGISTRY:
-        raise UserError(f"config field 'experiment' is not known; choose one of {', '.join(sorted(REGISTRY))} "
+    if not isinstance(name, str) or name not in registry():
+        raise UserError(f"config field 'experiment' is not known; choose one of {', '.join(names())} "
                         f"(got {name!r}).")
     cls = get(name).config
     try:
@@ -202,10 +207,10 @@ def make_config(values: Mapping[str, Any]) -> "RunConfig":
 def check_keys(keys: Iterable[str], *, read_by: str | None = None) -> None:
     """UserError when a key is no field of any experiment's config. A key experiment `read_by` reads
     is a field without asking the others: only another key imports every experiment module."""
-    from harness.training.config import unknown_key_sentence
+    from harness.fields.config import unknown_key_sentence
 
     keys = list(keys)
-    if read_by in REGISTRY:
+    if read_by in registry():
         reads = get(read_by).reads
         keys = [k for k in keys if k not in reads]
     if not keys:
@@ -219,7 +224,7 @@ def check_keys(keys: Iterable[str], *, read_by: str | None = None) -> None:
 def check_reads(name: str, keys: Iterable[str], *, where: str = "") -> None:
     """UserError when a key is not a config field, or is one experiment `name` never reads (setting it
     would change nothing but the cell's id). `where` ("sweep file X") starts the sentence."""
-    from harness.training.config import not_read_sentence
+    from harness.fields.config import not_read_sentence
 
     keys = list(keys)
     prefix = f"{where}: " if where else ""

@@ -55,7 +55,7 @@ from torch import nn
 
 from experiments.descriptors.airbench import AirbenchConfig, INPUT_SHAPE
 from harness.training import accuracy_probe, flops, speed_methods
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.training.data import load_splits
 from harness.errors import CellSkipped
 from harness.training.precision import Precision, backend_flags

@@ -24,7 +24,7 @@ import threading
 import torch
 
 from experiments.overlap import hidden_share, host_copies, median_time, products, products_copied_meanwhile
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 
 MATCH_TOLERANCE = 1e-5  # relative to the largest value: float rounding, not a lost dependency
 

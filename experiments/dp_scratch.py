@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from experiments.descriptors.dp_scratch import DpScratchConfig
 from harness.training import flops
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.training.data import Dataset, Split, load_splits
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank
@@ -229,7 +229,7 @@ def _flop_metrics(cfg: RunConfig, data: Dataset, train_time_s: float, ranks: boo
 
 def _summary(cfg: RunConfig, data: Dataset, times: list[float], warmup_s: float, test_accuracy: float,
              eval_s: float) -> dict[str, float]:
-    """The training metrics every experiment logs (train.METRICS), and how many copies trained."""
+    """The training metrics every experiment logs (catalogue.TRAINING_METRICS), and how many copies trained."""
     return {**training_metrics(times, [warmup_s], train_samples=len(data.train), test_samples=len(data.test),
                                accuracy=test_accuracy, eval_seconds=eval_s,
                                samples_trained=len(data.train) * cfg.epochs),

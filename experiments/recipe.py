@@ -13,7 +13,7 @@ experiment's field, is one more (harness/training/allocator.py). Beyond the book
 over `schedule_epochs` (a rise to the effective lr and a fall to 0, every step), `batchnorm` (a BatchNorm2d
 after every Conv2d), `label_smoothing`, `ema_decay` (every evaluation reads an exponential moving average
 of the weights) and Composer's selective backprop (`selective_backprop_keep` < 1). What each changes
-besides speed: harness/training/catalogue.py's SPEED_METHODS. A combination that cannot run here is a
+besides speed: harness/fields/catalogue.py's SPEED_METHODS. A combination that cannot run here is a
 skipped cell with the reason.
 
 There is no warm-up epoch: time to accuracy counts every step from initialisation, torch.compile's
@@ -31,7 +31,7 @@ from torch.optim.swa_utils import AveragedModel
 
 from experiments.descriptors.recipe import RecipeConfig
 from harness.training import accuracy_probe, speed_methods
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.training.data import Split, load_splits
 from harness.distributed.launch import launch
 from harness.distributed.placement import check_can_run, threads_per_rank

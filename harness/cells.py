@@ -17,7 +17,7 @@ from harness.signals import note_cut_off, raise_if_stopped, stops_held
 from harness.store import Outcome, Store
 from harness.store.tracking import CELL_ID, CLOCK, NOTE_PREFIX, PROCEDURE, REASON_LIMIT
 from harness.specs.cell_spec import Cell
-from harness.training.config import MEASUREMENT_PROCEDURE, RunConfig
+from harness.fields.config import MEASUREMENT_PROCEDURE, RunConfig
 
 EpochHook = Callable[[int, dict[str, float]], None]
 # How often MLflow samples system metrics in a cell that asks for them (MLflow's default, 10 s,

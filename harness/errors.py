@@ -1,11 +1,12 @@
-"""Exceptions with a meaning for the user and for the engines, and the one way an exception becomes
-a line of text."""
+"""Exceptions with a meaning for the user and for the engines, the one way an exception becomes a
+line of text, and the one way pydantic's validation errors become a sentence."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 
 class UserError(Exception):
@@ -35,8 +36,8 @@ class CellPruned(Exception):
 
 @dataclass(frozen=True)
 class Mistake:
-    """One of pydantic's validation errors as the sentences about a config, a sweep or study file, a
-    check or a sampler read it (each words its own sentence from these parts)."""
+    """One of pydantic's validation errors, as every reader of a config, a sweep or study file, a
+    check or a sampler words it (`sentence`)."""
     loc: tuple            # where: the field, and the keys inside it
     type: str             # pydantic's error type: missing, extra_forbidden, literal_error, ...
     message: str          # its message, without pydantic's "Value error, " (a rule's own sentence)
@@ -50,14 +51,60 @@ class Mistake:
 
     @property
     def said(self) -> str:
-        """The message to go inside a sentence: its first letter lowered."""
-        return self.message[:1].lower() + self.message[1:]
+        """The message to go inside a sentence: its first letter lowered, pydantic's "Input should
+        be ..." said as "should be ..." (the sentence names the key)."""
+        message = self.message.removeprefix("Input ") if self.message.startswith("Input should") else self.message
+        return message[:1].lower() + message[1:]
+
+    def sentence(self, where: str, takes: Iterable[str] = ()) -> str:
+        """This mistake as one sentence about `where` ("sweep file sweeps/x.toml", "[sampler] tpe", "a
+        'ratio' check", "config"), without its full stop; `takes`: the keys `where` takes, for an
+        unknown key's "did you mean" or, with none close, their list."""
+        if self.type == "extra_forbidden":
+            takes = [str(k) for k in takes] if len(self.loc) == 1 else []
+            # harness.suggest's "did you mean" (difflib's closest at 0.6), asked of difflib here: the
+            # bottom floor imports nothing of the harness, suggest.py included
+            close = difflib.get_close_matches(self.key, takes, n=1)
+            return f"{where}: unknown key '{self.key}'" + (f"; did you mean '{close[0]}'?" if close else
+                                                           f"; it takes {', '.join(takes)}" if takes else "")
+        if self.type == "missing":
+            return f"{where} needs '{self.key}'"
+        if not self.loc:   # a rule over several keys: the value it was given is the whole table, not shown
+            return f"{where}: {self.said}"
+        return f"{where}: key '{self.key}': {self.said} (got {self.value!r})"
 
 
 def mistakes(err) -> list[Mistake]:
     """A pydantic ValidationError's errors, in its order."""
     return [Mistake(tuple(e["loc"]), e["type"], e["msg"].removeprefix("Value error, "), e.get("input"),
                     str(e.get("ctx", {}).get("expected", ""))) for e in err.errors()]
+
+
+def first_mistake(found: list[Mistake], order: Sequence[str] = ()) -> Mistake:
+    """The mistake a reader fixes first: a missing key, then the others in the order of the model's
+    fields (`order`; a key that is none of them after those), then a rule over several keys."""
+    missing = [m for m in found if m.type == "missing"]
+    if missing:
+        return missing[0]
+    keyed = [m for m in found if m.loc]
+    if not keyed:
+        return found[0]
+    return min(keyed, key=lambda m: order.index(m.loc[0]) if m.loc[0] in order else len(order))
+
+
+def describe(err, where: str, takes: Iterable[str] = (), order: Sequence[str] = ()) -> str:
+    """A pydantic ValidationError as the one sentence every reader gives (without its full stop): its
+    first mistake (`first_mistake`) about `where`, every missing key named at once."""
+    found = mistakes(err)
+    missing = [m.key for m in found if m.type == "missing"]
+    if missing:
+        return f"{where} needs {', '.join(repr(k) for k in missing)}"
+    return first_mistake(found, order).sentence(where, takes)
+
+
+def full_stop(sentence: str) -> str:
+    """The sentence ended with a full stop, unless it ends in a question ("did you mean 'x'?")."""
+    return sentence if sentence.endswith(("?", ".")) else sentence + "."
 
 
 def first_line(err: BaseException, limit: int = 300) -> str:

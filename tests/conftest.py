@@ -30,6 +30,11 @@ if "HARNESS_CACHE_DIR" not in os.environ:
 if "HARNESS_STATE_DIR" not in os.environ:
     os.environ["HARNESS_STATE_DIR"] = tempfile.mkdtemp(prefix="harness-test-state-")
     atexit.register(shutil.rmtree, os.environ["HARNESS_STATE_DIR"], ignore_errors=True)
+# The reports a test's `harness study`, `report` or `reproduce` writes without --out (and the browser
+# test's screenshots) stay out of the checkout's reports/ (harness/folders.py).
+if "HARNESS_REPORTS_DIR" not in os.environ:
+    os.environ["HARNESS_REPORTS_DIR"] = tempfile.mkdtemp(prefix="harness-test-reports-")
+    atexit.register(shutil.rmtree, os.environ["HARNESS_REPORTS_DIR"], ignore_errors=True)
 
 
 def under_ci() -> bool:

@@ -302,7 +302,7 @@ def test_a_3x3_whitening_patch_whitens_and_trains_with_every_recipe_field_change
 def test_the_cpu_studys_space_loads_with_the_published_recipe_first_and_a_smoke_trial_of_it_runs(tmp_path):
     from harness.cli import main
     from harness.specs import study_spec
-    from harness.studies.variants import values_of, Variant
+    from harness.studies.deciding.variants import values_of, Variant
 
     spec = study_spec.load("airbench_cpu")
     assert {"airbench_tta_level", "airbench_fp32_layers", "airbench_whiten_kernel", "airbench_lr_scale",

@@ -1,7 +1,8 @@
 """The layering the code promises (docs/ARCHITECTURE.md), checked on the source: one door to
-MLflow, a store that imports nothing above it, no private name imported across modules, every
-module on a floor of LAYERS, no two modules of the harness of one name, and neither an import
-cycle nor an import up the floors.
+MLflow, a store that imports nothing above it, a torch-free half (harness/fields) from which no
+import of torch can be reached, no private name imported across modules, every module on a floor
+of LAYERS, no two modules of the harness of one name, neither an import cycle nor an import up the
+floors or up the rooms of a floor (ROOMS), and no class longer than a reader takes in at once.
 
 Imports are read at any depth: one inside a function (or a method, an `if`, a `try`, a
 TYPE_CHECKING block) counts as much as one at the top of the file. It runs later, but it makes
@@ -29,6 +30,7 @@ LAYERS = [
                    "harness.ui_links"]),
     ("the machine", ["harness.machine.*"]),
     ("the store", ["harness.store.*"]),
+    ("the torch-free half: a cell's config, its field groups, the catalogue, the data folders", ["harness.fields.*"]),
     ("the training half", ["harness.training.*"]),
     ("ranks", ["harness.distributed.*"]),
     ("the experiments", ["experiments.*"]),
@@ -40,6 +42,30 @@ LAYERS = [
     ("the command line", ["harness.cli.*", "harness.__main__"]),
 ]
 
+# What the torch-free half (harness/fields) never imports, nor anything of the harness it reaches:
+# torch and what loads it, numpy beside it, and the other imports of seconds, MLflow and Optuna. The
+# command line answers a mistake from that half before any of them is imported.
+HEAVY = ("torch", "torchvision", "torch_pruning", "nni", "numpy", "mlflow", "optuna")
+
+# Rooms inside one floor's folder, bottom first, checked as the floors are: a module of a room may
+# import its own room and those below, never one above (modules outside the folder are no room's).
+# The studies run trials in harness/studies and decide in harness/studies/deciding, which reads
+# what the trials left (their storage, the target file, the fork server); nothing that runs a trial
+# imports the half that decides.
+ROOMS = [
+    ("running trials", ["harness.studies.*"]),
+    ("deciding: target, race, verification, cards", ["harness.studies.deciding.*"]),
+]
+
+# A class a reader takes in at one sitting. The classes longer than that from before the rule, each
+# held at its length (lines, `class` to its last line) until it is split: one may shrink, not grow.
+MAX_CLASS_LINES = 120
+LONG_CLASSES = {
+    "harness/store/tracking.py:Store": 409,
+    "harness/sweeps/sweep_engine.py:_Sweep": 202,
+    "harness/specs/study_spec.py:StudySpec": 140,
+    "harness/store/claims.py:Claims": 121,
+}
 
 
 def _module(path: Path, root: Path = ROOT) -> str:
@@ -155,17 +181,72 @@ def names_used_twice(root: Path, sources: list[Path]) -> dict[str, list[str]]:
     return {name: paths for name, paths in sorted(files.items()) if len(paths) > 1}
 
 
-def arrows_up(graph: Graph, layers=LAYERS) -> list[str]:
-    """Each import of a module on a higher floor, as one line naming the file and line."""
+def heavy_imports(root: Path, sources: list[Path], package: str, heavy=HEAVY) -> list[str]:
+    """Each import of a `heavy` package, at any depth, in a module of `package` or in any module of
+    `sources` one of them reaches through imports at any depth (and the __init__ of every package
+    above such a module: importing it runs them), as 'file:line: imports torch (a -> b -> c)', the
+    way from `package` to that file."""
+    graph = import_graph(root, sources)
+    files = {_module(p, root): p for p in sources}
+    way = {m: [m] for m in sorted(files) if m == package or m.startswith(package + ".")}
+    todo = list(way)
+    while todo:
+        module = todo.pop(0)
+        parts = module.split(".")
+        above = [".".join(parts[:end]) for end in range(1, len(parts))]
+        for target in [*above, *sorted(graph.get(module, {}))]:
+            if target in files and target not in way:
+                way[target] = way[module] + [target]
+                todo.append(target)
+    found = []
+    for module, steps in sorted(way.items()):
+        path = files[module]
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            found += [f"{path.relative_to(root)}:{node.lineno}: imports {name} ({' -> '.join(steps)})"
+                      for name in names if name.partition(".")[0] in heavy]
+    return found
+
+
+def arrows_up(graph: Graph, layers=LAYERS, kind: str = "floor") -> list[str]:
+    """Each import of a module on a higher floor (or room: `kind`), as one line naming the file and line."""
     found = []
     for module, edges in sorted(graph.items()):
         mine = floor_of(module, layers)
         for target, where in sorted(edges.items()):
             theirs = floor_of(target, layers)
             if mine is not None and theirs is not None and theirs > mine:
-                found.append(f"{where}: {module} (floor '{layers[mine][0]}') imports {target} "
-                             f"(floor '{layers[theirs][0]}', above it)")
+                found.append(f"{where}: {module} ({kind} '{layers[mine][0]}') imports {target} "
+                             f"({kind} '{layers[theirs][0]}', above it)")
     return found
+
+
+def class_lengths(root: Path, sources: list[Path]) -> dict[str, int]:
+    """'path:Class' -> its lines, from `class` to its last line (a nested class by its own name)."""
+    lengths: dict[str, int] = {}
+    for path in sources:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                key = f"{path.relative_to(root).as_posix()}:{node.name}"
+                lengths[key] = max(lengths.get(key, 0), node.end_lineno - node.lineno + 1)
+    return lengths
+
+
+def too_long(lengths: dict[str, int], known: dict[str, int], limit: int = MAX_CLASS_LINES) -> list[str]:
+    """Each class over `limit` lines and longer than `known` holds it at, and each of `known` now
+    within the limit or gone (to take off the list), one line each."""
+    over = [f"{name}: {n} lines, over {limit}" + (f" and longer than the {known[name]} it is held at"
+                                                  if name in known else "")
+            for name, n in sorted(lengths.items()) if n > max(limit, known.get(name, 0))]
+    done = [f"{name}: {lengths[name]} lines now; take it off LONG_CLASSES" if name in lengths else
+            f"{name}: no such class now; take it off LONG_CLASSES"
+            for name in sorted(known) if lengths.get(name, 0) <= limit]
+    return over + done
 
 
 # --- the checks on this project ----------------------------------------------------------------------
@@ -197,22 +278,55 @@ def test_every_module_is_on_a_floor():
     assert not unplaced, f"give these modules a floor in LAYERS: {unplaced}"
 
 
-def test_the_bottom_floor_imports_nothing_of_the_harness():
-    graph = import_graph(ROOT, SOURCES)
+@pytest.fixture(scope="module")
+def project_graph() -> Graph:
+    """import_graph(ROOT, SOURCES), built once for the tests that only read it."""
+    return import_graph(ROOT, SOURCES)
+
+
+def test_the_bottom_floor_imports_nothing_of_the_harness(project_graph):
+    graph = project_graph
     bottom = [m for m in graph if floor_of(m) == 0]
     reaching = {m: sorted(graph[m]) for m in bottom if graph[m]}
     assert not reaching, reaching
 
 
-def test_no_import_cycle_at_any_depth():
-    graph = import_graph(ROOT, SOURCES)
+def test_no_import_cycle_at_any_depth(project_graph):
+    graph = project_graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + cycle_text(graph, cycle)
 
 
-def test_no_import_goes_up_the_floors():
-    up = arrows_up(import_graph(ROOT, SOURCES))
+def test_no_import_goes_up_the_floors(project_graph):
+    up = arrows_up(project_graph)
     assert not up, "\n".join(up)
+
+
+def test_the_torch_free_half_imports_no_torch_at_any_depth():
+    """Nothing in harness/fields imports torch (nor numpy, MLflow, Optuna), inside a function either,
+    and no module of the harness it imports does, at any depth: a mistake in a user's values is
+    answered from it before torch loads, and a late import there would load it the first time some
+    check ran."""
+    modules = {_module(p) for p in SOURCES}
+    assert {"harness.fields.config", "harness.fields.field_groups", "harness.fields.catalogue",
+            "harness.fields.data_folders"} <= modules
+    found = heavy_imports(ROOT, SOURCES, "harness.fields")
+    assert not found, "\n".join(found)
+def test_no_import_goes_up_the_rooms_of_a_floor(project_graph):
+    up = arrows_up(project_graph, ROOMS, kind="room")
+    assert not up, "\n".join(up)
+
+
+def test_every_room_holds_a_module():
+    """A room no module is in checks nothing: its folder was moved or renamed."""
+    modules = [_module(p) for p in SOURCES]
+    empty = [label for room, (label, _) in enumerate(ROOMS) if not any(floor_of(m, ROOMS) == room for m in modules)]
+    assert not empty, f"rooms without a module: {empty}"
+
+
+def test_no_class_is_longer_than_a_reader_takes_in_at_once():
+    found = too_long(class_lengths(ROOT, SOURCES), LONG_CLASSES)
+    assert not found, f"split a class into collaborators of {MAX_CLASS_LINES} lines at most:\n" + "\n".join(found)
 
 
 def test_no_two_modules_of_the_harness_share_a_name():
@@ -254,11 +368,64 @@ def test_a_function_local_cycle_fails_the_check(tmp_path, late_import):
     assert up.startswith(f"{Path('pkg', 'low.py')}:{late_line}: pkg.low (floor 'low') imports pkg.high")
 
 
+def test_a_torch_import_modules_away_fails_the_torch_free_check(tmp_path):
+    """pkg.free.names imports pkg.middle, which imports pkg.heavy only inside a function, and
+    pkg.heavy imports torch inside a function of its own: the check names that line and the way to
+    it. A package's __init__ above a module reached counts (importing the module runs it); a module
+    that nothing reached imports is none of the check's business."""
+    package = tmp_path / "pkg"
+    (package / "free").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "free" / "__init__.py").write_text("")
+    (package / "free" / "names.py").write_text("from pkg import middle\n")
+    (package / "middle.py").write_text("def helper():\n    from pkg.heavy import count\n    return count()\n")
+    (package / "heavy.py").write_text("def count():\n    import torch\n    return torch.cuda.device_count()\n")
+    (package / "apart.py").write_text("import torch\n")
+    sources = sorted(tmp_path.glob("pkg/**/*.py"))
+    assert heavy_imports(tmp_path, sources, "pkg.free") == [
+        f"{Path('pkg', 'heavy.py')}:2: imports torch (pkg.free.names -> pkg.middle -> pkg.heavy)"]
+
+    (package / "heavy.py").write_text("def count():\n    return 0\n")
+    (package / "__init__.py").write_text("import numpy.linalg\n")
+    assert heavy_imports(tmp_path, sources, "pkg.free") == [
+        f"{Path('pkg', '__init__.py')}:1: imports numpy.linalg (pkg.free -> pkg)"]
+
+    (package / "__init__.py").write_text("")
+    assert heavy_imports(tmp_path, sources, "pkg.free") == []
+
+
 def test_a_module_is_on_its_own_floor_before_its_packages():
     layers = [("engines", ["h.sweeps.*"]), ("report", ["h.report.*"]), ("above both", ["h.sweeps.decide"])]
     assert floor_of("h.sweeps", layers) == floor_of("h.sweeps.sweep_engine", layers) == 0
     assert floor_of("h.sweeps.decide", layers) == 2
     assert floor_of("h.sweepstakes", layers) is None and floor_of("h", layers) is None
+
+
+def test_a_room_is_checked_as_a_floor_inside_its_folder():
+    """The deciding room importing the running room is an arrow down, an import from outside the
+    folder is no room's, and the running room importing the deciding room is the arrow up."""
+    rooms = [("running", ["h.studies.*"]), ("deciding", ["h.studies.deciding.*"])]
+    graph = {"h.studies.trial_loop": {"h.studies.isolation": "h/studies/trial_loop.py:3"},
+             "h.studies.deciding.verify": {"h.studies.isolation": "h/studies/deciding/verify.py:5"},
+             "h.cli.commands": {"h.studies.deciding.verify": "h/cli/commands.py:7"}}
+    assert arrows_up(graph, rooms, kind="room") == []
+    graph["h.studies.warm_starts"] = {"h.studies.deciding.calibrated_target": "h/studies/warm_starts.py:9"}
+    assert arrows_up(graph, rooms, kind="room") == [
+        "h/studies/warm_starts.py:9: h.studies.warm_starts (room 'running') imports "
+        "h.studies.deciding.calibrated_target (room 'deciding', above it)"]
+
+
+def test_a_long_class_is_found_and_a_listed_one_may_only_shrink(tmp_path):
+    (tmp_path / "m.py").write_text("class Short:\n    a = 1\n\n\nclass Long:\n" + "    a = 1\n" * 5
+                                   + "\n    class Inner:\n        b = 2\n")
+    lengths = class_lengths(tmp_path, [tmp_path / "m.py"])
+    assert lengths == {"m.py:Short": 2, "m.py:Long": 9, "m.py:Inner": 2}
+    assert too_long(lengths, {}, limit=5) == ["m.py:Long: 9 lines, over 5"]
+    assert too_long(lengths, {"m.py:Long": 9}, limit=5) == []
+    assert too_long(lengths, {"m.py:Long": 8}, limit=5) == [
+        "m.py:Long: 9 lines, over 5 and longer than the 8 it is held at"]
+    assert too_long(lengths, {"m.py:Long": 9, "m.py:Short": 3, "m.py:Gone": 7}, limit=5) == [
+        "m.py:Gone: no such class now; take it off LONG_CLASSES", "m.py:Short: 2 lines now; take it off LONG_CLASSES"]
 
 
 def test_a_name_used_twice_is_found_for_files_and_packages_alike(tmp_path):

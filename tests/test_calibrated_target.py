@@ -1,4 +1,5 @@
-"""A target that ranks (studies/calibrated_target.py): measured from the study's tuned baseline by
+"""A target that ranks (studies/deciding/calibrated_target.py; the trials read it through
+studies/trial_target.py): measured from the study's tuned baseline by
 `harness study NAME --calibrate-target`, written beside the study's results, and the one target (with its
 fine clock) of every trial; a calibrated scale without its file is refused before anything runs."""
 
@@ -19,7 +20,8 @@ from harness.cli import main
 from harness.errors import UserError
 from harness.store.tracking import KIND, Store
 from harness.specs import study_spec
-from harness.studies import calibrated_target
+from harness.studies import trial_target
+from harness.studies.deciding import calibrated_target
 from conftest import assert_one_sentence_exit_2, mlflow_client
 
 STUDY = """\
@@ -86,13 +88,13 @@ def test_a_calibrated_scale_without_its_file_is_refused_and_a_target_cannot_be_s
     assert_one_sentence_exit_2([*args, "--set", "target_accuracy=0.5"], ["is calibrated", "--calibrate-target"], capsys)
     # the shipped speed-recipe study calibrates cpu and full; smoke keeps its baseline's own target
     spec = study_spec.load("study_speed_recipe")
-    assert calibrated_target.applied(spec, "smoke", {"epochs": 3}) == {"epochs": 3}
+    assert trial_target.applied(spec, "smoke", {"epochs": 3}) == {"epochs": 3}
     assert spec.fixed("smoke")["target_from_epoch"] == 2 and spec.fixed("cpu")["target_from_epoch"] == 0
     # airbench's CPU study opts in at cpu only: refused there without its file, smoke untouched
     airbench = study_spec.load("study_airbench_cpu")
-    assert calibrated_target.calibrated_at(airbench, "cpu") and not calibrated_target.calibrated_at(airbench, "smoke")
+    assert trial_target.calibrated_at(airbench, "cpu") and not trial_target.calibrated_at(airbench, "smoke")
     with pytest.raises(UserError, match="does not exist"):
-        calibrated_target.applied(airbench, "cpu", airbench.fixed("cpu"))
+        trial_target.applied(airbench, "cpu", airbench.fixed("cpu"))
     bad = path.read_text().replace("epochs = { smoke = 2,", "epochs = { huge = 2, smoke = 2,")
     path.write_text(bad)
     assert_one_sentence_exit_2(args, ["[target] names scale 'huge'"], capsys)
@@ -104,7 +106,7 @@ def test_the_target_is_the_best_lrs_and_the_tuned_lr_the_fastest_to_it_and_every
     path, uri, args = calibrated
     assert main([*args, "--calibrate-target"]) == 0
     spec = study_spec.load(str(path))
-    found = json.loads(calibrated_target.path(spec, "full").read_text())
+    found = json.loads(trial_target.path(spec, "full").read_text())
     runs = found["runs"]
     lr = [r for r in runs if r["step"] == "lr"]
     by_factor = {r["lr_factor"]: r["best_test_accuracy"] for r in lr}
@@ -136,7 +138,7 @@ def test_the_target_is_the_best_lrs_and_the_tuned_lr_the_fastest_to_it_and_every
     assert found["lr_at_grid_edge"] == (tuned in (min(times), max(times)))   # else a slower neighbour each side
     assert found["lr_timing_doublings"] == len(times) - 3 <= 1                 # [target] lr_doublings = 1
     recompute = subprocess.run([sys.executable, str(folders.REPO_ROOT / "results" / "targets" / "recompute.py"),
-                                str(calibrated_target.path(spec, "full")), str(path.parent / "mlflow.db")],
+                                str(trial_target.path(spec, "full")), str(path.parent / "mlflow.db")],
                                capture_output=True, text=True, timeout=60)
     assert recompute.returncode == 0, recompute.stdout + recompute.stderr
 
@@ -154,7 +156,7 @@ def test_the_target_is_the_best_lrs_and_the_tuned_lr_the_fastest_to_it_and_every
     assert main([*args, "--calibrate-target"]) == 0
     out = capsys.readouterr().out
     assert out.count("reused run") == len(runs) - 1 and runs[-1]["mlflow_run_id"] not in out
-    again = json.loads(calibrated_target.path(spec, "full").read_text())
+    again = json.loads(trial_target.path(spec, "full").read_text())
     assert again["measured"].split(" to ")[0] == found["measured"].split(" to ")[0]   # not the rewrite's time
 
     assert main(args) == 0
@@ -184,11 +186,11 @@ def test_the_target_is_the_best_lrs_and_the_tuned_lr_the_fastest_to_it_and_every
     assert "## The tuned lr on this host (seeds 0, 1)" in report
 
     # a recalibration with another result cannot mix its target into the study's trials
-    where = calibrated_target.path(spec, "full")
+    where = trial_target.path(spec, "full")
     where.write_text(json.dumps({**found, "target_accuracy": 0.5}))
     assert_one_sentence_exit_2(args, ["was timed to", "another --storage"], capsys)
     study = optuna.load_study(study_name="study_calibrated-full", storage=f"sqlite:///{path.parent / 'optuna.db'}")
-    assert study.user_attrs[calibrated_target.ATTR]["target_accuracy"] == found["target_accuracy"]
+    assert study.user_attrs[trial_target.ATTR]["target_accuracy"] == found["target_accuracy"]
 
 
 def test_a_best_lr_at_the_grids_top_grows_the_grid_until_it_is_inside_or_the_doublings_run_out():
@@ -302,18 +304,18 @@ def test_give_up_after_caps_every_timed_run_at_k_times_the_references_seconds(ca
     path, _, _ = calibrated
     path.write_text(path.read_text().replace("probe_size = 64\n", "probe_size = 64\ngive_up_after = 3\n"))
     spec = study_spec.load(str(path))
-    where = calibrated_target.path(spec, "full")
+    where = trial_target.path(spec, "full")
     where.parent.mkdir(parents=True)
     where.write_text(json.dumps({"target_accuracy": 0.8, "check_every_samples": 64, "probe_size": 64,
                                  "lr_factor": 2.0, "reference_time_to_target_s": 12.5}))
-    fixed = calibrated_target.applied(spec, "full", {"epochs": 3})
+    fixed = trial_target.applied(spec, "full", {"epochs": 3})
     assert fixed["give_up_after_s"] == 37.5 and fixed["target_accuracy"] == 0.8
 
     # a study is timed under one cap: resuming it under another is refused like another target
     study = optuna.create_study(directions=["minimize", "maximize"])
-    calibrated_target.check_study(study, fixed)
+    trial_target.check_study(study, fixed)
     with pytest.raises(UserError, match="was timed to"):
-        calibrated_target.check_study(study, {**fixed, "give_up_after_s": 50.0})
+        trial_target.check_study(study, {**fixed, "give_up_after_s": 50.0})
     # without the key (a study file that sets none) the fixed settings carry no cap at all
     path.write_text(path.read_text().replace("give_up_after = 3\n", ""))
-    assert "give_up_after_s" not in calibrated_target.applied(study_spec.load(str(path)), "full", {"epochs": 3})
+    assert "give_up_after_s" not in trial_target.applied(study_spec.load(str(path)), "full", {"epochs": 3})

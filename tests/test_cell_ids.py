@@ -9,7 +9,7 @@ that moves them must bump MEASUREMENT_PROCEDURE and say why, or keep them."""
 import pytest
 
 from experiments import make_config
-from harness.training.config import MEASUREMENT_PROCEDURE
+from harness.fields.config import MEASUREMENT_PROCEDURE
 
 PINNED = [
     # sweep sparsity, scale full: sparsity=0.8 r2

@@ -194,11 +194,11 @@ def test_a_check_for_the_document_scale_is_not_judged_on_a_smaller_one():
     ({"kind": "compare", "metric": "m", "where": {"x": 1}, "against": {"x": 2}}, "at least one of min_ratio"),
     ({"kind": "ratio", "metric": "m", "tolerence": 0.1}, "needs 'tolerance'"),
     ({"kind": "ratio", "metric": "m", "tolerance": 0.1, "tolerence": 0.1}, "unknown key 'tolerence'"),
-    ({"kind": "best", "metric": "m", "goal": "fastest", "row": {"x": 1}}, "'goal' must be 'lowest' or 'highest'"),
+    ({"kind": "best", "metric": "m", "goal": "fastest", "row": {"x": 1}}, "key 'goal': must be 'lowest' or 'highest'"),
     ({"kind": "flat", "metric": "m", "tolerance": 0.1, "needs": {"ram": 64}}, "unknown need 'ram'"),
     ({"kind": "bound", "metric": "m", "min": 1, "on": "ours"}, "needs a reason"),
     ({"kind": "bound", "metric": "m"}, "at least one of min, max"),
-    ({"kind": "flat", "metric": "m", "tolerance": "10%"}, "'tolerance' must be a number"),
+    ({"kind": "flat", "metric": "m", "tolerance": "10%"}, "key 'tolerance': must be a number"),
     ({"kind": "vibes"}, "unknown check kind 'vibes'"),
 ])
 def test_a_mistyped_check_stops_the_sweep_file_with_one_sentence(sweep_file, check, words):
@@ -226,11 +226,11 @@ def test_compare_pairs_on_an_axis_both_sides_restrict_alike():
 
 
 @pytest.mark.parametrize("check, words", [
-    ({"kind": "bound", "metric": "m", "min": True}, "'min' must be a number, not True"),
-    ({"kind": "trend", "metric": "m", "x": "x", "direction": "up"}, "'direction' must be 'increasing' or 'decreasing'"),
-    ({"kind": "bound", "metric": "m", "min": 1, "scales": "full"}, "'scales' must be a list of scale names"),
-    ({"kind": "bound", "metric": "m", "min": 1, "where": 3}, "'where' must be a table"),
-    ({"kind": "bound", "metric": "m", "min": 1, "on": "theirs"}, "'on' must be 'published' or 'ours'"),
+    ({"kind": "bound", "metric": "m", "min": True}, "key 'min': must be a number (got True)"),
+    ({"kind": "trend", "metric": "m", "x": "x", "direction": "up"}, "key 'direction': must be 'increasing' or 'decreasing'"),
+    ({"kind": "bound", "metric": "m", "min": 1, "scales": "full"}, "key 'scales': must be a list of scale names"),
+    ({"kind": "bound", "metric": "m", "min": 1, "where": 3}, "key 'where': must be a table"),
+    ({"kind": "bound", "metric": "m", "min": 1, "on": "theirs"}, "key 'on': must be 'published' or 'ours'"),
 ])
 def test_a_mistyped_value_in_a_check_is_named_with_what_it_should_be(check, words):
     from harness.specs import checkkinds

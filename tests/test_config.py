@@ -5,7 +5,7 @@ import pytest
 
 import experiments
 from experiments import make_config
-from harness.training.config import parse_assignment
+from harness.fields.config import parse_assignment
 from harness.errors import UserError
 
 
@@ -72,7 +72,7 @@ def test_parse_assignment():
 
 def test_a_new_measurement_procedure_gives_every_cell_a_new_id(monkeypatch):
     # Records made by the old procedure (warm-up epochs kept) must not count as finished cells.
-    from harness.training import config
+    from harness.fields import config
     cfg = make_config({"epochs": 3})
     now = cfg.cell_id()
     monkeypatch.setattr(config, "MEASUREMENT_PROCEDURE", 1)
@@ -80,7 +80,7 @@ def test_a_new_measurement_procedure_gives_every_cell_a_new_id(monkeypatch):
 
 
 def test_the_config_module_imports_no_experiment():
-    code = ("import sys, harness.training.config, harness.training.field_groups; "
+    code = ("import sys, harness.fields.config, harness.fields.field_groups; "
             "print(sorted(m for m in sys.modules if 'experiments' in m))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
@@ -98,12 +98,18 @@ def test_one_field_is_the_same_field_in_every_class_that_has_it():
 
 
 def _field_groups():
+    """The shared groups (harness/fields/field_groups.py) and those one experiment alone reads,
+    declared in its descriptor beside its config class."""
+    import importlib
     import inspect
 
-    from harness.training import field_groups
-    from harness.training.config import FieldGroup
-    return [cls for _, cls in inspect.getmembers(field_groups, inspect.isclass)
-            if issubclass(cls, FieldGroup) and cls is not FieldGroup and cls.__module__ == field_groups.__name__]
+    from harness.fields import field_groups
+    from harness.fields.config import FieldGroup, RunConfig
+
+    descriptors = [importlib.import_module(experiments.get(name).config.__module__) for name in experiments.names()]
+    return [cls for module in (field_groups, *descriptors) for _, cls in inspect.getmembers(module, inspect.isclass)
+            if issubclass(cls, FieldGroup) and not issubclass(cls, RunConfig) and cls is not FieldGroup
+            and cls.__module__ == module.__name__]
 
 
 def _fields_its_rules_read(group) -> set[str]:
@@ -129,7 +135,7 @@ def test_each_field_group_composed_alone_validates(group):
     turned on, it gives a value or a sentence, never an AttributeError."""
     from pydantic import ValidationError
 
-    from harness.training.config import RunConfig
+    from harness.fields.config import RunConfig
 
     alone = type(f"Only{group.__name__}", (RunConfig, group), {})
     assert _fields_its_rules_read(group) <= set(alone.model_fields), "a rule reads a field its group lacks"

@@ -135,8 +135,8 @@ def test_a_failed_download_leaves_no_folder_behind(tmp_path, monkeypatch):
 
 def test_a_downloaded_dataset_is_checked_before_torch_loads(tmp_path, monkeypatch):
     """Not in data_dir and offline: one sentence; in data_dir: no question asked of the network."""
-    from harness.training import data_folders
-    from harness.training.catalogue import DOWNLOADS
+    from harness.fields import data_folders
+    from harness.fields.catalogue import DOWNLOADS
 
     monkeypatch.setenv(data_folders.OFFLINE_ENV, "1")
     with pytest.raises(UserError, match="dataset 'cifar10' is not in data_dir .* declared offline"):
@@ -157,7 +157,7 @@ def test_a_downloaded_dataset_is_checked_before_torch_loads(tmp_path, monkeypatc
 def test_reachable_tells_a_closed_port_from_a_listening_one():
     import socket
 
-    from harness.training.data_folders import reachable
+    from harness.fields.data_folders import reachable
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
@@ -171,7 +171,7 @@ def test_reachable_tells_a_closed_port_from_a_listening_one():
 def test_the_download_table_matches_torchvisions_own():
     import torchvision
 
-    from harness.training.catalogue import DOWNLOADS
+    from harness.fields.catalogue import DOWNLOADS
 
     assert DOWNLOADS["cifar10"].url == torchvision.datasets.CIFAR10.url
     assert set(DOWNLOADS["cifar10"].files) == {f"cifar-10-batches-py/{name}" for name, _ in

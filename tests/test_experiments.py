@@ -21,7 +21,7 @@ import torch
 import experiments
 from experiments import check_reads, make_config, metric_matches
 from experiments.descriptors.autoparallel import EXERCISE_METRICS
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.errors import CellSkipped, UserError
 from harness.training import peak
 
@@ -51,7 +51,7 @@ SET_BY_THE_HARNESS = {"experiment", "repeat", "malloc"}
 # The orchestration half reads configs too, but not on an experiment's behalf.
 NOT_RUN_BY_AN_EXPERIMENT = ("harness.cells", "harness.cli", "harness.launchers", "harness.report",
                             "harness.store", "harness.studies", "harness.sweeps")
-DEFINE_THE_FIELDS = ("harness.training.config", "harness.training.field_groups", "experiments")
+DEFINE_THE_FIELDS = ("harness.fields.config", "harness.fields.field_groups", "experiments")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -132,14 +132,24 @@ def test_each_field_of_an_experiments_class_is_read_by_code_its_run_can_reach(na
     module = _run_module(name)
     reachable = _reachable(module) - set(DEFINE_THE_FIELDS)
     assert module in reachable
-    read = set().union(*(_names_read(m, {experiment.config.__name__}) for m in reachable))
+    # The config class and the field groups its descriptor declares define fields; their rules read none for run().
+    defined = {experiment.config.__name__, *_groups_declared_in(experiment.config.__module__)}
+    read = set().union(*(_names_read(m, defined) for m in reachable))
     unread = sorted(set(experiment.config.model_fields) - read - SET_BY_THE_HARNESS)
     assert unread == [], f"{name}'s config declares fields nothing it runs reads: {unread}"
 
 
+def _groups_declared_in(module: str) -> set[str]:
+    """The names of the field groups a descriptor declares beside its config class."""
+    from harness.fields.config import FieldGroup
+
+    return {name for name, value in vars(importlib.import_module(module)).items()
+            if isinstance(value, type) and issubclass(value, FieldGroup) and value.__module__ == module}
+
+
 def test_the_source_check_catches_a_declared_field_nothing_reads(tmp_path, monkeypatch):
     (tmp_path / "unread_field_experiment.py").write_text(
-        "from harness.training.config import RunConfig\n"
+        "from harness.fields.config import RunConfig\n"
         "class UnreadConfig(RunConfig):\n"
         "    never_used_anywhere: int = 3\n"
         "def run(cfg, on_epoch=None):\n"
@@ -156,7 +166,7 @@ def _run_module(name: str) -> str:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_module_exports_one_descriptor_under_its_registry_name(name):
-    module = importlib.import_module(experiments.REGISTRY[name])
+    module = importlib.import_module(experiments.registry()[name])
     experiment = experiments.get(name)
     run_module = importlib.import_module(_run_module(name))
     assert experiment is module.EXPERIMENT and experiment.name == name and experiment.run.resolve() is run_module.run
@@ -191,7 +201,7 @@ def test_fields_every_cell_carries_are_in_every_class():
 
 
 def test_unknown_experiment_or_key_is_one_sentence_naming_what_exists():
-    with pytest.raises(UserError, match="unknown experiment 'nope'; choose one of pruning, amp"):
+    with pytest.raises(UserError, match="unknown experiment 'nope'; choose one of airbench, amp, async"):
         experiments.get("nope")
     with pytest.raises(UserError, match="unknown config key 'colour'"):
         check_reads("pruning", ["colour"])

@@ -218,7 +218,7 @@ def test_a_sweep_past_max_cells_is_refused_and_a_large_one_says_how_large_first(
     args = SimpleNamespace(scale="full", sets=["epochs=1000000000"], max_cells=10)
     from harness.specs import sweep_spec
 
-    commands._size_of_job(sweep_spec.load(str(small)), args)
+    commands._sweep_job(sweep_spec.load(str(small)), args)
     said = capsys.readouterr().err
     assert "is a large job: 1 cells, 1000000000 epochs in all" in said and all_runs(uri) == []
 

@@ -207,10 +207,10 @@ def test_a_store_deleted_during_a_studys_last_trial_is_named_and_nothing_is_repo
                                                                                      capsys, monkeypatch):
     """The real file deleted (as `rm mlflow.db*` does) just as the last trial ends: there is no
     next trial to notice it before, so the study itself checks before its report and summary."""
-    from harness.studies import trial_loop
+    from harness.studies import trial_steps
 
     path = study_file("vanishing", space=LR_SPACE, n_trials=2, base={"epochs": 1})
-    real, finished = trial_loop.run_cell, []
+    real, finished = trial_steps.run_cell, []
 
     def run_then_delete(*args, **kwargs):
         result = real(*args, **kwargs)
@@ -220,7 +220,7 @@ def test_a_store_deleted_during_a_studys_last_trial_is_named_and_nothing_is_repo
                 (tmp_path / name).unlink(missing_ok=True)
         return result
 
-    monkeypatch.setattr(trial_loop, "run_cell", run_then_delete)
+    monkeypatch.setattr(trial_steps, "run_cell", run_then_delete)
     reports = tmp_path / "reports"
     capsys.readouterr()
     assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(reports)]) == 1

@@ -3,7 +3,7 @@ command line reaches it intact, and a parent run never stays RUNNING after a fau
 
 import pytest
 
-from harness.training.config import parse_assignment
+from harness.fields.config import parse_assignment
 from harness.errors import StoreFault
 from harness.invocation import Invocation, Stopped, set_arguments
 from harness.launchers import WorkerRole

@@ -44,6 +44,13 @@ def digits_folders(root: Path, quality: int = 95) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def digits_jpegs(tmp_path_factory) -> Path:
+    """digits_folders at quality 95, written once for the tests that only read it (the ladder's rungs,
+    caches and stores go to each test's own folder)."""
+    return digits_folders(tmp_path_factory.mktemp("digits-jpegs") / "digits")
+
+
 def _ladder(tmp_path: Path, source: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
     return subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "jpeg_ladder.py"), "--data-dir", str(source),
@@ -53,8 +60,8 @@ def _ladder(tmp_path: Path, source: Path, *args: str) -> subprocess.CompletedPro
 
 
 @pytest.mark.slow
-def test_a_digits_ladder_loses_accuracy_with_quality_and_resumes_from_its_store(tmp_path):
-    source = digits_folders(tmp_path / "digits")
+def test_a_digits_ladder_loses_accuracy_with_quality_and_resumes_from_its_store(digits_jpegs, tmp_path):
+    source = digits_jpegs
     done = _ladder(tmp_path, source, "--seeds", "1", "--qualities", "1")
     assert done.returncode == 0, done.stderr[-2000:]
     rows = list(csv.DictReader(open(tmp_path / "out" / "ladder.csv")))
@@ -98,14 +105,14 @@ def test_a_quality_at_or_above_the_sources_is_refused_in_one_sentence_before_any
     assert "holds no JPEG images" in capsys.readouterr().err
 
 
-def test_the_sources_quality_is_read_from_its_quantisation_tables_and_a_rung_is_written_once(tmp_path):
+def test_the_sources_quality_is_read_from_its_quantisation_tables_and_a_rung_is_written_once(digits_jpegs, tmp_path):
     from PIL import Image
 
     image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (32, 32, 3), dtype=np.uint8))
     for quality in (95, 75, 40, 10):
         image.save(tmp_path / f"q{quality}.jpg", quality=quality)
         assert jpeg_ladder.source_quality(tmp_path / f"q{quality}.jpg") == quality
-    source = digits_folders(tmp_path / "digits")
+    source = digits_jpegs
     size = jpeg_ladder.reencode(source, tmp_path / "q20", 20)
     files = jpeg_ladder.images(tmp_path / "q20")
     assert len(files) == len(jpeg_ladder.images(source)) and size == jpeg_ladder.bytes_per_image(files)
@@ -130,11 +137,11 @@ def test_image_bytes_leave_out_the_headers_which_are_the_same_size_at_every_qual
 
 
 @pytest.mark.slow
-def test_the_top_rung_is_the_airbench_sweeps_own_runs_when_each_trained_to_its_last_epoch(tmp_path):
+def test_the_top_rung_is_the_airbench_sweeps_own_runs_when_each_trained_to_its_last_epoch(digits_jpegs, tmp_path):
     from harness.store import Outcome, Store
     from harness.sweeps.sweep_engine import run_sweep
 
-    source = str(digits_folders(tmp_path / "digits"))
+    source = str(digits_jpegs)
     store = Store(f"sqlite:///{tmp_path}/store/mlflow.db")
     assert jpeg_ladder.sweep_top_rung(store, "smoke", source, 1) is None     # the sweep has not run
     (cell,) = run_sweep(jpeg_ladder.airbench94("smoke", [source]), store, scale="smoke",

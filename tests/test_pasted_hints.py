@@ -108,7 +108,7 @@ def test_every_hint_the_summary_and_the_report_print_runs_as_pasted(sweep_file, 
 def test_a_hint_writes_the_overrides_as_the_command_line_reads_them_back(overrides, words, sweep_file, tmp_path):
     from harness.rerun import of_invocation
     from harness.specs import sweep_spec
-    from harness.training.config import parse_assignment
+    from harness.fields.config import parse_assignment
 
     spec = sweep_spec.load(str(sweep_file("words", {"sparsity": [0.0]})))
     command = shlex.split(of_invocation(spec, "quick", overrides, f"sqlite:///{tmp_path}/s.db")

@@ -1,4 +1,4 @@
-"""The race over seeds (studies/race.py) on fabricated trials with known noise: it names the true best
+"""The race over seeds (studies/deciding/race.py) on fabricated trials with known noise: it names the true best
 more often than the single-draw ranking a search ends with, spends seeds only on candidates that could
 still win, and stops at its budget."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import random
 
-from harness.studies.race import median_interval, race, single_draw_pick, uniform_pick
+from harness.studies.deciding.race import median_interval, race, single_draw_pick, uniform_pick
 
 # six recipes' true times to a target (s), the best 12% ahead of the next; each draw is off by a seed's
 # multiplicative noise (sd 15%, the spread the in-study figures showed: the luckiest of 24 draws was 1.9x off)
@@ -70,7 +70,7 @@ def test_the_race_report_puts_each_in_study_figure_beside_its_re_measured_interv
     from types import SimpleNamespace
 
     from harness.specs import study_spec
-    from harness.studies import race_report
+    from harness.studies.deciding import race_report
 
     spec = study_spec.load("study_speed_recipe")
     book = {k: spec.space[k].optuna_value(v) for k, v in spec.baseline.params.items()}
@@ -95,7 +95,7 @@ def test_the_race_report_says_whether_the_tuned_lr_was_the_fastest_of_its_neighb
     from types import SimpleNamespace
 
     from harness.specs import study_spec
-    from harness.studies import race_report
+    from harness.studies.deciding import race_report
 
     spec = study_spec.load("study_speed_recipe")
     book = {k: spec.space[k].optuna_value(v) for k, v in spec.baseline.params.items()}

@@ -10,13 +10,13 @@ import torch
 from torch import nn
 
 from experiments import make_config, recipe
+from experiments.descriptors.recipe import TrainingMethodsFields
 from harness.errors import CellSkipped, UserError
 from harness.specs import study_spec
 from harness.training import speed_methods
 from harness.training import train as train_module
-from harness.training.catalogue import CHANGES, SPEED_METHODS, speed_method_of
+from harness.fields.catalogue import CHANGES, SPEED_METHODS, speed_method_of
 from harness.training.data import load_splits
-from harness.training.field_groups import TrainingMethodsFields
 from harness.training.models import TinyCNN
 from harness.training.pruning import prune_conv_filters
 from harness.training.train import evaluate

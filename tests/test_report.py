@@ -33,7 +33,7 @@ def test_report_sets_ours_beside_the_published_figures(store, sweep_file, tmp_pa
     paths = report_files.write_files(built, tmp_path)
     writeback.attach_files(store, built, paths)
     assert sorted(p.suffix for p in paths) == [".csv", ".md", ".png"]
-    assert paths[2].stat().st_size > 10_000
+    assert paths.plot.stat().st_size > 10_000
     logged = {a.path for a in mlflow_client(store).list_artifacts(built.parent_run_id, "report")}
     assert logged == {"report/rep_table.md", "report/rep_table.csv", "report/rep_table.png"}
 

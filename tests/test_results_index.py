@@ -70,3 +70,21 @@ def test_a_folder_added_under_results_is_on_the_index_at_the_next_writing(tmp_pa
     assert "**2 folders of results, measured on 2 hosts**" in written
     shutil.rmtree(root / "cpu-4core")
     assert "study_new/" not in results_index.page(results_index.folders(root))
+
+
+def test_a_budgeted_study_is_measured_again_under_its_budget_in_one_command(tmp_path):
+    """The budget is read from the study's Optuna file as --budget writes it back; a study without one
+    (or a folder without an Optuna file) keeps the two commands, study then race."""
+    import json
+    import sqlite3
+
+    from harness.report.results_index import study_budget
+
+    assert study_budget(tmp_path / "optuna.db") == ""
+    for seconds, text in [(7200, "2h"), (5400, "1h30m"), (2700, "45m"), (None, "")]:
+        path = tmp_path / f"optuna-{seconds}.db"
+        with sqlite3.connect(path) as db:
+            db.execute("create table study_user_attributes (study_id int, key text, value_json text)")
+            if seconds is not None:
+                db.execute("insert into study_user_attributes values (1, 'harness.budget_s', ?)", (json.dumps(seconds),))
+        assert study_budget(path) == text

@@ -16,7 +16,7 @@ from harness.specs.cell_spec import Cell
 from harness.store import Outcome
 from harness.store.tracking import KIND, Store
 from harness.studies import seeded
-from harness.studies.trial_loop import objective
+from harness.studies.trial_end import objective
 from conftest import mlflow_client
 
 STUDY = """\

@@ -50,23 +50,24 @@ def test_a_data_parallel_cell_reports_the_same_names_and_values_as_before():
 
 
 def test_the_training_metrics_are_named_once_and_every_builder_and_descriptor_uses_them():
-    """train.METRICS is what training_metrics builds; the DDP target's merge and dp_scratch build
-    theirs with it, and every experiment whose run builds them declares them all (a name retyped
-    in a descriptor, or one the builder adds without METRICS, fails here)."""
+    """catalogue.TRAINING_METRICS is what training_metrics builds; the DDP target's merge and
+    dp_scratch build theirs with it, and every experiment whose run builds them declares them all (a
+    name retyped in a descriptor, or one the builder adds without TRAINING_METRICS, fails here)."""
     import experiments
     from experiments import dp_scratch
-    from harness.training.train import METRICS, training_metrics
+    from harness.fields.catalogue import TRAINING_METRICS
+    from harness.training.train import training_metrics
 
     built = training_metrics([1.0, 3.0], [0.5], train_samples=10, test_samples=5, accuracy=0.5, eval_seconds=0.1)
-    assert tuple(built) == METRICS
+    assert tuple(built) == TRAINING_METRICS
     merged = merge(None, RankContext(world_size=2), [{**r, "losses": [0.1, 0.1], "digest": "d"} for r in TWO_RANKS],
                    0.9, 0.1, 100, 50, 16, 0.2)
-    assert set(METRICS) <= set(merged)
+    assert set(TRAINING_METRICS) <= set(merged)
     scratch = dp_scratch._summary(dp_scratch.DpScratchConfig(epochs=2), _Data(), [1.0, 2.0], 0.5, 0.9, 0.1)
-    assert set(scratch) == {*METRICS, "copies"} and scratch["samples_per_s"] == 100 * 2 / 3.0
+    assert set(scratch) == {*TRAINING_METRICS, "copies"} and scratch["samples_per_s"] == 100 * 2 / 3.0
     for name in ("amp", "data_parallel", "dp_scratch", "pruning", "recipe"):
         declared = experiments.get(name).metrics
-        assert set(METRICS) <= set(declared), name
+        assert set(TRAINING_METRICS) <= set(declared), name
         assert len(declared) == len(set(declared)), f"{name} declares a metric twice"
 
 

@@ -161,7 +161,7 @@ def test_each_task_of_the_cell_job_runs_torchrun_as_its_node(tmp_path, monkeypat
     assert module == slurm_task.__name__ and importlib.util.find_spec(module) is not None
     assert 'if __name__ == "__main__":' in Path(slurm_task.__file__).read_text()
     assert slurm_task.main([]) == 2  # not started by srun: a usage line, no traceback
-    from harness.training.config import CLASS_ENV, class_name
+    from harness.fields.config import CLASS_ENV, class_name
 
     cfg = _cfg(world_size=4, device="cpu", threads=1)
     (tmp_path / "config.json").write_text(cfg.model_dump_json())

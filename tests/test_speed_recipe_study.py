@@ -12,7 +12,7 @@ import pytest
 
 from harness.cli import main
 from harness.studies import baseline, host_space
-from harness.studies.trial_loop import objective
+from harness.studies.trial_end import objective
 from harness.studies.trial_tags import WARM_START_ATTR
 from harness.store.tracking import Store
 from conftest import assert_one_sentence_exit_2, mlflow_client

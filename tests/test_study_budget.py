@@ -15,7 +15,8 @@ from optuna.trial import TrialState, create_trial
 
 from harness.cli import main
 from harness.specs.study_spec import StudySpec
-from harness.studies import budget, incumbent, race
+from harness.studies import budget, incumbent
+from harness.studies.deciding import race
 from harness.studies.budget import Budget
 from conftest import assert_one_sentence_exit_2
 
@@ -173,9 +174,9 @@ def test_budget_mistakes_are_one_sentence_before_anything_runs(tmp_path, capsys,
 
 
 def test_a_budget_smaller_than_the_calibrated_race_is_refused_before_any_trial(tmp_path, capsys, monkeypatch):
-    from harness.studies import calibrated_target
+    from harness.studies import trial_target
 
-    monkeypatch.setattr(calibrated_target, "read", lambda spec, scale: {"reference_time_to_target_s": 50.0})
+    monkeypatch.setattr(trial_target, "read", lambda spec, scale: {"reference_time_to_target_s": 50.0})
     path = _write(tmp_path)
     uri = f"sqlite:///{tmp_path / 'm.db'}"
     assert_one_sentence_exit_2(["study", str(path), "--tracking-uri", uri, "--budget", "55s"],
@@ -253,7 +254,7 @@ def _step_s(trial) -> float:
 
 # --- method cards ---------------------------------------------------------------------------------------
 def test_a_method_card_pairs_its_runs_by_seed_with_the_tuned_loop_and_the_winner():
-    from harness.studies import method_cards
+    from harness.studies.deciding import method_cards
 
     rows = [{"role": role, "seed": seed, "time_to_accuracy_s": t} for role, seed, t in [
         ("tuned baseline", 0, 60.0), ("tuned baseline", 1, 66.0), ("tuned baseline", 2, 54.0),

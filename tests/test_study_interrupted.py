@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 
 from harness.cli import main
 from harness.store.tracking import Store
-from harness.studies import trial_loop
+from harness.studies import trial_steps
 
 LR = 'lr = { type = "float", low = 1e-3, high = 1e-1, log = true }\n'
 
@@ -23,7 +23,7 @@ def _study(path, folder, capsys, *args) -> tuple[int, str]:
 
 def test_a_ctrl_c_trial_is_interrupted_and_requeued_never_failed(study_file, tmp_path, capsys, monkeypatch):
     path = study_file("cut", space=LR, n_trials=2, base={"epochs": 1})
-    real_run_cell, calls = trial_loop.run_cell, []
+    real_run_cell, calls = trial_steps.run_cell, []
 
     def ctrl_c_in_the_second_trial(*args, **kwargs):
         calls.append(1)
@@ -31,7 +31,7 @@ def test_a_ctrl_c_trial_is_interrupted_and_requeued_never_failed(study_file, tmp
             raise KeyboardInterrupt
         return real_run_cell(*args, **kwargs)
 
-    monkeypatch.setattr(trial_loop, "run_cell", ctrl_c_in_the_second_trial)
+    monkeypatch.setattr(trial_steps, "run_cell", ctrl_c_in_the_second_trial)
     code, live = _study(path, tmp_path, capsys)
     assert code == 130
     assert "  trial 1 interrupted, requeued as trial 2" in live.splitlines(), live
@@ -42,7 +42,7 @@ def test_a_ctrl_c_trial_is_interrupted_and_requeued_never_failed(study_file, tmp
     assert first == "study cut-full: 1 complete, 0 pruned, 0 failed, 1 interrupted, 0 running, 0 waiting, 1 requeued"
     assert "  trial 1 interrupted, requeued as trial 2 (waits to run: the same command resumes the study)" in rest
 
-    monkeypatch.setattr(trial_loop, "run_cell", real_run_cell)
+    monkeypatch.setattr(trial_steps, "run_cell", real_run_cell)
     code, resumed = _study(path, tmp_path, capsys)
     assert code == 0
     assert "  trial 2 runs again the parameters of trial 1, which was interrupted" in resumed

@@ -1,6 +1,6 @@
 """`harness study NAME --verify`: the race: the front's fastest trials and a tuned-lr baseline re-measured
 over seeds in fresh processes, to the study's one target, the winner named on the re-measured intervals,
-then ablated; resumable (studies/verify.py)."""
+then ablated; resumable (studies/deciding/verify.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from experiments import make_config
 from harness.specs.cell_spec import Cell
 from harness.cli import main
 from harness.store.tracking import KIND, Store
-from harness.studies import baseline, verify
+from harness.studies import baseline
+from harness.studies.deciding import verify
 from harness.specs import study_spec
-from harness.studies.verify import ROLE, bootstrap_median, bootstrap_ratio
+from harness.studies.deciding.verify import ROLE, bootstrap_median, paired_bootstrap_ratio
 from conftest import assert_one_sentence_exit_2, mlflow_client
 
 STUDY = """\
@@ -69,7 +70,21 @@ def test_bootstrap_intervals_hold_the_median_and_a_missed_target_is_infinite():
     lo, hi = bootstrap_median([1.0, 2.0, 3.0, 4.0, 5.0])
     assert lo <= 3.0 <= hi and lo >= 1.0 and hi <= 5.0
     assert bootstrap_median([1.0, math.inf, math.inf])[1] == math.inf
-    assert bootstrap_ratio([4.0, 4.0], [2.0, 2.0]) == (2.0, 2.0)
+    assert paired_bootstrap_ratio({0: 4.0, 1: 4.0}, {0: 2.0, 1: 2.0}) == (2.0, 2.0, 2.0, [0, 1])
+
+
+def test_the_ratio_is_paired_by_seed_so_a_hard_seed_for_both_does_not_widen_it():
+    """Seed 2 is slow for both recipes (1.5x each): resampled with its pair the ratio stays 2x on every
+    draw; resampling the two recipes apart would mix seed 2's slow baseline with a fast winner's run."""
+    tuned = {0: 100.0, 1: 104.0, 2: 150.0, 3: 98.0, 4: 102.0}
+    winner = {seed: t / 2 for seed, t in tuned.items()}
+    x, lo, hi, seeds = paired_bootstrap_ratio(tuned, winner)
+    assert (x, lo, hi, seeds) == (2.0, 2.0, 2.0, [0, 1, 2, 3, 4])
+    x, lo, hi, seeds = paired_bootstrap_ratio({**tuned, 5: 90.0}, {**winner, 2: math.inf})
+    # seed 5 only the baseline ran: left out; seed 2 the winner missed, and in the draws where it is the
+    # median the ratio is 0 (the winner never arrives): over 5% of draws, so the interval starts at 0
+    assert seeds == [0, 1, 2, 3, 4] and x == 2.0 and lo == 0.0 and 2.0 <= hi < math.inf
+    assert paired_bootstrap_ratio({0: 1.0}, {1: 1.0})[3] == []
 
 
 @pytest.mark.slow
@@ -116,7 +131,7 @@ def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_ru
 
     report = (tmp_path / "out" / "study_verifyme-full-verify.md").read_text()
     assert f"Target: test accuracy **{target:.4g}**" in report and "end of epoch 2" in report
-    assert "## The race" in report and "in-study inside interval" in report and "95% bootstrap interval" in report
+    assert "## The race" in report and "in-study inside interval" in report and "95% paired bootstrap interval" in report
     assert "## The tuned lr on this host (seeds 0, 1)" in report
     assert "Winner, named on the re-measured intervals: **trial " in report and "goal (at least 2x" in report
 
@@ -128,7 +143,7 @@ def test_verify_retimes_over_seeds_to_the_one_target_and_a_rerun_reuses_every_ru
 
 
 def test_a_recipe_that_missed_the_target_has_no_speedup_and_a_multi_field_choice_is_shown_once():
-    from harness.studies.verify import _fmt_speedup, _methods
+    from harness.studies.deciding.verify import _fmt_speedup, _methods
 
     assert _fmt_speedup(0.0) == "none (the recipe did not reach the target)"   # not "0x"
     assert _fmt_speedup(math.inf) == "not reached by the baseline"

@@ -123,6 +123,45 @@ def test_repeats_expand_and_scales_override(sweep_file):
         sweep_spec.expand(spec, "full", {"epochs": 0})
 
 
+def test_one_sweep_command_reads_its_settings_once_and_expands_its_grid_once(sweep_file, tmp_path, monkeypatch):
+    """`harness sweep` builds one job (harness/specs/sweep_job.py) and carries it from the command line
+    to the engine: its --set values are read once, and its grid is expanded, each cell's config built
+    and validated, once before the first cell runs (the size check, the data-folder check and the
+    engine each expanded it before). --until-decided reads the same job."""
+    from harness.cli import commands, main
+    from harness.specs.cell_spec import Cell
+    from harness.sweeps import sweep_engine
+
+    expanded, built, settings_read, before_first_cell = [], [], [], []
+    real_expand, real_build = sweep_spec.expand, Cell.build.__func__
+    real_overrides, real_run_cell = commands._overrides, sweep_engine.run_cell
+
+    def expand(spec, scale="full", overrides=None, repeats=None):
+        expanded.append(overrides)
+        return real_expand(spec, scale, overrides, repeats)
+
+    def overrides(args, experiment):
+        settings_read.append(experiment)
+        return real_overrides(args, experiment)
+
+    def run_cell(*args, **kwargs):
+        if not before_first_cell:
+            before_first_cell.append((list(expanded), len(built)))
+        return real_run_cell(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_spec, "expand", expand)
+    monkeypatch.setattr(Cell, "build", classmethod(lambda cls, *a, **k: built.append(a) or real_build(cls, *a, **k)))
+    monkeypatch.setattr(commands, "_overrides", overrides)
+    monkeypatch.setattr(sweep_engine, "run_cell", run_cell)
+    path = sweep_file("expanded_once", {"sparsity": [0.0, 0.5]})
+    assert main(["sweep", str(path), "--scale", "smoke", "--set", "lr=0.02", "--until-decided", "--no-progress",
+                 "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 0
+    assert before_first_cell == [([{"lr": "0.02"}], 2)]   # one expansion, its two cells validated once each
+    # After the cells only the report reads the grid again: the file's own points, without the --set values.
+    assert [given for given in expanded if given] == [{"lr": "0.02"}]
+    assert settings_read == ["pruning"]
+
+
 @pytest.mark.parametrize("grid, base", [
     ({"sparsity": [0.0], "backend": ["gloo", "nccl"]}, None),  # a grid axis
     ({"sparsity": [0.0]}, {"backend": "nccl"}),                  # [base]

@@ -257,6 +257,7 @@ def test_until_decided_adds_rounds_only_for_undecided_points(store, sweep_file, 
     a round is added for the points the check reads (0.5 and its baseline 0.0), none for 0.8, and
     the check, decided at n = 2, stops the rounds before K."""
     from harness.cli import decide
+    from harness.specs.sweep_job import SweepJob
 
     published = """[[checks]]
 kind = "bound"
@@ -274,7 +275,7 @@ text = "any speed-up at all"
     assert report.verdicts[0].verdict == checks.Judgement.INCONCLUSIVE   # n = 1
     assert decide.undecided_points(report) == [{"sparsity": 0.5}, {"sparsity": 0.0}]
     lines = []
-    rounds = decide.run_until_decided(spec, store, scale="quick", max_repeats=3, show_progress=False,
+    rounds = decide.run_until_decided(SweepJob.build(spec, "quick"), store, max_repeats=3, show_progress=False,
                                       log=lines.append)
     after = tables.build(store, spec, "quick").table.set_index("sparsity")
     assert list(after["repeats"]) == [2, 2, 1] and len(rounds) == 1

@@ -147,12 +147,12 @@ def test_a_warm_start_that_repeats_the_baseline_is_left_out_with_a_line(tmp_path
 
 
 def test_tuned_is_the_calibrated_factor_and_one_the_space_lacks_is_one_sentence(tmp_path, monkeypatch):
-    from harness.studies import calibrated_target
+    from harness.studies import trial_target
 
     spec = study_spec.load(str(write(tmp_path)))
-    monkeypatch.setattr(calibrated_target, "tuned_factor", lambda spec, scale: 4.0)
+    monkeypatch.setattr(trial_target, "tuned_factor", lambda spec, scale: 4.0)
     assert dict(warm_starts.plan(spec, "full").starts)["tuned + channels_last"]["lr_factor"] == 4.0
-    monkeypatch.setattr(calibrated_target, "tuned_factor", lambda spec, scale: 8.0)
+    monkeypatch.setattr(trial_target, "tuned_factor", lambda spec, scale: 8.0)
     with pytest.raises(UserError) as err:
         warm_starts.plan(spec, "full")
     assert "'tuned + channels_last' trains at the tuned lr_factor 8" in str(err.value)
@@ -179,10 +179,10 @@ def test_a_bad_warm_start_is_one_sentence_when_the_file_loads(tmp_path, capsys, 
 
 def test_the_shipped_speed_recipe_study_warm_starts_from_the_book_methods():
     spec = study_spec.load("speed_recipe")
-    from harness.studies import calibrated_target
+    from harness.studies import trial_target
 
     cpu = dict(warm_starts.plan(spec, "cpu").starts)   # tuned: the committed calibration's factor
-    tuned = calibrated_target.tuned_factor(spec, "cpu")
+    tuned = trial_target.tuned_factor(spec, "cpu")
     book = {name: p for name, p in cpu.items() if "one-cycle" not in name}
     assert len(book) == 9 and {p["lr_factor"] for p in book.values()} == {tuned}
     beyond = [p for name, p in cpu.items() if "one-cycle" in name]

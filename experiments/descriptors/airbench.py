@@ -1,6 +1,18 @@
-"""experiments/airbench.py as the harness reads it without importing torch: `AirbenchConfig`, the fields its
-run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
-module on its first call."""
+"""How fast does airbench94, the fastest published CIFAR-10 training, reach 94% here, and what does
+each rung of its ablation ladder add?
+
+The card of experiment `airbench` (Jordan 2024, arXiv 2404.00498); its code is experiments/airbench.py.
+- Fields: `AirbenchConfig` below: its own network and optimizer (no `model`, `optimizer` or `lr`),
+  `airbench_rung` (0 the baseline network .. 7 airbench94), `airbench_epochs` (fractional, as
+  published), the widths, and what a small CPU may change (test-time augmentation, whitening patch,
+  lr and decay scales, fp32 layers under autocast); data, batch, autocast, channels-last,
+  compilation, backend flags and a target accuracy from the shared groups.
+- Procedure: whiten the first conv from the training patches, train with translate-and-flip batches
+  from memory, Nesterov SGD, label smoothing, the lr schedule and lookahead; evaluate off the clock,
+  with test-time augmentation.
+- Metrics: `test_accuracy` and `test_accuracy_no_tta`, `train_time_s`, time to accuracy,
+  `whiten_time_s`, `eval_time_s`, `steps`, `samples_per_s`, `train_flops`, FLOPs and MFU.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +23,9 @@ from pydantic import Field, model_validator
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES
-from harness.training.config import RunConfig
-from harness.training.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields,
+from harness.fields.catalogue import FLOP_METRICS, FLOP_NOTES
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import (AutocastFields, BackendFlagsFields, BatchFields, ChannelsLastFields,
                                            CompilationFields, DataFields, EvalBatchFields, TargetFields)
 
 

@@ -1,14 +1,24 @@
-"""experiments/amp.py as the harness reads it without importing torch: `AmpConfig`, the fields its
-run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
-module on its first call."""
+"""Does automatic mixed precision cut training time, and does it cost accuracy?
+
+The card of experiment `amp` (the book's T7, ch. 7); its code is experiments/amp.py.
+- Fields: `AmpConfig` below: the book's loop (data splits, optimizer, timed epochs, a target
+  accuracy), autocast's `dtype` fp32/bf16/fp16 with `grad_scaler`, and the backend flags the book
+  turns on (`cudnn_benchmark`, `allow_tf32`, `reduced_precision_reduction`).
+- Procedure: set the flags for the cell, check that the first Linear/Conv of the forward runs in the
+  asked dtype (a cell that would time fp32 as bf16 fails), train `epochs` timed with forward and loss
+  under torch.autocast (fp16 with a GradScaler), test, restore the flags.
+- Metrics: the shared training metrics, `dtype_native` (whether the hardware computes the dtype),
+  the scaler's `grad_scale_final` and `scaler_skipped_steps`, the `flag_*` read back, FLOPs and MFU,
+  time to accuracy; the note `forward_dtype`.
+"""
 
 from __future__ import annotations
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
-from harness.training.config import RunConfig
-from harness.training.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields,
+from harness.fields.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import (AutocastFields, BackendFlagsFields, OptimizerFields, SplitsFields,
                                            TargetFields, TrainingLoopFields)
 
 

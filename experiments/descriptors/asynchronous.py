@@ -1,14 +1,23 @@
-"""experiments/asynchronous.py as the harness reads it without importing torch: `AsyncConfig`, the fields its
-run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
-module on its first call."""
+"""How much of an unsynchronized GPU time is only work being queued?
+
+The card of experiment `async` (d2l 12.2); its code is experiments/asynchronous.py.
+- Fields: `AsyncConfig` below: `matrix_size` (on a GPU a lower bound, grown until the device work
+  dwarfs the launch cost), `matmul_iterations`, `async_pause_s` (the notes' exercise) and
+  `timing_repeats`.
+- Procedure: `matmul_iterations` x (a random normal matrix, then its square) in numpy, a pause, then
+  in torch on the device with the clock read before and after synchronizing it; `timing_repeats`
+  repeats, median quoted.
+- Metrics: `numpy_time_s`, `torch_nosync_time_s`, `torch_sync_time_s` (each with its IQR),
+  `nosync_share` (about 1 on a CPU, which queues nothing), `numpy_over_torch`, `matrix_size_used`.
+"""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from experiments import Experiment, RunTarget
-from harness.training.config import PositiveInt, RunConfig
-from harness.training.field_groups import TimingRepeatsFields
+from harness.fields.config import PositiveInt, RunConfig
+from harness.fields.field_groups import TimingRepeatsFields
 
 
 class AsyncConfig(RunConfig, TimingRepeatsFields):

@@ -1,6 +1,16 @@
-"""experiments/autoparallel.py as the harness reads it without importing torch: `AutoparallelConfig`, the fields its
-run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
-module on its first call."""
+"""Do devices, and compute and copies, run in parallel without being told to (GPU only)?
+
+The card of experiment `autoparallel` (d2l 12.3 and its exercises 2, 3 and 5); its code is
+experiments/autoparallel.py, the exercises experiments/autoparallel_exercises.py.
+- Fields: `AutoparallelConfig` below: `autopar_case` (two_devices, compute_copy, small_ops, cpu_gpu,
+  dependencies), the products' `autopar_size` and `autopar_steps`, where the copies land and on which
+  stream, and `epochs`, the timed repeats whose median is quoted.
+- Procedure: the case's products (and copies to the host) alone, then queued together without a
+  synchronize between them; each figure is wall time from a synchronized start to a synchronize of
+  every device used, the first call of each kind a warm-up.
+- Metrics: each part's time and both together, `overlap_gain`, `overlap_hidden_share` (0 serial, 1 as
+  fast as the longest part), and the exercises' `EXERCISE_METRICS`. Without a GPU a recorded skip.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +19,8 @@ from typing import Literal
 from pydantic import Field
 
 from experiments import Experiment, RunTarget
-from harness.training.config import RunConfig
-from harness.training.field_groups import EpochsFields
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import EpochsFields
 
 # What the exercises (experiments/autoparallel_exercises.py) return.
 EXERCISE_METRICS = ("one_stream_time_s", "streams_time_s", "stream_gain", "cpu_compute_time_s", "serial_time_s",

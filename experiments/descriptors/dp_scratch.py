@@ -1,6 +1,14 @@
-"""experiments/dp_scratch.py as the harness reads it without importing torch: `DpScratchConfig`, the fields its
-run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
-module on its first call."""
+"""Does data parallelism written by hand train as DDP and one device do, and how fast is it?
+
+The card of experiment `dp_scratch` (d2l 12.5); its code is experiments/dp_scratch.py.
+- Fields: `DpScratchConfig` below: data splits, the ranks (`LaunchFields`), epochs, batch, the lr of
+  plain SGD, and `dp_impl`: scratch (world_size parameter copies in one process, a hand-written
+  allreduce) or ddp (world_size torchrun ranks).
+- Procedure: split each global batch over the copies (or ranks), sum the gradients, take the same
+  SGD step everywhere; then compare the parameters with one device trained on the full batches.
+- Metrics: the shared training metrics, `max_param_diff` and `params_match` against one device,
+  `first_step_param_diff`, `copies_identical`, FLOPs and MFU.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +17,9 @@ from typing import Literal
 from pydantic import Field
 
 from experiments import DDP_BACKENDS, Experiment, RunTarget, TRAINING_SENSE
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_METRICS
-from harness.training.config import RunConfig
-from harness.training.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
+from harness.fields.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_METRICS
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import (BatchFields, EpochsFields, LaunchFields, LearningRateFields, SplitsFields,
                                            WarmupEpochsFields)
 
 

@@ -1,6 +1,12 @@
-"""experiments/formats.py as the harness reads it without importing torch: `FormatsConfig`, the fields its
-run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
-module on its first call."""
+"""How many sign, exponent and mantissa bits has each numeric format (tf32 measured on a GPU)?
+
+The card of experiment `formats` (the book's Table 7.1, ch. 7); its code is experiments/formats.py.
+- Fields: `FormatsConfig` below: `number_format`, one of fp64, fp32, tf32, fp16, bf16.
+- Procedure: no training and no clock: the bits are read from torch.finfo; tf32, which has no torch
+  dtype, is measured by matrix products with the identity on an Ampere or newer GPU (else a skip).
+- Metrics: `sign_bits`, `exponent_bits`, `mantissa_bits`, `format_bits`, `storage_bytes`,
+  `measured_on_device`, and tf32's probe with TF32 off, `probe_fp32_mantissa_bits`.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Literal
 from pydantic import Field
 
 from experiments import Experiment, RunTarget
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 
 
 class FormatsConfig(RunConfig):

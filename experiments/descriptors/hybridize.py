@@ -1,14 +1,22 @@
-"""experiments/hybridize.py as the harness reads it without importing torch: `HybridizeConfig`, the fields its
-run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
-module on its first call."""
+"""Is a compiled model faster per forward call than the eager one?
+
+The card of experiment `hybridize` (d2l 12.1, "hybridize"); its code is experiments/hybridize.py.
+- Fields: `HybridizeConfig` below: the `model` and its `batch_size`, `execution` (eager,
+  torch.jit.script, torch.compile with its mode and backend), `forward_calls` and `warmup_calls`,
+  `timing_repeats`.
+- Procedure: build the model, make the variant, time its first call (the compilation), check its
+  output against eager, then time `forward_calls` calls of one fixed input, `timing_repeats` times.
+- Metrics: `per_call_us` and `forward_time_s` (median, with IQR), `first_call_s`,
+  `max_abs_diff_vs_eager`, `autograd_on`, `warnings_captured`; the note `captured_warnings`.
+"""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from experiments import Experiment, RunTarget
-from harness.training.config import PositiveInt, RunConfig
-from harness.training.field_groups import BatchFields, CompilationFields, ModelFields, TimingRepeatsFields
+from harness.fields.config import PositiveInt, RunConfig
+from harness.fields.field_groups import BatchFields, CompilationFields, ModelFields, TimingRepeatsFields
 
 
 class HybridizeConfig(RunConfig, ModelFields, BatchFields, CompilationFields, TimingRepeatsFields):

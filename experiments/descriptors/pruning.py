@@ -1,6 +1,14 @@
-"""experiments/pruning.py as the harness reads it without importing torch: `PruningConfig`, the fields its
-run reads, and its descriptor (title, clock, metrics, smoke config). `run` is imported from that
-module on its first call."""
+"""Does removing Conv2d filters cut training time, and what does it cost in accuracy?
+
+The card of experiment `pruning` (the book's T6.1, ch. 6); its code is experiments/pruning.py.
+- Fields: `PruningConfig` below: the book's loop (data splits, optimizer, timed epochs after undone
+  warm-up epochs, a target accuracy), the filters removed (`PruningFields`: `sparsity`,
+  `pruning_backend` nni or torch-pruning) and `pretrain_epochs`.
+- Procedure: train `pretrain_epochs` untimed (pruned rows only, as the book), remove `sparsity` of
+  every Conv2d's filters by L1 norm, train `epochs` timed with a new optimizer, test.
+- Metrics: the shared training metrics, `param_count` beside `param_count_before`, `prune_time_s`,
+  `pretrain_time_s`, FLOPs and MFU, time to accuracy (`EXPERIMENT.metrics`).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +16,9 @@ from pydantic import Field
 
 from experiments import Experiment, RunTarget, TRAINING_SENSE
 from harness.training import time_to_accuracy
-from harness.training.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
-from harness.training.config import RunConfig
-from harness.training.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
+from harness.fields.catalogue import FLOP_METRICS, FLOP_NOTES, TRAINING_CLOCK, TRAINING_METRICS
+from harness.fields.config import RunConfig
+from harness.fields.field_groups import OptimizerFields, PruningFields, SplitsFields, TargetFields, TrainingLoopFields
 
 
 class PruningConfig(RunConfig, SplitsFields, OptimizerFields, TrainingLoopFields, TargetFields, PruningFields):

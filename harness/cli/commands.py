@@ -18,7 +18,7 @@ def _overrides(args, experiment: str) -> dict:
     declares for that kind of device where its config has one (gloo on a CPU, nccl on GPUs:
     Experiment.backends). A --set wins."""
     import experiments
-    from harness.training.config import parse_assignment
+    from harness.fields.config import parse_assignment
 
     values = {}
     if getattr(args, "device", None):
@@ -135,8 +135,7 @@ def cmd_sweep(args) -> int:
         spec.system_metrics = args.system_metrics
     workers, role, launcher = _workers(args), WorkerRole.decode(args.worker), _launcher(args)
     max_repeats = _max_repeats(args)
-    if role is None:
-        _size_of_job(spec, args)
+    job = _sweep_job(spec, args, role)
     store = _store(args)
     if role is None:
         from harness.cli import last_scale
@@ -146,12 +145,11 @@ def cmd_sweep(args) -> int:
     from harness.cli.summary import sweep_summary
     from harness.report import overview
     from harness.store import Outcome
-    from harness.sweeps.sweep_engine import run_sweep
+    from harness.sweeps.sweep_engine import run_job
 
-    result = run_sweep(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
-                       db_url=where(args).db_url, workers=workers, launcher=launcher, role=role,
-                       show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
-                       remeasure_drifted=args.remeasure_drifted, remeasure_contended=args.remeasure_contended)
+    result = run_job(job, store, db_url=where(args).db_url, workers=workers, launcher=launcher, role=role,
+                     show_progress=not args.no_progress, log=lambda line: print(line, flush=True),
+                     remeasure_drifted=args.remeasure_drifted, remeasure_contended=args.remeasure_contended)
     if result.detached:
         print(f"sweep {spec.name} ({args.scale}): the workers run on; the same command again prints the "
               "summary once they are done (every cell reused)")
@@ -159,7 +157,7 @@ def cmd_sweep(args) -> int:
     if role is None:
         print(sweep_summary(result, spec.report.get("metrics"), spec.report.get("notes", [])))
         if args.until_decided and not result.detached:
-            _until_decided(spec, store, args, max_repeats)   # the exit status stays the sweep's own
+            _until_decided(job, store, args, max_repeats)   # the exit status stays the sweep's own
         try:  # the experiment's description and the cells' speed-ups; the sweep itself is done
             overview.refresh(store, spec, args.scale)
         except StoreFault:
@@ -173,25 +171,32 @@ def cmd_sweep(args) -> int:
     return EXIT_FAILED_CELLS if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) else 0
 
 
-def _size_of_job(spec, args) -> None:
-    """Refuse more cells than --max-cells, say how large a large sweep is before it starts, and check
-    the image folders its cells read (torch is not loaded yet: a mistake is answered at once)."""
+def _sweep_job(spec, args, role=None):
+    """The sweep as one job (specs/sweep_job.py): the --set values read and the grid expanded, every
+    cell validated, once for the whole command. The process that owns the sweep (no `role`; a
+    launcher's worker was started by one that did this) first refuses more cells than --max-cells on
+    their count alone, then says how large a large sweep is and checks the image folders its cells
+    read (torch is not loaded yet: a mistake is answered at once)."""
     from harness.cli import emulated_dtype, job_size
-    from harness.specs.sweep_spec import expand
+    from harness.specs.sweep_job import SweepJob
 
+    if role is not None:
+        return SweepJob.build(spec, args.scale, _overrides(args, spec.experiment))
     job_size.check_cap("--max-cells", args.max_cells)
     overrides = _overrides(args, spec.experiment)
-    job_size.announce(job_size.sweep_size(spec, args.scale, overrides, args.max_cells), args.max_cells)
-    configs = [c.config for c in expand(spec, args.scale, overrides) if c.config is not None]
-    _check_data_folders(configs)
-    emulated_dtype.warn_sweep(spec, args.scale, configs)   # after the checks: it may load torch
+    job_size.check_sweep_count(spec, args.scale, overrides, args.max_cells)
+    job = SweepJob.build(spec, args.scale, overrides)
+    job_size.announce(job_size.sweep_size(job), args.max_cells)
+    _check_data_folders(job.configs())
+    emulated_dtype.warn_sweep(spec, args.scale, job.configs())   # after the checks: it may load torch
+    return job
 
 
 def _check_data_folders(configs) -> None:
     """The class folders an image-folder dataset needs, and a downloaded dataset's files or its
     address, for every cell that trains on one (each pair once)."""
     import experiments
-    from harness.training.data_folders import check_class_folders, check_downloadable
+    from harness.fields.data_folders import check_class_folders, check_downloadable
 
     wanted = {(cfg.dataset, cfg.data_dir) for cfg in configs if experiments.get(cfg.experiment).needs_dataset}
     for dataset, data_dir in sorted(wanted):
@@ -218,17 +223,18 @@ def _max_repeats(args) -> int | None:
     return args.max_repeats
 
 
-def _until_decided(spec, store, args, max_repeats):
-    """The rounds --until-decided adds; returns the last round's result (None when none ran)."""
+def _until_decided(job, store, args, max_repeats):
+    """The rounds --until-decided adds to the sweep's job; returns the last round's result (None when
+    none ran)."""
     from harness.cli.summary import sweep_summary
     from harness.cli.decide import DEFAULT_MAX_REPEATS, run_until_decided
 
-    rounds = run_until_decided(spec, store, scale=args.scale, overrides=_overrides(args, spec.experiment),
-                               max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
+    rounds = run_until_decided(job, store, max_repeats=max_repeats or DEFAULT_MAX_REPEATS,
                                db_url=where(args).db_url, show_progress=not args.no_progress,
                                log=lambda line: print(line, flush=True))
+    report = job.spec.report
     for extra in rounds:
-        print(sweep_summary(extra, spec.report.get("metrics"), spec.report.get("notes", [])))
+        print(sweep_summary(extra, report.get("metrics"), report.get("notes", [])))
     return rounds[-1] if rounds else None
 
 
@@ -270,7 +276,7 @@ def cmd_study(args) -> int:
         last_scale.record("study", spec.name, args.scale)
     db_url = where(args).db_url
     if args.calibrate_target:
-        from harness.studies import calibrated_target
+        from harness.studies.deciding import calibrated_target
 
         calibrated_target.calibrate(spec, store, scale=args.scale, overrides=overrides,
                                     show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
@@ -278,7 +284,7 @@ def cmd_study(args) -> int:
     from harness.studies import study_engine   # every value is checked: now Optuna, MLflow and torch
 
     if args.verify:
-        from harness.studies import verify
+        from harness.studies.deciding import verify
 
         verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
                           show_progress=not args.no_progress, log=lambda line: print(line, flush=True))
@@ -289,7 +295,7 @@ def cmd_study(args) -> int:
                                log=lambda line: print(line, flush=True), budget_s=budget_s)
     print(f"{'worker ' + str(os.getpid()) if role else 'study ' + outcome.study_name}: {outcome.line()}", flush=True)
     if outcome.budgeted and not role and outcome.stop.exit_code == 0:   # the race, on what the budget has left
-        from harness.studies import verify
+        from harness.studies.deciding import verify
 
         verify.run_verify(spec, store, db_url, scale=args.scale, overrides=overrides, out_dir=out_dir,
                           show_progress=not args.no_progress, log=lambda line: print(line, flush=True), budgeted=True)
@@ -302,7 +308,7 @@ def _check_one_at_a_time(spec, args, workers: int, role) -> None:
     """--calibrate-target and --verify time runs one after another, at a scale the file calibrates:
     said before anything is loaded."""
     if args.calibrate_target:
-        from harness.studies import calibrated_target
+        from harness.studies.deciding import calibrated_target
 
         calibrated_target.check_calibrates(spec, args.scale)
         if workers > 1 or role is not None:
@@ -328,11 +334,11 @@ def _check_budget(spec, args, seconds: float, workers: int) -> None:
     """A budget that cannot hold one run of the tuned loop, or the race alone, is refused before any
     trial (sized from the calibration's figures where the target is calibrated; otherwise the baseline
     trial sizes the race once it has run)."""
-    from harness.studies import budget, calibrated_target
+    from harness.studies import budget, trial_target
 
     if workers > 1 or args.worker:
         raise UserError("--budget times one study on the cores it holds; run it without --workers.")
-    found = calibrated_target.read(spec, args.scale)
+    found = trial_target.read(spec, args.scale)
     reference = (found or {}).get("reference_time_to_target_s")
     if reference is None:
         return
@@ -443,7 +449,7 @@ def cmd_ui(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    from harness.machine import hardware
+    from harness.machine import device_names, hardware
 
     cores = hardware.usable_core_count()
     thread_counts = sorted({1, cores}) if args.threads is None else [args.threads]
@@ -451,9 +457,9 @@ def cmd_peak(args) -> int:
         raise UserError(f"--threads must be between 1 and {cores}, the cores this process may use.")
     if args.device:
         try:
-            hardware.parse_device(args.device)
+            device_names.parse_device(args.device)
         except ValueError:
-            raise UserError(f"--device must be {hardware.DEVICE_FORMS} (got {args.device}).") from None
+            raise UserError(f"--device must be {device_names.DEVICE_FORMS} (got {args.device}).") from None
     # Which GPUs are here is torch's to say: imported from here on.
     devices = [args.device] if args.device else ["cpu", *(f"cuda:{i}" for i in range(hardware.gpu_count()))]
     for name in devices:

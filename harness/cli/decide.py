@@ -8,8 +8,8 @@ check is INCONCLUSIVE, or when the undecided points have K repeats, or when a ro
 is a sequential test: a check looked at k times has about k chances to come out decided by noise, so
 a verdict reached at a larger n than the sweep's own repeats says so by its n.
 
-The extra rounds run in this process: each is a `run_sweep` of the same file and settings with one
-more repeat, restricted to those points, so the rounds already measured are reused.
+The extra rounds run in this process: each is a `run_job` of the sweep's job (same file and
+settings) with one more repeat, restricted to those points, so the rounds already measured are reused.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any, Callable
 import pandas as pd
 
 from harness.specs.cell_spec import Cell
+from harness.specs.sweep_job import SweepJob
 from harness.report import checks, tables
 from harness.store import Outcome, Store
-from harness.sweeps.sweep_engine import SweepResult, run_sweep
-from harness.specs.sweep_spec import SweepSpec
+from harness.sweeps.sweep_engine import SweepResult, run_job
 
 DEFAULT_MAX_REPEATS = 10
 
@@ -60,10 +60,12 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def run_until_decided(spec: SweepSpec, store: Store, *, scale: str, overrides: dict[str, Any] | None = None,
-                      max_repeats: int = DEFAULT_MAX_REPEATS, db_url: str | None = None,
-                      show_progress: bool = True, log: Callable[[str], None] = print) -> list[SweepResult]:
-    """Rounds added until the timing checks are decided or K repeats; returns each round's result."""
+def run_until_decided(job: SweepJob, store: Store, *, max_repeats: int = DEFAULT_MAX_REPEATS,
+                      db_url: str | None = None, show_progress: bool = True,
+                      log: Callable[[str], None] = print) -> list[SweepResult]:
+    """Rounds added to the sweep's job until the timing checks are decided or K repeats; returns each
+    round's result."""
+    spec, scale = job.spec, job.scale
     results = []
     while True:
         report = tables.build_all(store, spec, scale)[0]
@@ -81,8 +83,8 @@ def run_until_decided(spec: SweepSpec, store: Store, *, scale: str, overrides: d
             _state_verdicts(report, log)
             return results
         log(f"until-decided: round {have + 1} for {len(points)} grid point(s): " + "; ".join(_label(p) for p in points))
-        result = run_sweep(spec, store, scale=scale, overrides=overrides, db_url=db_url, repeats=have + 1,
-                           select=selecting(points), show_progress=show_progress, log=log)
+        result = run_job(job.with_repeats(have + 1), store, db_url=db_url, select=selecting(points),
+                         show_progress=show_progress, log=log)
         results.append(result)
         if result.count(Outcome.FAILED) or result.count(Outcome.NOT_RUN) or not result.count(Outcome.OK):
             log("until-decided: stopped by the rule 'a round ran no new cell or some failed' (the summary says which)")

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import UserError
+
+if TYPE_CHECKING:
+    from harness.specs.sweep_job import SweepJob
 
 # Past these a job is large: it says how large before anything runs.
 LARGE_RUNS, LARGE_EPOCHS = 1_000, 100_000
@@ -52,21 +55,24 @@ def announce(size: JobSize, cap: int) -> None:
               file=sys.stderr, flush=True)
 
 
-def sweep_size(spec, scale: str, overrides: dict[str, Any], cap: int | None = None) -> JobSize:
-    """A sweep's cells at `scale` and their epochs, as expand() builds them. A grid of more cells
-    than `cap` is only counted: announce() refuses it on the count (building every cell's config
-    first made the refusal wait on the very size it refuses)."""
-    from harness.specs.sweep_spec import cell_count, expand
-
-    def size(cells: int, epochs: int) -> JobSize:
-        return JobSize("sweep", spec.name, scale, cells, "cells", epochs, "--max-cells",
-                       "narrow the grid (--set AXIS=[...])")
+def check_sweep_count(spec, scale: str, overrides: dict[str, Any], cap: int) -> None:
+    """Refuse a grid of more cells than `cap` on its count alone, before a cell is built (building
+    and validating every cell's config first made the refusal wait on the very size it refuses)."""
+    from harness.specs.sweep_spec import cell_count
 
     count = cell_count(spec, scale, overrides)
-    if cap is not None and count > cap:
-        return size(count, 0)
-    cells = expand(spec, scale, overrides)
-    return size(len(cells), sum(getattr(c.config, "epochs", 0) or 0 for c in cells if c.config is not None))
+    if count > cap:
+        announce(_sweep_size(spec.name, scale, count, 0), cap)
+
+
+def sweep_size(job: SweepJob) -> JobSize:
+    """A sweep's cells and their epochs, as its job (specs/sweep_job.py) holds them."""
+    epochs = sum(getattr(config, "epochs", 0) or 0 for config in job.configs())
+    return _sweep_size(job.spec.name, job.scale, len(job.cells), epochs)
+
+
+def _sweep_size(name: str, scale: str, cells: int, epochs: int) -> JobSize:
+    return JobSize("sweep", name, scale, cells, "cells", epochs, "--max-cells", "narrow the grid (--set AXIS=[...])")
 
 
 def study_size(spec, scale: str, overrides: dict[str, Any], n_trials: int | None) -> JobSize:

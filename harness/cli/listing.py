@@ -35,13 +35,13 @@ def _studies() -> list[tuple[str, str]]:
 
 
 def _models() -> list[tuple[str, str]]:
-    from harness.training.catalogue import MODELS
+    from harness.fields.catalogue import MODELS
 
     return [(name, spec.description) for name, spec in MODELS.items()]
 
 
 def _datasets() -> list[tuple[str, str]]:
-    from harness.training.catalogue import DATASETS, DOWNLOADS, IMAGE_FOLDER_DATASETS
+    from harness.fields.catalogue import DATASETS, DOWNLOADS, IMAGE_FOLDER_DATASETS
 
     def what(name: str) -> str:
         if name in DOWNLOADS:

@@ -24,8 +24,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
-from harness.training.catalogue import DDP_CLOCK
-from harness.training.config import RunConfig
+from harness.fields.catalogue import DDP_CLOCK
+from harness.fields.config import RunConfig
 from harness.training.data import DeviceBatches, Split, load_splits
 from harness.distributed.rank import RankContext
 from harness.distributed.slowest_rank import slowest_rank
@@ -37,7 +37,7 @@ from harness.training.timing import peak_rss_mb, timed
 from harness.training.train import evaluate, lr_effective, make_optimizer, training_metrics
 from harness.training.warmup import restored
 
-CLOCK = DDP_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
+CLOCK = DDP_CLOCK   # harness/fields/catalogue.py, where descriptors read it without torch
 
 
 class LrSchedule:

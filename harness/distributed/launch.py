@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 
 from harness.machine import hardware
-from harness.training.config import CLASS_ENV, RunConfig, class_name
+from harness.fields.config import CLASS_ENV, RunConfig, class_name
 from harness.distributed import slurm_span
 from harness.distributed.placement import ranks_per_node, threads_per_rank
 from harness.folders import REPO_ROOT

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from harness.machine import hardware
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.distributed import slurm_span
 from harness.errors import CellSkipped
 from harness.machine.hardware import SLICE_ENV, VISIBLE_ENV, slice_note

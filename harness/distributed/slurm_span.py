@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 
 SPAN_ENV = "HARNESS_SLURM_SPAN"
 PORT_BASE = 29400  # the rendezvous port is PORT_BASE + job id % 1000: two cells on one first node differ

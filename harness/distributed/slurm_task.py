@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from harness.machine import hardware
-from harness.training.config import read_config_file
+from harness.fields.config import read_config_file
 from harness.distributed.launch import torchrun_command
 from harness.distributed.placement import threads_per_rank
 from harness.distributed.slurm_span import PORT_BASE

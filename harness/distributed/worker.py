@@ -46,7 +46,7 @@ def _run(config_path: str, workdir: Path, target: str, rank: int) -> int:
     import torch.distributed as dist
 
     from harness.training import allocator
-    from harness.training.config import read_config_file
+    from harness.fields.config import read_config_file
     from harness.distributed import placement
     from harness.distributed.rank import RankContext
 

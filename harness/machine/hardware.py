@@ -1,7 +1,9 @@
 """What this process may use of the machine it runs on: its cores (the affinity mask, not the
-machine's count), its CUDA GPUs (as CUDA_VISIBLE_DEVICES names them), and what a device name
-means. Imports nothing of the harness, so the training half, the launchers and the command line all
-ask here; torch is imported only when GPUs are counted, so asking for cores stays cheap.
+machine's count), its CUDA GPUs (as CUDA_VISIBLE_DEVICES names them), and whether a device is here
+(missing_gpu). What a device name means is device_names.py's, apart from this module so that a
+config reads it with no torch import within reach. Imports nothing else of the harness, so the
+training half, the launchers and the command line all ask here; torch is imported only when GPUs are
+counted, so asking for cores stays cheap.
 
 A sweep worker given a slice of the GPUs (distributed/placement.worker_gpu_env) finds the slice's
 description in SLICE_ENV, and every "not enough GPUs here" reason ends with it (`slice_note`)."""
@@ -10,10 +12,11 @@ from __future__ import annotations
 
 import os
 
+from harness.machine.device_names import parse_device
+
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 # Set with a worker's slice so a skip reason can say why this process sees so few GPUs.
 SLICE_ENV = "HARNESS_GPU_SLICE"
-DEVICE_FORMS = "cpu, cuda or cuda:N"
 
 
 def usable_cores() -> list[int]:
@@ -43,14 +46,6 @@ def visible_gpus() -> list[str]:
     if listed is not None:
         return [name.strip() for name in listed.split(",") if name.strip()]
     return [str(i) for i in range(gpu_count())]
-
-
-def parse_device(name: str) -> tuple[str, int | None]:
-    """("cpu", None), ("cuda", None) or ("cuda", N) for cpu, cuda and cuda:N; ValueError otherwise."""
-    kind, sep, index = name.partition(":")
-    if kind not in ("cpu", "cuda") or (sep and not index.isdigit()) or (kind == "cpu" and sep):
-        raise ValueError(f"must be {DEVICE_FORMS}")
-    return kind, int(index) if sep else None
 
 
 def missing_gpu(device: str) -> str | None:

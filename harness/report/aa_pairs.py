@@ -4,7 +4,7 @@ but when they ran, so how far apart their times are is the noise a verdict betwe
 table faces, measured at no cost beside the noise floor `make bench-noise` measures on purpose.
 
 A pair is read from the cells the tables hold, by cell id (the configuration and the measurement
-procedure, harness/training/config.py) less the round, on one machine (fingerprint)."""
+procedure, harness/fields/config.py) less the round, on one machine (fingerprint)."""
 
 from __future__ import annotations
 

@@ -13,18 +13,16 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from harness.folders import REPO_ROOT
+from harness.folders import REPO_ROOT, RESULTS_DIR
 from harness.report.intervals import median_interval
 
-RESULTS = REPO_ROOT / "results"
 
-
-def ladders(root: Path = RESULTS) -> list[Path]:
+def ladders(root: Path = RESULTS_DIR) -> list[Path]:
     """The committed ladders' CSVs, in path order."""
     return sorted(root.glob("**/jpeg-ladder/ladder.csv"))
 
 
-def cost_sentence(root: Path = RESULTS) -> str:
+def cost_sentence(root: Path = RESULTS_DIR) -> str:
     """One sentence per ladder: each lower rung against the data's own quality, paired by seed, with
     its 95% interval; "" when no ladder is committed."""
     parts = []

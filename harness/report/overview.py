@@ -43,7 +43,7 @@ def refresh(store: Store, spec: SweepSpec, scale: str | None = None) -> list[tab
 
 
 def publish(store: Store, spec: SweepSpec, experiment_id: str, reports: list[tables.Report],
-            out_dir: Path, scale_in_name: bool = False) -> list[list[Path]]:
+            out_dir: Path, scale_in_name: bool = False) -> list[report_files.ReportFiles]:
     """Write each report (the first one under the sweep's name, the others with their fingerprint),
     log the files and the cells' figures and describe the experiment; returns each report's written
     paths. `scale_in_name`: <sweep>-<scale>.md, as a study's report is named, so that a sweep's
@@ -52,12 +52,12 @@ def publish(store: Store, spec: SweepSpec, experiment_id: str, reports: list[tab
     written = []
     for i, report in enumerate(reports):
         suffix = (f"-{report.scale}" if scale_in_name else "") + ("" if i == 0 else _suffix(report, reports[0]))
-        paths = report_files.write_files(report, out_dir, stem_suffix=suffix)
-        written.append(paths)
-        writeback.attach_files(store, report, paths)
+        files = report_files.write_files(report, out_dir, stem_suffix=suffix)
+        written.append(files)
+        writeback.attach_files(store, report, files)
         writeback.log_cell_figures(store, report)
         with tempfile.TemporaryDirectory(prefix="harness-overview-") as folder:
-            small = plots.plot(report, Path(folder) / f"{paths[2].stem}-overview.png", OVERVIEW_WIDTH_PX)
+            small = plots.plot(report, Path(folder) / f"{files.plot.stem}-overview.png", OVERVIEW_WIDTH_PX)
             writeback.attach_files(store, report, [small])
     writeback.describe(store, experiment_id, description(experiment_id, reports, written))
     if reports:
@@ -77,14 +77,14 @@ def _suffix(report: tables.Report, first: tables.Report) -> str:
     return suffix
 
 
-def description(experiment_id: str, reports: list[tables.Report], written: list[list[Path]]) -> str:
+def description(experiment_id: str, reports: list[tables.Report], written: list[report_files.ReportFiles]) -> str:
     """The experiment's overview: each report's Markdown (title, scale, machine, clock, table, verdicts,
     cells without a result) with its plot shown and linked from the parent run's artifacts."""
     parts = []
-    for report, paths in zip(reports, written):
-        plot = f"{writeback.ARTIFACT_DIR}/{paths[2].name}"
+    for report, files in zip(reports, written):
+        plot = f"{writeback.ARTIFACT_DIR}/{files.plot.name}"
         page = ui_links.run_artifact(experiment_id, report.parent_run_id, plot)
-        image = (f"get-artifact?path={writeback.ARTIFACT_DIR}/{paths[2].stem}-overview.png"
+        image = (f"get-artifact?path={writeback.ARTIFACT_DIR}/{files.plot.stem}-overview.png"
                  f"&run_uuid={report.parent_run_id}")
         parts.append(report.markdown.rstrip() + "\n\n"
                      f"Plot: [{plot}]({page}) (an artifact of the sweep's parent run that holds these cells, with the table "

@@ -12,7 +12,6 @@ reported as separate tables."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from harness.machine.fingerprint import machine_text
 from harness.machine.machine_load import CONTENDED_CORES
 from harness.report import aa_pairs, checks, evidence, jpeg_cost, overview, render, reruns, unchecked, verdict_file
 from harness.report import tables as report
-from harness.report.order import in_document_order
+from harness.report.order import document_label, in_document_order
 from harness.store import Store, redact
 from harness.store.tracking import NOTE_PREFIX
 from harness.store.uris import hide_password
@@ -71,10 +70,10 @@ def write_reproduction(store: Store, out_dir: Path = REPORTS_DIR, sweeps: list[s
              "## Conventions", "", *conventions(first), "",
              "## Tables", ""]
     for name, pairs in built.items():
-        for built_report, paths in pairs:
+        for built_report, files in pairs:
             section = render.to_markdown(built_report, built_report.runs[0], conventions=False)
             lines += ["##" + section, *_under_table(built_report, again.get(name, [])),
-                      f"![{specs[name].title}]({paths[2].name})", ""]
+                      f"![{specs[name].title}]({files.plot.name})", ""]
     if not_run:
         lines += ["### Not run", "", "**Not run** here, each with the command that runs it (`SCALE=smoke`, `quick`, "
                   "`cpu`, or the document's scale without SCALE):", ""]
@@ -132,13 +131,10 @@ def _days(line: dict) -> str:
     return first if first == last else f"{first} to {last}"
 
 
-_LABEL = re.compile(r"^(Table \d+(?:\.\d+)?|[TD]\d[\w./]*)( exercise(?: \d+)?)?")
-
-
 def label(spec) -> str:
     """The table's name as the document gives it, and the sweep's: "T9.2/T9.3 `cpu-ddp`"."""
-    found = _LABEL.match(spec.title)
-    return (f"{''.join(g for g in found.groups() if g)} " if found else "") + f"`{spec.name}`"
+    shown = document_label(spec.title)
+    return (f"{shown} " if shown else "") + f"`{spec.name}`"
 
 
 def measured_line(reports: list) -> str:

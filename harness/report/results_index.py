@@ -12,6 +12,7 @@ and the tags its store's runs logged (read-only) for the host, the dates, the pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -19,13 +20,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.folders import REPO_ROOT
+from harness.folders import RESULTS_DIR
 from harness.machine.fingerprint import machine_text
 from harness.report import reruns, verdict_file
 from harness.report.render import peak_under_load
-from harness.training.config import SEEDED_ROUNDS_FROM
+from harness.fields.config import SEEDED_ROUNDS_FROM
 
-RESULTS = REPO_ROOT / "results"
 DATA_DIR = "../shared/data/cifar10-jpeg"   # where the project's docs keep the JPEG CIFAR-10 (docs/RUNNING.md)
 PEAK = re.compile(r"^([0-9.]+) TFLOP/s")
 
@@ -33,7 +33,7 @@ PEAK = re.compile(r"^([0-9.]+) TFLOP/s")
 @dataclass
 class Folder:
     path: Path                                          # under root
-    root: Path = RESULTS                                # the results/ folder the page is the first page of
+    root: Path = RESULTS_DIR                            # the results/ folder the page is the first page of
     title: str = ""                                     # its README's first heading
     tables: list[dict] = field(default_factory=list)    # verdicts.csv lines
     hosts: dict[str, dict] = field(default_factory=dict)   # fingerprint -> tags of one of its runs
@@ -51,7 +51,7 @@ class Folder:
         return self.path.relative_to(self.root).as_posix()
 
 
-def folders(root: Path = RESULTS) -> list[Folder]:
+def folders(root: Path = RESULTS_DIR) -> list[Folder]:
     """Every folder of results under `root` (one with a store/ of its own), each read."""
     found = sorted({p.parent.parent for p in root.rglob("mlflow.db") if p.parent.name == "store"
                     and "store" not in p.parent.parent.relative_to(root).parts})
@@ -131,7 +131,7 @@ def host_text(folder: Folder) -> str:
 
 
 def procedure_text(folder: Folder) -> str:
-    """How the cells were measured: the measurement procedure (harness/training/config.py) and seeds."""
+    """How the cells were measured: the measurement procedure (harness/fields/config.py) and seeds."""
     if folder.tables:
         by_table: dict[str, tuple[str, str]] = {}
         for line in folder.tables:
@@ -144,7 +144,7 @@ def procedure_text(folder: Folder) -> str:
 
 
 def _procedure(procedure: int, seeds: str) -> str:
-    """A table's measurement procedure (harness/training/config.py) in words, with its seeds."""
+    """A table's measurement procedure (harness/fields/config.py) in words, with its seeds."""
     if procedure >= SEEDED_ROUNDS_FROM:
         return f"procedure {procedure}, round r trains seed r" + (f" ({seeds} seeds)" if seeds else "")
     named = f"procedure {procedure}" if procedure else "a procedure before seeds per round (its cells untagged)"
@@ -181,6 +181,19 @@ def headline_text(folder: Folder) -> str:
     return "; ".join(said) or "—"
 
 
+def study_budget(optuna_db: Path) -> str:
+    """The wall-clock budget a study in this Optuna file ran under, as --budget reads it ("2h", "1h30m"),
+    or "" for a file without one (read with sqlite3 alone: the report does not load Optuna)."""
+    if not optuna_db.is_file():
+        return ""
+    with contextlib.closing(sqlite3.connect(f"file:{optuna_db}?mode=ro", uri=True)) as db:
+        row = db.execute("select value_json from study_user_attributes where key = 'harness.budget_s'").fetchone()
+    if row is None:
+        return ""
+    hours, minutes = divmod(round(float(json.loads(row[0])) / 60), 60)
+    return f"{hours}h{minutes}m" if hours and minutes else f"{hours}h" if hours else f"{minutes}m"
+
+
 def rerun_text(folder: Folder) -> str:
     """One sentence: how to recompute the folder, write its pages again, and measure it again."""
     name, recompute = folder.name, f"`.venv/bin/python results/{folder.name}/recompute.py` recomputes it"
@@ -199,6 +212,11 @@ def rerun_text(folder: Folder) -> str:
     target = re.sub(r"^study_", "", study.split("-")[0]).replace("_", "-")
     scale = folder.scales.most_common(1)[0][0] if folder.scales else "cpu"
     uri = f"TRACKING_URI=sqlite:///results/{name}/store/mlflow.db"
+    budget = study_budget(folder.path / "store" / "optuna.db")
+    if budget:   # search and race in one command, within the budget the study ran under
+        return (f"{recompute}; `make study-{target} SCALE={scale} DATA_DIR={DATA_DIR} BUDGET={budget} "
+                f"STORAGE=sqlite:///results/{name}/store/optuna.db {uri}` measures it again (search and race in "
+                "one wall-clock budget)")
     if kinds & {"study", "verify"}:
         return (f"{recompute}; `make study-{target} SCALE={scale} DATA_DIR={DATA_DIR} {uri}` then "
                 f"`make study-{target}-verify SCALE={scale} DATA_DIR={DATA_DIR} {uri}` measure it again")
@@ -289,7 +307,7 @@ def page(found: list[Folder]) -> str:
     return "\n".join(lines)
 
 
-def write(root: Path = RESULTS) -> Path:
+def write(root: Path = RESULTS_DIR) -> Path:
     path = root / "README.md"
     path.write_text(page(folders(root)))
     return path

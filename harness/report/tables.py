@@ -20,7 +20,7 @@ from harness.rerun import Rerun, of_parent
 from harness.store import Outcome, RunRecord, Store, redact
 from harness.store.tracking import CELL_ID, NOTE_PREFIX, PARENT, PROCEDURE, SCALE
 from harness.specs.sweep_spec import SweepSpec
-from harness.training.config import SEEDED_ROUNDS_FROM
+from harness.fields.config import SEEDED_ROUNDS_FROM
 
 # What a table's MFU is computed from, kept in its CSV so a reader can recompute it:
 # mfu = flops_per_sample * mfu_samples / mfu_time_s / (peak_devices * the peak under peak_key).
@@ -86,7 +86,7 @@ def build_all(store: Store, spec: SweepSpec, scale: str | None = None,
         variants = settings_groups(spec, machine_runs)
         older = [f"{superseded[key]} cells measured on this machine under an earlier measurement procedure: "
                  f"this table is procedure {procedure_of(machine_runs[0])}'s alone "
-                 f"(harness/training/config.py)."] if superseded.get(key) else []
+                 f"(harness/fields/config.py)."] if superseded.get(key) else []
         for variant, runs in variants.items():
             holding = _holding_parent(runs, parents)
             params = next((p.params for p in parents if p.run_id == holding), None)

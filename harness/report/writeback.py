@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from harness.report import tables, ui_view
 from harness.store import Store
@@ -22,7 +23,7 @@ ARTIFACT_DIR = "report"   # the parent run's artifact folder the description lin
 FIGURE_TOLERANCE = 1e-9   # a cell's figure is logged again only when the report's value moved
 
 
-def attach_files(store: Store, report: tables.Report, paths: list[Path]) -> None:
+def attach_files(store: Store, report: tables.Report, paths: Iterable[Path]) -> None:
     """The report's files, as artifacts of the parent run holding its cells."""
     for path in paths:
         store.log_artifact(report.parent_run_id, path, ARTIFACT_DIR)

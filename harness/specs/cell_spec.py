@@ -12,7 +12,7 @@ from typing import Any
 
 from experiments import make_config
 from harness.errors import UserError
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 
 
 @dataclass

@@ -13,11 +13,12 @@ or a list of values), `needs` (what the document's machine had that the claim de
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError, model_validator
 
-from harness.errors import Mistake, mistakes
+from harness.errors import Mistake, describe, first_mistake, mistakes
 
 Number = StrictInt | StrictFloat   # as written: an `expected = 1059306` stays an int in the report's text
 Rows = dict[str, Any]             # axis -> a value, or a list of values
@@ -67,9 +68,9 @@ class Check(BaseModel):
     @model_validator(mode="after")
     def _complete(self) -> "Check":
         if self.one_of and all(getattr(self, k) is None for k in self.one_of):
-            raise ValueError(f"a '{self.kind}' check needs at least one of {', '.join(self.one_of)}")
+            raise ValueError(f"needs at least one of {', '.join(self.one_of)}")
         if self.on == "ours" and not self.reason:
-            raise ValueError("a check with on = \"ours\" needs a reason: why the published rows cannot judge it")
+            raise ValueError("on = \"ours\" needs a reason: why the published rows cannot judge it")
         return self
 
     @property
@@ -162,39 +163,33 @@ def parse(entry: Check | dict[str, Any]) -> Check:
 
 
 def _sentence(model: type[Check], kind: str, entry: dict[str, Any], err: ValidationError) -> str:
-    """The first mistake of an entry, as the sweep file's author would fix it: what is missing, then
-    what is unknown, then what is mistyped (in the order of the model's fields)."""
-    errors = mistakes(err)
-    missing = sorted({str(e.loc[0]) for e in errors if e.type == "missing" and len(e.loc) == 1})
-    if missing:
-        return f"a '{kind}' check needs {', '.join(repr(k) for k in missing)}"
-    for e in errors:
-        if e.type == "extra_forbidden" and len(e.loc) == 1:
-            return f"unknown key {e.loc[0]!r} in a '{kind}' check; it takes {', '.join(sorted(model.model_fields))}"
-        if e.type == "extra_forbidden" and e.loc[0] == "needs":
-            return f"unknown need {e.loc[-1]!r}; a check may need {', '.join(NEEDS)}"
-    keyed = [e for e in errors if e.loc]
-    if not keyed:   # a rule across keys (one_of, on = "ours" without a reason)
-        return errors[0].message
-    order = list(model.model_fields)
-    first = min(keyed, key=lambda e: order.index(e.loc[0]) if e.loc[0] in order else len(order))
+    """The first mistake of an entry, as the sweep file's author would fix it (harness/errors.py: what
+    is missing, then the others in the order of the model's fields), a mistyped value said in the
+    shapes a check's values take."""
+    where, order = f"a '{kind}' check", list(model.model_fields)
+    first = first_mistake(mistakes(err), order)
+    if first.type == "extra_forbidden" and first.loc[0] == "needs" and len(first.loc) > 1:
+        return f"{where}: unknown need {first.loc[-1]!r}; a check may need {', '.join(NEEDS)}"
+    if first.type in ("missing", "extra_forbidden") or not first.loc:
+        return describe(err, where, takes=sorted(model.model_fields), order=order)
+    # A top-level key's own value (a union's error points inside it, at the member it tried).
     key = str(first.loc[0])
-    value = entry.get(key)
-    if key in _TABLES and not isinstance(value, dict):
-        return f"'{key}' must be a table, like {key} = {{ name = value }}"
-    if key == "needs":
-        return f"'needs' {'.'.join(map(str, first.loc[1:]))} must be {_shape(first)}, not {first.value!r}"
-    if key == "scales":
-        return "'scales' must be a list of scale names, like scales = [\"full\"]"
-    return f"'{key}' must be {_shape(first)}, not {value!r}"
+    told = replace(first, loc=(key,), value=entry.get(key), message=_words(first))
+    if key in _TABLES and not isinstance(told.value, dict):
+        told = replace(told, message=f"must be a table, like {key} = {{ name = value }}")
+    elif key == "needs":
+        told = replace(first, loc=first.loc[:2], message=_words(first))
+    elif key == "scales":
+        told = replace(told, message="must be a list of scale names, like scales = [\"full\"]")
+    return told.sentence(where)
 
 
-def _shape(error: Mistake) -> str:
+def _words(error: Mistake) -> str:
     """What a mistyped value should have been, from pydantic's error."""
     if error.type == "literal_error":
-        return error.expected                    # "'lowest' or 'highest'"
+        return f"must be {error.expected}"          # "'lowest' or 'highest'"
     if error.type.startswith(("int", "float")):
-        return "a number"
+        return "must be a number"
     if error.type.startswith("string"):
-        return "a string in quotes"
+        return "must be a string in quotes"
     return error.said

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from harness.errors import mistakes
+from harness.errors import describe
 
 EPOCH_METRIC = "epoch_test_accuracy"
 
@@ -163,7 +163,7 @@ class Threshold(Pruner):
     @model_validator(mode="after")
     def _bounded(self) -> "Threshold":
         if self.lower is None and self.upper is None:
-            raise ValueError("a threshold pruner needs lower or upper (or both)")
+            raise ValueError("needs lower or upper (or both)")
         return self
 
     def to_optuna(self):
@@ -193,13 +193,8 @@ def _table(what: str, registry: dict[str, type[_Kind]]):
         try:
             return model.model_validate({**value, "name": name})
         except ValidationError as err:
-            first = mistakes(err)[0]
-            key = first.key
-            if first.type == "extra_forbidden":
-                raise ValueError(f"unknown key {key!r} in [{what}] {name}; it takes "
-                                 f"{', '.join(model.model_fields)}") from None
-            raise ValueError(f"[{what}] {name}" + (f" {key}" if key else "") + f": {first.said}"
-                             + (f", not {first.value!r}" if key else "")) from None
+            raise ValueError(describe(err, f"[{what}] {name}", takes=model.model_fields,
+                                      order=list(model.model_fields))) from None
     return read
 
 

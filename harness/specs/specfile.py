@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.training.config import is_finite
-from harness.errors import UserError, mistakes
+from harness.fields.config import is_finite
+from harness import errors
+from harness.errors import UserError, full_stop
 from harness.store.paths import is_safe_name
 from harness.folders import project_path
 from harness.suggest import did_you_mean, shown_path
@@ -26,6 +27,7 @@ class SpecFile(BaseModel):
     """The keys a sweep file and a study file both have."""
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
     kind: ClassVar[str] = "spec"   # "sweep" or "study", for messages
+    derived: ClassVar[tuple[str, ...]] = ("path",)   # fields the reader fills in, never a file's keys
 
     name: str = Field(min_length=1)
     title: str = ""
@@ -54,6 +56,11 @@ class SpecFile(BaseModel):
                 raise ValueError(f"scale '{LAST_SCALE}' is the command line's word for the last run's scale; "
                                  "name the scale otherwise")
         return {s: {} for s in SCALES} | scales
+
+    @classmethod
+    def file_keys(cls) -> list[str]:
+        """The keys a file may hold: the model's fields less those the reader fills in itself."""
+        return [k for k in cls.model_fields if k not in cls.derived]
 
     @property
     def shown(self) -> str:
@@ -87,7 +94,13 @@ class SpecFile(BaseModel):
 
 def read(path: Path, model: type[Spec]) -> Spec:
     """The file as `model`, or one sentence naming the file and what is wrong with it."""
-    kind, shown = model.kind, project_path(path)
+    return build(read_toml(path, model.kind), path, model)
+
+
+def read_toml(path: Path, kind: str) -> dict[str, Any]:
+    """The file's TOML as a dict, or one sentence naming the file: unreadable, not UTF-8, not TOML,
+    or holding an infinite number."""
+    shown = project_path(path)
     try:
         raw = tomllib.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -99,10 +112,17 @@ def read(path: Path, model: type[Spec]) -> Spec:
     for key, value in _numbers(raw):
         if not is_finite(value):  # TOML has inf and nan; no setting, range or published figure is either
             raise UserError(f"{kind} file {shown}: key '{key}' must be a finite number (got {value}).")
+    return raw
+
+
+def build(raw: dict[str, Any], path: Path, model: type[Spec]) -> Spec:
+    """The file's keys (`raw`, as read from `path`) as `model`, or one sentence naming the file."""
+    kind, shown = model.kind, project_path(path)
     try:
         return model(**raw, path=path)
     except ValidationError as err:
-        raise UserError(describe(err, shown, kind, model.model_fields)) from None
+        keys = model.file_keys()   # an unknown key's "did you mean", and the order mistakes are told in
+        raise UserError(full_stop(errors.describe(err, f"{kind} file {shown}", takes=keys, order=keys))) from None
     except TypeError as err:  # a top-level key named like a keyword argument
         raise UserError(f"{kind} file {shown}: {err}.") from None
 
@@ -117,21 +137,6 @@ def _numbers(node: Any, key: str = ""):
             yield from _numbers(value, f"{key}[{index}]")
     elif isinstance(node, float):
         yield key, node
-
-
-def describe(err: ValidationError, path: Path | str, kind: str, keys: Iterable[str] = ()) -> str:
-    """The first mistake pydantic found, as one sentence; `keys`: the file's top-level keys, for the
-    "did you mean" of a mistyped one."""
-    first = mistakes(err)[0]
-    key = first.key or "the file"
-    if first.type == "extra_forbidden":
-        hint = did_you_mean(key, [k for k in keys if k != "path"]) if len(first.loc) == 1 else ""
-        return f"{kind} file {path}: unknown key '{key}'" + (f"; {hint.strip()}" if hint else ".")
-    if first.type == "missing":
-        return f"{kind} file {path} lacks the required key '{key}'."
-    if not first.loc:   # a rule over several keys: the value it was given is the whole file, not shown
-        return f"{kind} file {path}: {first.said}."
-    return f"{kind} file {path}: key '{key}': {first.said} (got {first.value!r})."
 
 
 def find(name_or_path: str, *, folder: Path, prefix: str, kind: str, available: list[str]) -> Path:

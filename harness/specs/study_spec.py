@@ -153,7 +153,7 @@ class Baseline(BaseModel):
 
 
 class Verify(BaseModel):
-    """`[verify]`: how `harness study NAME --verify` re-times the best trial (studies/verify.py)."""
+    """`[verify]`: how `harness study NAME --verify` re-times the best trial (studies/deciding/verify.py)."""
     model_config = ConfigDict(extra="forbid")
 
     seeds: list[int] = Field([0, 1, 2], min_length=1)    # the race's seeds, in the order they are drawn
@@ -169,7 +169,7 @@ class Verify(BaseModel):
 
 
 class TargetSpec(BaseModel):
-    """`[target]`: a target calibrated from the [baseline] (studies/calibrated_target.py)."""
+    """`[target]`: a target calibrated from the [baseline] (studies/deciding/calibrated_target.py)."""
     model_config = ConfigDict(extra="forbid")
 
     epochs: dict[str, int]                                # per scale: E, the reference's epochs; unlisted: not calibrated
@@ -194,7 +194,7 @@ class StudySpec(SpecFile):
     baseline: Baseline | None = None
     warm_start: list[WarmStart] = []           # [[warm_start]]: known recipes run first, after the baseline
     verify: Verify = Verify()
-    target: TargetSpec | None = None           # [target]: a calibrated target (studies/calibrated_target.py)
+    target: TargetSpec | None = None           # [target]: a calibrated target (studies/deciding/calibrated_target.py)
     # each trial runs this many seeds, its value their median (studies/seeded.py); a table gives it per scale
     seeds_per_trial: int | dict[str, int] = 1
     report: dict[str, Any] = {}                # metrics = [...]: more columns beside the objectives
@@ -293,7 +293,7 @@ class StudySpec(SpecFile):
 
     def fixed_for_checks(self, scale: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
         """The fixed settings a check can build a config from: at a scale whose target is calibrated
-        (its file read only when the study runs: studies/calibrated_target.py) a stand-in target."""
+        (its file read only when the study runs: studies/trial_target.py) a stand-in target."""
         fixed = self.fixed(scale, overrides)
         if self.target is not None and scale in self.target.epochs:
             fixed.update(target_from_epoch=0, target_accuracy=0.5)

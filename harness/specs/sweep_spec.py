@@ -1,6 +1,7 @@
 """Sweep definitions: one TOML file per published table under sweeps/, holding the document's
 settings (base), the axes (grid), smaller scales, and the published figures the report sets beside
-ours. This module reads a file and expands it into cells; it runs nothing."""
+ours. A file may extend another of its folder and hold only what differs (`extends = "resnet"`,
+harness/specs/extends.py). This module reads a file and expands it into cells; it runs nothing."""
 
 from __future__ import annotations
 
@@ -14,24 +15,29 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 import experiments
 from experiments import check_keys, make_config
-from harness.specs import checkkinds, specfile
+from harness.specs import checkkinds, extends, specfile
 from harness.machine import hardware
 from harness.specs.cell_spec import Cell
 from harness.errors import UserError
-from harness.folders import SWEEPS_DIR
+from harness.folders import SWEEPS_DIR, project_path
 from harness.specs.specfile import SCALES, SpecFile
+from harness.suggest import did_you_mean
 
 __all__ = ["Cell", "SCALES", "SWEEPS_DIR", "SweepSpec", "available", "expand", "load"]
 
 
 class SweepSpec(SpecFile):
     kind: ClassVar[str] = "sweep"
+    derived: ClassVar[tuple[str, ...]] = ("path", "scale_grids", "scale_repeats")
     grid: dict[str, list] = {}
     # Repeats of every grid point, run in rounds (A B C, A B C). A scale may set its own
     # (`[scales.smoke] repeats = 1`), which wins over this. The shipped training sweeps say 3, and 1 at
     # smoke: one timing on a shared machine moves 10-25% between fresh processes, and smoke checks the
     # machinery, not the figures.
     repeats: int = Field(1, ge=1)
+    # One line for the README's sweeps table (harness/report/docs_tables.py, `make docs`): what the grid
+    # varies and what is read, with what the title leaves out (the ranges, "GPU only").
+    measures: str = ""
     report: dict[str, Any] = {}
     published: dict[str, Any] = {}
     # Claims the report judges (harness/specs/checkkinds.py): a mistyped one stops the sweep before it runs.
@@ -104,7 +110,7 @@ def available() -> list[str]:
 
 def load(name_or_path: str) -> SweepSpec:
     path = specfile.find(name_or_path, folder=SWEEPS_DIR, prefix="", kind="sweep", available=available())
-    spec = specfile.read(path, SweepSpec)
+    spec = specfile.build(_with_parent(path), path, SweepSpec)
     spec.title = spec.title or spec.name
     spec.check_fields()
     for grid in (spec.grid, *spec.scale_grids.values()):
@@ -114,6 +120,24 @@ def load(name_or_path: str) -> SweepSpec:
     _check_rows_exist(spec)
     _check_assumed_settings(spec)
     return spec
+
+
+def _with_parent(path: Path) -> dict[str, Any]:
+    """The file's keys, with what it inherits from the sweep file it extends (harness/specs/extends.py);
+    a mistake in how it extends is one sentence naming the file."""
+    raw = specfile.read_toml(path, "sweep")
+    shown = project_path(path)
+    try:
+        parent = extends.parent_of(raw, path)
+        if parent is None:
+            return raw
+        if not parent.is_file():
+            others = [p.stem for p in path.parent.glob("*.toml") if p != path and not p.stem.startswith("study_")]
+            raise extends.Refused(f"it extends '{raw[extends.KEY]}', but there is no {parent.name} beside it; "
+                                  f"{did_you_mean(raw[extends.KEY], others)}choose one of {', '.join(sorted(others))}")
+        return extends.merge(specfile.read_toml(parent, "sweep"), raw, project_path(parent))
+    except extends.Refused as err:
+        raise UserError(f"sweep file {shown}: {err}.") from None
 
 
 def _check_name_is_its_own(spec: SweepSpec) -> None:

@@ -8,7 +8,7 @@ are the [baseline]'s (without a [baseline], the sampler draws them):
     params = { dtype = "bf16", lr_factor = "tuned", layout = { world_size = 2, threads = 0 } }
 
 A compound choice is given as its table. `lr_factor = "tuned"` is the calibrated target's tuned
-factor at the study's scale (studies/calibrated_target.py), or the baseline's own at a scale without
+factor at the study's scale (studies/deciding/calibrated_target.py), or the baseline's own at a scale without
 a calibration. Every mistake is one sentence when the file loads.
 """
 

@@ -1,2 +1,5 @@
-"""Optuna studies: the ask/tell engine (study_engine), the study report (study_report) and the
-verification of a best recipe (verify); the study files' model is in harness/specs."""
+"""Optuna studies, in two rooms. This folder runs trials: the ask/tell engine (study_engine) and its
+loop (trial_loop), the study's storage, parent run and report, the target its trials are timed to
+(trial_target), the budget and the pruning. deciding/ names a winner: the calibration, the race,
+its verification and the method cards; it imports this room, never the other way round. The study
+files' model is in harness/specs."""

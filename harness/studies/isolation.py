@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from harness.machine import process_state
 from harness.cells import run_here
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.errors import CellPruned, CellSkipped, UserError
 from harness.launchers.forkserver import ForkServer
 
@@ -56,7 +56,7 @@ class IsolatedTrials:
     def __init__(self) -> None:
         import experiments
 
-        modules = [*PRELOAD, *sorted(set(experiments.REGISTRY.values())), *experiments.run_modules()]
+        modules = [*PRELOAD, *sorted(set(experiments.registry().values())), *experiments.run_modules()]
         self.server = ForkServer(modules)   # it imports while the worker loads data and asks Optuna
 
     def execute(self, experiment, cfg: RunConfig, on_epoch: Callable[[int, dict], None]) -> dict[str, float]:

@@ -21,7 +21,7 @@ from harness.launchers import Launcher, WorkerRole
 from harness.specs.study_spec import StudySpec
 from harness.store import Outcome, Store
 from harness.store.uris import is_sqlite
-from harness.studies import calibrated_target, seeded, warm_starts
+from harness.studies import seeded, trial_target, warm_starts
 from harness.studies.study_parent import check_same_store, finished_tags, open_parent
 from harness.studies.study_storage import open_study, storage_faults
 from harness.studies.trial_loop import StopReason, StudyOutcome, TrialLoop
@@ -68,14 +68,14 @@ def _trial_loop(spec: StudySpec, run: Invocation, scale: str, overrides: dict[st
                 timeout: float | None, show_progress: bool) -> TrialLoop:
     """The study opened (created if new) with the settings its trials share; a bad fixed value stops
     the study here, before it is created."""
-    fixed = calibrated_target.applied(spec, scale, spec.fixed(scale, overrides))
+    fixed = trial_target.applied(spec, scale, spec.fixed(scale, overrides))
     experiments.get(spec.experiment).check_model(getattr(make_config(fixed), "model", None),
                                                  where=f"study {spec.name}")
     name, target = spec.study_name(scale, overrides), n_trials or spec.trials_at(scale)
     role, db_url = run.role, run.db_url
     study = open_study(spec, name, db_url, create=True,
                        seed_salt=role.index if role else (0 if is_sqlite(db_url) else os.getpid()))
-    calibrated_target.check_study(study, fixed)
+    trial_target.check_study(study, fixed)
     seeded.check_study(study, spec.seeds_at(scale))
     return TrialLoop(spec, study, run.store, run.open_experiment(spec.name), scale, fixed, target, timeout,
                      show_progress, run.log)
@@ -89,7 +89,7 @@ def _search_budget(spec: StudySpec, study, scale: str, seconds: float | None, lo
     kept = Budget.open(study, seconds, log)
     if kept is None:
         return None
-    found = calibrated_target.read(spec, scale)
+    found = trial_target.read(spec, scale)
     tuned = dict(spec.baseline.params) if spec.baseline is not None else {}
     if found is not None and "lr_factor" in tuned:
         tuned["lr_factor"] = float(found["lr_factor"])

@@ -24,7 +24,7 @@ from typing import Any
 from harness.errors import UserError
 from harness.specs.study_spec import StudySpec
 from harness.specs.warm_start import TUNABLE, TUNED
-from harness.studies import baseline, host_space
+from harness.studies import baseline, host_space, trial_target
 from harness.studies.trial_tags import WARM_START_ATTR
 
 QUEUED_ATTR = "harness.warm_starts"   # study user attribute: {"queued": [names], "left_out": [lines]}
@@ -63,10 +63,8 @@ def plan(spec: StudySpec, scale: str) -> Plan:
 def tuned_factor(spec: StudySpec, scale: str, name: str) -> float:
     """The tuned baseline's lr factor at `scale`: the calibration's times the baseline's own, or the
     baseline's own at a scale without a calibration; one the [space] does not offer is refused."""
-    from harness.studies import calibrated_target
-
     own = float(spec.baseline.params.get(TUNABLE, 1.0))
-    calibrated = calibrated_target.tuned_factor(spec, scale)
+    calibrated = trial_target.tuned_factor(spec, scale)
     factor = own * calibrated if calibrated is not None else own
     param = spec.space[TUNABLE]
     if not param.admits(factor):

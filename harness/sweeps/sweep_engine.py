@@ -35,7 +35,8 @@ from harness.store.claims import ClaimState
 from harness.store.outcome import SUMMARY_ORDER
 from harness.store.tracking import KIND, PARENT, SCALE, SWEEP
 from harness.store.uris import resolve_db_url
-from harness.specs.sweep_spec import SweepSpec, expand
+from harness.specs.sweep_job import SweepJob
+from harness.specs.sweep_spec import SweepSpec
 
 PARENT_SPEED_TAG = f"harness.{SPEED_INDEX}"   # the invocation's speed_index, on its parent run
 PARENT_LOAD_TAG = f"harness.{SPEED_LOAD}"     # and the cores other work held while it was taken
@@ -76,16 +77,27 @@ class SweepResult:
 
 
 def run_sweep(spec: SweepSpec, store: Store, *, scale: str = "full", overrides: dict[str, Any] | None = None,
-              db_url: str | None = None, workers: int = 1, launcher: Launcher | None = None,
-              role: WorkerRole | None = None, show_progress: bool = True, log: Log | None = None,
-              remeasure_drifted: bool = False, remeasure_contended: bool = False, repeats: int | None = None,
-              select: Callable[[Cell], bool] | None = None) -> SweepResult:
-    """One invocation of a sweep (with `role`, one worker of a launcher's). `remeasure_drifted`: reused cells
-    measured at another speed_index run again; `remeasure_contended`: so do those timed while other work
-    held the cores; `repeats`, `select` (decide.py): that many rounds, of those cells."""
+              repeats: int | None = None, **how) -> SweepResult:
+    """run_job for a caller that holds a sweep file and its settings (tests, benchmarks, scripts): the
+    job is built here. `how`: run_job's keywords."""
+    return run_job(SweepJob.build(spec, scale, overrides, repeats), store, **how)
+
+
+def run_job(job: SweepJob, store: Store, *, db_url: str | None = None, workers: int = 1,
+            launcher: Launcher | None = None, role: WorkerRole | None = None, show_progress: bool = True,
+            log: Log | None = None, remeasure_drifted: bool = False, remeasure_contended: bool = False,
+            select: Callable[[Cell], bool] | None = None) -> SweepResult:
+    """One invocation of a sweep (with `role`, one worker of a launcher's), over the cells its job
+    expanded. `remeasure_drifted`: reused cells measured at another speed_index run again;
+    `remeasure_contended`: so do those timed while other work held the cores; `select` (decide.py):
+    only those cells."""
     run = Invocation("sweep", "cells", store, db_url or resolve_db_url(None, store.uri), workers, launcher, role, log)
-    overrides = run.worker_overrides(overrides, lambda given: _fixed_threads(spec, scale, given))
-    cells = [c for c in expand(spec, scale, overrides, repeats=repeats) if select is None or select(c)]
+    spec, scale = job.spec, job.scale
+    # A launcher's workers each get their share of the cores where every cell would take them all:
+    # other cells, since the thread count is in a cell's id (else the job's cells, as they came).
+    job = job.with_overrides(run.worker_overrides(job.overrides, lambda given: _fixed_threads(spec, scale, given)))
+    overrides = job.overrides
+    cells = [c for c in job.cells if select is None or select(c)]
     sweep = _Sweep(spec, scale, cells, store, run.open_experiment(spec.name), show_progress, log,
                    rerun=of_invocation(spec, scale, overrides, store.uri))
     if role is not None:  # its share of the cells, timed against the speed_index its launcher measured

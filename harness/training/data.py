@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from harness import folders
-from harness.training.data_folders import check_class_folders
+from harness.fields.data_folders import check_class_folders
 from harness.errors import UserError, first_line
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp"}
@@ -239,7 +239,7 @@ def synthetic(shape: tuple[int, int, int], train_size: int, test_size: int, seed
     return Dataset(draw(train_size), draw(test_size), num_classes)
 
 
-# Each dataset's loader, under its name in harness/training/catalogue.py's DATASETS (read without torch).
+# Each dataset's loader, under its name in harness/fields/catalogue.py's DATASETS (read without torch).
 DATASETS: dict[str, Callable[[str, int], Dataset] | None] = {
     "cifar10": _torchvision(
         "CIFAR10",

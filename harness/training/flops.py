@@ -38,7 +38,7 @@ from torch.utils.flop_counter import FlopCounterMode
 aten = torch.ops.aten
 
 from harness.training import peak
-from harness.training.catalogue import FLOP_METRICS as METRICS, FLOP_NOTES as NOTES  # named there, read without torch
+from harness.fields.catalogue import FLOP_METRICS as METRICS, FLOP_NOTES as NOTES  # named there, read without torch
 from harness.training.precision import DTYPES
 
 _counted: dict[tuple, float] = {}

@@ -1,7 +1,7 @@
 """Model registry: every model the experiments can name, with the input it expects.
 
 Add a model by writing a builder, one line in BUILDERS, and one `ModelInfo` line under the same name in
-harness/training/catalogue.py's MODELS (what it expects and which weights it has, read without torch).
+harness/fields/catalogue.py's MODELS (what it expects and which weights it has, read without torch).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import CellSkipped, UserError, first_line
-from harness.training.catalogue import MODELS, models_with_weights
+from harness.fields.catalogue import MODELS, models_with_weights
 
 
 class BookCNN(nn.Module):
@@ -130,7 +130,7 @@ def _torchvision(name: str) -> Callable[..., nn.Module]:
 
 
 # Each model's builder: the number of outputs -> the module. What it expects and which weights it can
-# start from are its line in harness/training/catalogue.py's MODELS (read without torch), under the same name.
+# start from are its line in harness/fields/catalogue.py's MODELS (read without torch), under the same name.
 BUILDERS: dict[str, Callable[[int], nn.Module]] = {
     "cnn": BookCNN,
     "tiny_cnn": TinyCNN,

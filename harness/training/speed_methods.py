@@ -26,7 +26,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.errors import CellSkipped
 from harness.training.models import MODELS, build_model
 from harness.training.pruning import prune_conv_filters

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from harness.training.config import RunConfig
+from harness.fields.config import RunConfig
 from harness.errors import UserError
 
 METRICS = ("target_accuracy", "target_reached", "time_to_accuracy_s", "time_to_accuracy_resolution_s",

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import torch
 from torch import nn
 
-from harness.training.catalogue import TRAINING_CLOCK, TRAINING_METRICS
-from harness.training.config import RunConfig
+from harness.fields.catalogue import TRAINING_CLOCK
+from harness.fields.config import RunConfig
 from harness.training.data import DeviceBatches, Split, batches, shuffled_indices
 from harness.errors import CellSkipped
 from harness.machine.hardware import missing_gpu, slice_note, usable_core_count
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from harness.training.precision import Precision
     from harness.training.time_to_accuracy import AccuracyWatch
 
-CLOCK = TRAINING_CLOCK   # harness/training/catalogue.py, where descriptors read it without torch
+CLOCK = TRAINING_CLOCK   # harness/fields/catalogue.py, where descriptors read it without torch
 
 EpochCallback = Callable[[int, dict], None]
 # A batch in, the part of it a step trains on out (speed_methods.SelectiveBackprop).
@@ -49,10 +49,10 @@ def prepare(cfg: RunConfig) -> torch.device:
 
 def lr_effective(cfg: RunConfig, world_size: int | None = None) -> float | None:
     """The learning rate a cell trains with, worked out here and nowhere else (None: it has no `lr`):
-    `lr`, times `lr_factor` (a tuned lr, field_groups.SpeedMethodsFields), scaled linearly with the global batch
-    over `lr_base_batch` (SpeedMethodsFields), or times the ranks with `lr_scaling` (LrScalingFields:
-    the rate a linear_warmup ramps to). `world_size`: the ranks it runs on (default: its own). The cell
-    runner logs it as the metric `lr_effective`."""
+    `lr`, times `lr_factor` (a tuned lr, recipe's SpeedMethodsFields), scaled linearly with the global
+    batch over `lr_base_batch` (SpeedMethodsFields), or times the ranks with `lr_scaling` (data_parallel's
+    LrScalingFields: the rate a linear_warmup ramps to). `world_size`: the ranks it runs on (default:
+    its own). The cell runner logs it as the metric `lr_effective`."""
     if not hasattr(cfg, "lr"):
         return None
     world_size = getattr(cfg, "world_size", 1) if world_size is None else world_size
@@ -171,15 +171,11 @@ def evaluate(model: nn.Module, data: Split, *, batch_size: int, device: torch.de
     return correct / len(data)
 
 
-# The metrics every training experiment logs under the same names, as training_metrics builds them
-# (the DDP target's merge and dp_scratch build theirs with it too): catalogue.TRAINING_METRICS.
-METRICS = TRAINING_METRICS
-
-
 def training_metrics(epoch_times: list[float], warmup_times: list[float], *, train_samples: int,
                      test_samples: int, accuracy: float, eval_seconds: float,
                      samples_trained: int | None = None, train_time: float | None = None) -> dict[str, float]:
-    """The metrics every training experiment logs under the same names (METRICS): the sum of the
+    """The metrics every training experiment logs under the same names (catalogue.TRAINING_METRICS,
+    in that order; the DDP target's merge and dp_scratch build theirs with it too): the sum of the
     timed epochs, their median and IQR, throughput, accuracy, and the untimed parts.
     `samples_trained` (default: every epoch whole) is less when training stopped at a target inside
     an epoch. `train_time` (default: the epochs summed) is the slowest rank's on ranks, whose epochs

@@ -6,7 +6,7 @@ JPEG quality ladder, when the folder holds one). The reading is results/recomput
 reader for every folder of tables; this file runs it on the folder it is in. It needs numpy, scipy
 and pandas (the project's .venv/bin/python has them):
 
-    .venv/bin/python results/cpu-2core/recompute.py      # or this folder's own path
+    .venv/bin/python results/FOLDER/recompute.py      # FOLDER: the folder this copy is in (results/README.md gives each command)
 """
 import pathlib
 import runpy

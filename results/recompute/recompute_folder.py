@@ -5,7 +5,8 @@ harness: a reader's check that the committed store, not our code, holds every fi
 
 It needs numpy, scipy and pandas (the project's .venv/bin/python has them) and reads only:
 - the folder's store/mlflow.db (read-only), its <sweep>.csv tables, verdicts.csv and REPRODUCTION.md;
-- the sweep files in sweeps/ (each table's axes, baseline, published rows and checks).
+- the sweep files in sweeps/ (each table's axes, baseline, published rows and checks), a file that
+  extends another merged by harness/specs/extends.py (standard library only, loaded by its path).
 
 For each table on the page, from the store alone, by the rules the page states in its Conventions:
 - its cells: the sweep's finished cells of the newest measurement procedure, at the newest scale;

@@ -1,8 +1,8 @@
 """The part of a dataset's check that needs no decoding: an image-folder dataset's train/ and test/
 folders exist, and a dataset torchvision downloads is in data_dir or can be downloaded from here.
 The command line asks it of every cell before torch is loaded (before the calibration, and before
-anything is created: a download tried and failed left an empty data/ folder behind), and data.py
-asks the folders again before it decodes them."""
+anything is created: a download tried and failed left an empty data/ folder behind), and
+harness/training/data.py asks the folders again before it decodes them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from harness.training.catalogue import DOWNLOADS, IMAGE_FOLDER_DATASETS
+from harness.fields.catalogue import DOWNLOADS, IMAGE_FOLDER_DATASETS
 from harness.errors import UserError
 from harness.suggest import shown_path
 

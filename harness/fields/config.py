@@ -2,7 +2,7 @@
 fields every experiment has (`RunConfig`), a cell's identity, and one sentence per mistake.
 
 Each experiment's config is a class of its own, `RunConfig` plus the field groups its `run` reads
-(harness/training/field_groups.py) and fields of its own, declared in its module; the registry
+(harness/fields/field_groups.py) and fields of its own, declared in its module; the registry
 (experiments/__init__.py) knows which class belongs to which name and builds configs from values.
 A field keeps one name, default and meaning in every class it is part of, so it becomes the same
 MLflow param whatever the experiment, and the compare view lines up grid cells, study trials and
@@ -21,8 +21,8 @@ from typing import Annotated, Any, Collection, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.errors import UserError, mistakes
-from harness.machine.hardware import parse_device
+from harness.errors import UserError, full_stop, mistakes
+from harness.machine.device_names import parse_device
 from harness.suggest import did_you_mean
 
 
@@ -120,26 +120,17 @@ def unknown_key_sentence(key: str, known: Collection[str]) -> str:
 
 def describe_validation_error(err: ValidationError, experiment: str, cls: type[RunConfig],
                               known: Collection[str]) -> str:
-    """One sentence per mistake, naming the field, what it got and what it accepts. `known`: the
-    fields of every experiment, so a key of another experiment's class is told apart from a typo."""
+    """One sentence per mistake, naming the field, what it got and what it accepts (harness/errors.py's
+    words). `known`: the fields of every experiment, so a key of another experiment's class is told
+    apart from a typo."""
     sentences = []
     for mistake in mistakes(err):
-        field = mistake.key or "config"
         if mistake.type == "extra_forbidden":
-            sentences.append(not_read_sentence(experiment, field, cls) if field in known
-                             else unknown_key_sentence(field, known))
-            continue
-        if not mistake.loc:  # a rule across fields (model_validator): its message names the fields
-            sentences.append(f"config: {mistake.message}.")
-            continue
-        sentences.append(f"config field '{field}' {_lower_first(mistake.message)} (got {mistake.value!r}).")
+            sentences.append(not_read_sentence(experiment, mistake.key, cls) if mistake.key in known
+                             else unknown_key_sentence(mistake.key, known))
+        else:
+            sentences.append(full_stop(mistake.sentence("config")))
     return " ".join(sentences)
-
-
-def _lower_first(text: str) -> str:
-    if text.startswith("Input should"):
-        return "should" + text[len("Input should"):]
-    return text[:1].lower() + text[1:]
 
 
 def parse_assignment(text: str) -> tuple[str, Any]:

@@ -1,5 +1,5 @@
-"""The config fields experiments share, in small groups; an experiment's config class is composed of
-the groups its `run` reads (through the harness helpers it calls) plus fields of its own.
+"""The config fields several experiments share, in small groups; an experiment's config class is
+composed of the groups its `run` reads (through the harness helpers it calls) plus fields of its own.
 
 A group holds the fields one harness helper reads: `SplitsFields` what `data.load_splits` is handed,
 `OptimizerFields` what `train.make_optimizer` reads, `LaunchFields` what running a cell as torchrun
@@ -7,7 +7,12 @@ ranks reads, and so on. Field names, defaults and descriptions are the MLflow pa
 files' keys, so they never change. A rule across fields sits in the group of the field it limits; a
 group whose rule reads a field of another group inherits that group (`TargetFields` is an
 `EpochsFields`), so a config composed of any one group has every field its rules read
-(tests/test_config.py composes each group alone).
+(tests/test_config.py composes each group alone, here and in the descriptors).
+
+A group that one experiment alone reads lives in that experiment's descriptor
+(experiments/descriptors/NAME.py), beside its config class, so the experiment is read in one file:
+recipe's speed and training methods, data_parallel's lr scaling, pretrained weights and DDP loop. It
+moves here, unchanged, when a second experiment reads it.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from harness.training.catalogue import DATASETS, MODELS, models_with_weights
-from harness.training.config import FieldGroup, PositiveInt
+from harness.fields.catalogue import DATASETS, MODELS
+from harness.fields.config import FieldGroup, PositiveInt
 
 
 class ModelFields(FieldGroup):
@@ -27,22 +32,6 @@ class ModelFields(FieldGroup):
     @classmethod
     def _known_model(cls, value: str) -> str:
         return one_of(value, MODELS)
-
-
-class PretrainedFields(ModelFields):
-    """The rule reads the model."""
-
-    pretrained: bool = Field(
-        False, description="Start from the model's published ImageNet weights (T10.2: EfficientNet_B7_Weights."
-        "DEFAULT); a cell whose weights cannot be fetched is skipped, never trained from random ones.")
-
-    @model_validator(mode="after")
-    def _model_has_weights(self):
-        if self.pretrained:
-            if self.model in MODELS and MODELS[self.model].weights is None:
-                raise ValueError(f"model {self.model} has no published weights to start from; set pretrained=false "
-                                 f"or choose one of {', '.join(models_with_weights())}")
-        return self
 
 
 class DataFields(FieldGroup):
@@ -197,125 +186,6 @@ class ChannelsLastFields(FieldGroup):
         False, description="Recipe: model weights and input batches in channels-last memory format (NHWC).")
 
 
-class SpeedMethodsFields(ModelFields, ChannelsLastFields, CompilationFields, PruningFields, LearningRateFields):
-    """What `speed_methods.check` and its transforms read."""
-
-    lr_base_batch: int = Field(
-        0, ge=0, description="Recipe: lr is the rate for a global batch of this size and scales linearly "
-        "with the global batch (0 = lr as given).")
-    lr_factor: float = Field(
-        1.0, gt=0, description="Recipe: lr is multiplied by this factor before the batch scaling (a tuned "
-        "learning rate, as the speed-recipe study searches it; 1 = the configured lr).")
-
-
-class LrScheduleFields(FieldGroup):
-    """What `speed_methods.one_cycle` reads: how the lr moves over the steps of a planned number of epochs."""
-
-    lr_schedule: Literal["constant", "one_cycle"] = Field(
-        "constant", description="Recipe: constant: the effective lr at every step (the book); one_cycle: a linear "
-        "rise to the effective lr (the peak) over lr_warmup_fraction of the steps of schedule_epochs epochs, then a "
-        "linear fall to 0 at their end (held there after), stepped every optimizer step.")
-    schedule_epochs: float = Field(
-        0.0, ge=0, description="Recipe: the epochs a one_cycle schedule is planned over, fixed in advance whatever "
-        "stop_at_target ends (at least 1 with one_cycle; 0 with constant).")
-    lr_warmup_fraction: float = Field(
-        0.2, description="Recipe: the share of one_cycle's planned steps spent rising to the peak lr, in [0, 1) "
-        "(0.2 as airbench's baseline rung; read only with one_cycle).")
-
-    @field_validator("lr_warmup_fraction")
-    @classmethod
-    def _warmup_within_the_cycle(cls, value: float) -> float:
-        if not 0.0 <= value < 1.0:
-            raise ValueError("must be in [0, 1): the share of the cycle's steps spent rising to the peak")
-        return value
-
-    @model_validator(mode="after")
-    def _schedule_planned_once(self):
-        if self.lr_schedule == "one_cycle" and self.schedule_epochs < 1:
-            raise ValueError(f"lr_schedule one_cycle needs schedule_epochs of at least 1 "
-                             f"(got {self.schedule_epochs:g}): the epochs its cycle is planned over")
-        # an unread knob is a mistake, not a silent no-op (and would give the same training a second cell id)
-        defaults = type(self).model_fields
-        if self.lr_schedule == "constant" and (self.schedule_epochs != defaults["schedule_epochs"].default
-                                               or self.lr_warmup_fraction != defaults["lr_warmup_fraction"].default):
-            raise ValueError("schedule_epochs and lr_warmup_fraction shape a one_cycle schedule; "
-                             "set lr_schedule=one_cycle or leave them out")
-        return self
-
-
-class SelectiveBackpropFields(FieldGroup):
-    """What `speed_methods.SelectiveBackprop` reads: MosaicML Composer's selective backprop, its defaults
-    Composer's (composer/algorithms/selective_backprop)."""
-
-    selective_backprop_keep: float = Field(
-        1.0, description="Recipe: selective backprop (Jiang et al. 2019, as Composer has it): in its window each "
-        "batch is first scored by a forward pass without gradients and only this fraction of it, drawn towards the "
-        "highest losses, is trained on; in (0, 1] (1 = off: every sample, no scoring pass).")
-    selective_backprop_start: float = Field(
-        0.5, description="Recipe: selective backprop's window opens at this fraction of the `epochs` budget "
-                         "(Composer's 0.5; read only with selective_backprop_keep < 1).")
-    selective_backprop_end: float = Field(
-        0.9, description="Recipe: selective backprop's window closes at this fraction of the `epochs` budget "
-                         "(Composer's 0.9; read only with selective_backprop_keep < 1).")
-    selective_backprop_interrupt: int = Field(
-        2, ge=0, description="Recipe: in the window every this-many-th batch of an epoch is a plain step on the whole "
-        "batch (Composer's 2: every other; 0 = none; read only with selective_backprop_keep < 1).")
-
-    @field_validator("selective_backprop_keep")
-    @classmethod
-    def _keep_a_fraction(cls, value: float) -> float:
-        if not 0.0 < value <= 1.0:
-            raise ValueError("must be in (0, 1]: the fraction of each batch trained on (1 = every sample, off)")
-        return value
-
-    @model_validator(mode="after")
-    def _window_within_the_budget(self):
-        if not 0.0 <= self.selective_backprop_start < self.selective_backprop_end <= 1.0:
-            raise ValueError(f"selective backprop's window must satisfy 0 <= selective_backprop_start < "
-                             f"selective_backprop_end <= 1 (got {self.selective_backprop_start:g} to "
-                             f"{self.selective_backprop_end:g}): fractions of the epochs budget")
-        defaults = type(self).model_fields
-        shaped = any(getattr(self, name) != defaults[name].default for name in
-                     ("selective_backprop_start", "selective_backprop_end", "selective_backprop_interrupt"))
-        if self.selective_backprop_keep == 1.0 and shaped:
-            raise ValueError("selective_backprop_start, _end and _interrupt shape selective backprop; "
-                             "set selective_backprop_keep below 1 or leave them out")
-        return self
-
-
-class TrainingMethodsFields(LrScheduleFields, SelectiveBackpropFields):
-    """What the recipe's training methods beyond the book's read (speed_methods: one_cycle, with_batchnorm,
-    smoothed_loss, averaged, SelectiveBackprop); each is off by default. What each changes is
-    catalogue.SPEED_METHODS."""
-
-    batchnorm: bool = Field(
-        False, description="Recipe: a BatchNorm2d after every Conv2d of the model (the book's CNN has none), inserted "
-        "before pruning, which then drops each removed filter's BatchNorm channel too; DDP ranks normalise "
-        "with their own batch's statistics (no SyncBatchNorm) and share rank 0's running averages.")
-    label_smoothing: float = Field(
-        0.0, description="Recipe: cross-entropy against targets that spread this much of their weight evenly over "
-        "every class (Szegedy et al. 2016); in [0, 1), 0 = the book's loss.")
-    ema_decay: float = Field(
-        0.0, description="Recipe: keep an exponential moving average of the weights (and BatchNorm statistics), "
-        "updated after every optimizer step inside the clock, and evaluate it instead of the trained weights (every "
-        "accuracy check and the final test accuracy); in [0, 1), 0 = off, 0.99 averages over about 100 steps.")
-
-    @field_validator("label_smoothing")
-    @classmethod
-    def _smoothing_range(cls, value: float) -> float:
-        if not 0.0 <= value < 1.0:
-            raise ValueError("must be in [0, 1): 0 is the plain cross-entropy, 0.1 moves a tenth of each "
-                             "target onto the other classes")
-        return value
-
-    @field_validator("ema_decay")
-    @classmethod
-    def _decay_range(cls, value: float) -> float:
-        if not 0.0 <= value < 1.0:
-            raise ValueError("must be in [0, 1): 0 keeps no average, 0.99 averages over about 100 steps")
-        return value
-
-
 class TimingRepeatsFields(FieldGroup):
     timing_repeats: PositiveInt = Field(
         5, description="D12.1/D12.2: repeats of a short measurement inside a cell; median and IQR are logged.")
@@ -369,19 +239,6 @@ class GlobalBatchFields(BatchFields, LaunchFields):
             raise ValueError(f"a global batch_size {self.batch_size} must divide evenly among "
                              f"world_size {self.world_size} ranks")
         return self
-
-
-class LrScalingFields(FieldGroup):
-    lr_scaling: Literal["none", "linear", "linear_warmup"] = Field(
-        "none", description="none: lr as given (the book); linear: lr x world_size; linear_warmup: lr x "
-        "world_size reached by a linear ramp over lr_warmup_epochs (Goyal et al. 2017).")
-    lr_warmup_epochs: float = Field(5.0, ge=0, description="Epochs of timed training over which linear_warmup "
-                                    "ramps the lr from lr to lr x world_size (untimed warm-up epochs are undone).")
-
-
-class DdpTrainingFields(SplitsFields, OptimizerFields, TargetFields, TrainingLoopFields, GlobalBatchFields,
-                        LrScalingFields, PretrainedFields):
-    """What `distributed.ddp_train.train` reads (with LaunchFields beside it, for the ranks)."""
 
 
 def one_of(value: str, known) -> str:

@@ -1,5 +1,5 @@
 """Method cards: one per method of a raced study's winner, generated from the race and the ablation
-(studies/verify.py), written beside the race's report as `<study>-cards.md`.
+(studies/deciding/verify.py), written beside the race's report as `<study>-cards.md`.
 
 Composer keeps a card per speed method, written by hand from its GPU runs. Ours are measured on the
 host the race ran on: what the method changes (the model, the optimizer, the arithmetic, the data,
@@ -20,7 +20,7 @@ import math
 import statistics
 from typing import Any, Callable
 
-from harness.studies.race import median_interval
+from harness.studies.deciding.race import median_interval
 
 TIME = "time_to_accuracy_s"
 WINNER = "winner"

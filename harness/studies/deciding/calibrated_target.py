@@ -6,7 +6,7 @@ the tuned baseline reaches within E epochs, less a margin", found once per scale
 
     harness study NAME --calibrate-target --scale S     (make study-NAME-calibrate SCALE=S)
 
-which runs, each in a fresh process and resumably (studies/remeasure.py):
+which runs, each in a fresh process and resumably (studies/deciding/remeasure.py):
 
 1. the [baseline]'s params at the study's lr times each of `[verify] lr_factors` (and x1), `epochs`
    epochs on the first seed, every check on the whole test set; the factor with the best accuracy
@@ -38,7 +38,8 @@ first seeds) again on its own. Every trial, the baseline trial included, and eve
 timed to the target; with `give_up_after = k` each stops short once it has trained k times the
 reference's seconds without reaching it (a trial that slow cannot win; its remaining epochs would
 only say by how much). A scale the section does not list keeps the [baseline]'s own target
-(target_from_epoch); a listed scale without its file is refused, in one sentence, before anything runs.
+(target_from_epoch); a listed scale without its file is refused, in one sentence, before anything runs
+(the trials read the file through studies/trial_target.py).
 
 The timing runs of step 4 serve that step alone. They cannot stand in for the accuracy runs of steps
 1-2 (those set the target the timing runs stop at), nor for the race's tuned baseline (the race
@@ -58,84 +59,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from harness import folders
 from harness.errors import UserError
-
 from harness.specs.study_spec import StudySpec
+from harness.studies import trial_target
 
 if TYPE_CHECKING:
     from harness.store import Store
 
 CALIBRATE = "calibrate"
-ATTR = "harness.calibrated_target"   # study user attribute: the target its trials were timed to
 FIRST_CHECKS = 200                   # the clock run (3.) checks this many times over the epochs at most
-
-
-def path(spec: StudySpec, scale: str) -> Path:
-    return folders.TARGETS_DIR / f"{spec.name}-{scale}.json"
-
-
-def calibrated_at(spec: StudySpec, scale: str) -> bool:
-    return spec.target is not None and scale in spec.target.epochs
 
 
 def check_calibrates(spec: StudySpec, scale: str) -> None:
     """--calibrate-target at a scale the [target] does not list is one sentence, asked before
     anything is loaded."""
-    if spec.baseline is None or not calibrated_at(spec, scale):
+    if spec.baseline is None or not trial_target.calibrated_at(spec, scale):
         listed = ", ".join(spec.target.epochs) if spec.target else "none"
         raise UserError(f"study file {spec.shown} calibrates no target at scale {scale}: it needs a [baseline] and "
                         f"a [target] whose epochs list the scale (listed: {listed}).")
-
-
-def read(spec: StudySpec, scale: str) -> dict[str, Any] | None:
-    """The calibration of a listed scale; None for a scale the [target] does not list."""
-    if not calibrated_at(spec, scale):
-        return None
-    where = path(spec, scale)
-    if not where.exists():
-        name = spec.name.removeprefix("study_")
-        raise UserError(f"study {spec.name} at scale {scale} is timed to a calibrated target and {where} does not "
-                        f"exist; run `harness study {name} --calibrate-target --scale {scale}` (make study-"
-                        f"{name.replace('_', '-')}-calibrate SCALE={scale}) first.")
-    return json.loads(where.read_text())
-
-
-def applied(spec: StudySpec, scale: str, fixed: dict[str, Any]) -> dict[str, Any]:
-    """The fixed settings with the calibrated target and fine clock (unchanged at other scales)."""
-    found = read(spec, scale)
-    if found is None:
-        return fixed
-    applied = {**fixed, "target_from_epoch": 0, "target_accuracy": found["target_accuracy"],
-               "check_every_samples": found["check_every_samples"], "probe_size": found["probe_size"]}
-    if spec.target.give_up_after and found.get("reference_time_to_target_s"):
-        # the tuned factor's median seconds on the calibration's machine: on one up to `give_up_after`
-        # times slower, a trial is still cut only once it is slower than the tuned baseline there,
-        # which no winner is
-        applied["give_up_after_s"] = round(spec.target.give_up_after * found["reference_time_to_target_s"], 1)
-    return applied
-
-
-def tuned_factor(spec: StudySpec, scale: str) -> float | None:
-    """The tuned baseline's lr factor (over the study's lr) the calibration found, if it ran: the fastest to
-    the target over its seeds (in a file from before the lr was timed, the best-accuracy factor)."""
-    found = read(spec, scale)
-    return None if found is None else float(found["lr_factor"])
-
-
-def check_study(study, fixed: dict[str, Any]) -> None:
-    """A study's trials are timed to one target: a calibration redone after trials ran is refused."""
-    if not fixed.get("target_accuracy") or not fixed.get("check_every_samples"):
-        return
-    now = {k: fixed[k] for k in ("target_accuracy", "check_every_samples", "probe_size")}
-    if fixed.get("give_up_after_s"):   # a study from before the cap existed compares without it
-        now["give_up_after_s"] = fixed["give_up_after_s"]
-    had = study.user_attrs.get(ATTR)
-    if had is None:
-        study.set_user_attr(ATTR, now)
-    elif had != now:
-        raise UserError(f"study '{study.study_name}' was timed to {had} and its target file now says {now}; "
-                        "give the recalibrated study another --storage, or restore the file.")
 
 
 def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[str, Any], show_progress: bool = False,
@@ -167,7 +108,8 @@ def calibrate(spec: StudySpec, store: "Store", *, scale: str, overrides: dict[st
              "best_accuracy_median": statistics.median(accuracies), "margin": spec.target.margin,
              "within_epochs": spec.target.epochs[scale], "best_accuracy_lr_factor": best * reference.own,
              "best_accuracy_at_grid_edge": reference.lr_grid.at_edge, **clock, "resolution": spec.target.resolution,
-             "probe_size": spec.target.probe_size, **reference.tuned_fields(timed), "overrides": overrides,
+             "probe_size": spec.target.probe_size,
+             **_tuned_fields(timed, reference.own, reference.has_lr, spec.target.seeds), "overrides": overrides,
              "host": socket.gethostname(),
              # every run above is this machine's (remeasure reuses no other machine's runs)
              "fingerprint": here[FINGERPRINT], "machine": machine_text(here),
@@ -273,12 +215,12 @@ def _seconds_or_inf(seconds: float | None) -> float:
 
 class _Reference:
     """The calibration's runs of the study's baseline, each in a fresh process and reused when it
-    finished before (studies/remeasure.py), kept as rows for the target file."""
+    finished before (studies/deciding/remeasure.py), kept as rows for the target file."""
 
     def __init__(self, spec: StudySpec, store: "Store", experiment_id: str, name: str, scale: str, trials,
                  show_progress: bool, log) -> None:
         import experiments
-        from harness.studies.variants import own_factor
+        from harness.studies.deciding.variants import own_factor
 
         self.spec, self.store, self.experiment_id, self.name, self.scale = spec, store, experiment_id, name, scale
         self.trials, self.show_progress, self.log = trials, show_progress, log
@@ -294,8 +236,8 @@ class _Reference:
             needs: str = "best_test_accuracy") -> dict[str, float]:
         """One run of the book loop at an lr factor; `needs`: the metric its step reads (a run timed on the
         probe has a whole-set accuracy only if a crossing was confirmed, so a timing run needs its verdict)."""
-        from harness.studies import remeasure
-        from harness.studies.variants import Variant, values_of
+        from harness.studies.deciding import remeasure
+        from harness.studies.deciding.variants import Variant, values_of
 
         config = values_of(self.spec, values, Variant(f"lr x{factor:g}", self.book, factor), seed)
         _, metrics, run_id = remeasure.measured(
@@ -342,7 +284,7 @@ class _Reference:
         budget, on the probe; a check every `resolution` of its training samples to the goal is the fine
         clock (set before the tuned factor is known: step 4 times every factor on this one clock)."""
         from experiments import make_config
-        from harness.studies.variants import Variant, values_of
+        from harness.studies.deciding.variants import Variant, values_of
 
         target = self.spec.target
         config = make_config(values_of(self.spec, fixed, Variant("", self.book), 0))   # its own epochs and batch
@@ -380,27 +322,27 @@ class _Reference:
                      "lr_doublings)")
         return grid
 
-    def tuned_fields(self, grid: TimedGrid) -> dict[str, Any]:
-        """Step 4 in the target file: the tuned factor, its neighbours and every timed factor's seconds
-        (None: not reached), in the study's lr factors (the baseline's own times these)."""
-        seeds = self.spec.target.seeds
 
-        def shown(seconds: float) -> float | None:
-            return None if math.isinf(seconds) else seconds
+def _tuned_fields(grid: TimedGrid, own: float, has_lr: bool, seeds: list[int]) -> dict[str, Any]:
+    """Step 4 in the target file: the tuned factor, its neighbours and every timed factor's seconds
+    (None: not reached), in the study's lr factors (`own`, the factor the baseline's params set,
+    times the grid's)."""
+    def shown(seconds: float) -> float | None:
+        return None if math.isinf(seconds) else seconds
 
-        return {"lr_factor": grid.tuned * self.own,
-                "lr_neighbours": [f * self.own for f in lr_neighbours(grid.tuned)] if self.has_lr else [],
-                "lr_at_grid_edge": grid.at_edge, "lr_timing_doublings": grid.doublings,
-                "reference_time_to_target_s": shown(grid.median(grid.tuned)),
-                "reference_time_to_target_is": f"the median of lr x{grid.tuned * self.own:g}'s training seconds to "
-                                               f"the target over seeds {', '.join(map(str, seeds))}, on this machine",
-                "lr_times_to_target": [{"lr_factor": f * self.own, "seeds": seeds,
-                                        "time_to_target_s": [shown(s) for s in grid.times[f]],
-                                        "median_s": shown(grid.median(f))} for f in sorted(grid.times)]}
+    return {"lr_factor": grid.tuned * own,
+            "lr_neighbours": [f * own for f in lr_neighbours(grid.tuned)] if has_lr else [],
+            "lr_at_grid_edge": grid.at_edge, "lr_timing_doublings": grid.doublings,
+            "reference_time_to_target_s": shown(grid.median(grid.tuned)),
+            "reference_time_to_target_is": f"the median of lr x{grid.tuned * own:g}'s training seconds to "
+                                           f"the target over seeds {', '.join(map(str, seeds))}, on this machine",
+            "lr_times_to_target": [{"lr_factor": f * own, "seeds": seeds,
+                                    "time_to_target_s": [shown(s) for s in grid.times[f]],
+                                    "median_s": shown(grid.median(f))} for f in sorted(grid.times)]}
 
 
 def _write(spec: StudySpec, scale: str, found: dict[str, Any], log) -> Path:
-    where = path(spec, scale)
+    where = trial_target.path(spec, scale)
     where.parent.mkdir(parents=True, exist_ok=True)
     where.write_text(json.dumps(found, indent=1, default=str) + "\n")
     target = spec.target

@@ -4,8 +4,8 @@ texts the experiments' descriptors cite, and the recipe's speed methods with wha
 speed (SPEED_METHODS, the table their method cards are made from).
 
 The command line checks a sweep's names and values against these before it loads torch, MLflow or
-Optuna, so a mistake is answered in a fraction of a second. The code behind each name lives beside
-it: the builders in models.py, the loaders in data.py, the clocks in train.py and
+Optuna, so a mistake is answered in a fraction of a second. The code behind each name is the training
+half's, in harness/training: the builders in models.py, the loaders in data.py, the clocks in train.py and
 harness/distributed/ddp_train.py, the FLOP metrics in flops.py, the speed methods in speed_methods.py.
 """
 
@@ -25,7 +25,7 @@ class ModelInfo:
     weights: str | None = None
 
 
-# Every model an experiment can name; its builder is the same name in models.py's BUILDERS.
+# Every model an experiment can name; its builder is the same name in harness/training/models.py's BUILDERS.
 MODELS: dict[str, ModelInfo] = {
     "cnn": ModelInfo((3, 32, 32), "The book's CNN for CIFAR-10 (2,122,186 parameters)."),
     "tiny_cnn": ModelInfo((1, 16, 16), "A tiny CNN with the same layer names, for tests."),
@@ -48,7 +48,7 @@ def models_with_weights() -> list[str]:
     return [name for name, info in MODELS.items() if info.weights]
 
 
-# Every dataset a config can name; its loader is the same name in data.py's DATASETS.
+# Every dataset a config can name; its loader is the same name in harness/training/data.py's DATASETS.
 DATASETS = ("cifar10", "fashion_mnist", "imagefolder", "imagefolder_grey28", "digits", "synthetic")
 # The datasets read from class folders DATA_DIR/train and DATA_DIR/test.
 IMAGE_FOLDER_DATASETS = ("imagefolder", "imagefolder_grey28")
@@ -76,7 +76,7 @@ DOWNLOADS: dict[str, Download] = {
         "copy the FashionMNIST/raw files into data_dir"),
 }
 
-# What the clock of the training loops holds (train.py, harness/distributed/ddp_train.py).
+# What the clock of the training loops holds (harness/training/train.py, harness/distributed/ddp_train.py).
 TRAINING_CLOCK = ("training epochs only: batching from memory, host-to-device copy (on CUDA from pinned buffers, "
                   "asynchronous), forward, loss, backward, optimizer step; warm-up (undone after), pruning, "
                   "evaluation (also the per-epoch and time-to-accuracy checkpoints) and logging are outside the clock")
@@ -85,7 +85,7 @@ DDP_CLOCK = ("training epochs only, slowest rank: barrier, then this rank's mini
              "DDP's gradient allreduce, optimizer step; process start, data loading, warm-up epochs (undone "
              "after) and evaluation (also the time-to-accuracy checks after each epoch) are outside the clock")
 
-# What every training run may log (flops.py); mfu, or mfu_invalid (an MFU above 1: the peak was
+# What every training run may log (harness/training/flops.py); mfu, or mfu_invalid (an MFU above 1: the peak was
 # wrong), or neither with the tag mfu_na (no native arithmetic, no peak). peak_key is a tag.
 FLOP_METRICS = ("flops_per_sample", "achieved_tflops", "peak_tflops", "mfu", "mfu_samples", "mfu_time_s",
                 "peak_devices", "mfu_invalid")

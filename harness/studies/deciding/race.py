@@ -19,7 +19,7 @@ before its leader has `MIN_SEEDS` seeds names no winner.
 The interval of a median is the distribution-free one from order statistics (the binomial
 interval): with five values or fewer it is their whole range, so a candidate leaves only when every
 draw of it was slower than every draw of the leader. A run that missed the target counts as +inf.
-Nothing here runs a process: `measure(name, seed)` does (studies/verify.py); the simulation in the
+Nothing here runs a process: `measure(name, seed)` does (verify.py); the simulation in the
 tests calls this same function with fabricated noise.
 """
 

@@ -1,14 +1,14 @@
 """`harness study NAME --verify`: the race. A study's winner is named only after its best trials are
 re-measured, because the fastest of many single in-study draws is often the luckiest one.
 
-Every run below is timed to the study's one target (calibrated, studies/calibrated_target.py, or the
+Every run below is timed to the study's one target (calibrated, calibrated_target.py, or the
 baseline trial's), within the same epoch budget, each in a fresh process (the fork server of
 studies/isolation.py):
 
 1. the tuned baseline: the calibration's lr factor when the target is calibrated; else the baseline's
    loop at the study's lr times each of `[verify] lr_factors` (and x1) on the first seed, the fastest
    to the target (an experiment with no lr to tune, airbench, races its baseline as it is);
-2. the race (studies/race.py): the fastest `[verify] candidates` of the Pareto front, each on the
+2. the race (race.py): the fastest `[verify] candidates` of the Pareto front, each on the
    first `first_seeds` seeds, interleaved with the tuned baseline (and, right after it on those
    seeds only, its neighbours at half and twice its lr, roles `tuned lr x/2` and `tuned lr x2`: a
    time belongs to its host, and they show whether the tuned lr is the fastest on this one; the
@@ -43,15 +43,15 @@ from harness.specs.cell_spec import Cell
 from harness.errors import UserError
 from harness.folders import REPORTS_DIR
 from harness.store import Store
-from harness.studies import (baseline as study_baseline, calibrated_target, isolation, method_cards, race, race_report,
-                             remeasure)
+from harness.studies import baseline as study_baseline, isolation, trial_target
+from harness.studies.deciding import calibrated_target, method_cards, race, race_report, remeasure
 from harness.studies.study_storage import open_study
 # the race's roles (the other candidates: "trial N"; without an lr to tune, the baseline's own name)
-from harness.studies.race_report import NEIGHBOURS, TUNED, WINNER  # noqa: F401
-from harness.studies.race_report import (bootstrap_median, bootstrap_ratio, fmt_speedup as _fmt_speedup,  # noqa: F401
-                                         methods_text as _methods)
-from harness.studies.variants import (Variant, own_factor as _own_factor, params_of as _params, searches_lr,
-                                      values_of as _values)
+from harness.studies.deciding.race_report import NEIGHBOURS, TUNED, WINNER  # noqa: F401
+from harness.studies.deciding.race_report import (bootstrap_median, paired_bootstrap_ratio,  # noqa: F401
+                                                  fmt_speedup as _fmt_speedup, methods_text as _methods)
+from harness.studies.deciding.variants import (Variant, own_factor as _own_factor, params_of as _params, searches_lr,
+                                               values_of as _values)
 from harness.specs.study_spec import StudySpec
 
 VERIFY = "verify"
@@ -66,7 +66,7 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
     (studies/budget.py), each run's seconds spent from it, the race and the ablation cut short when
     the next round or run does not fit."""
     name = spec.study_name(scale, overrides)
-    fixed = calibrated_target.applied(spec, scale, spec.fixed(scale, overrides))
+    fixed = trial_target.applied(spec, scale, spec.fixed(scale, overrides))
     base, candidates, target = _entrants_of(spec, name, scale, db_url, fixed)
     fixed = {**fixed, "target_from_epoch": 0, "target_accuracy": target}
     book = _params(spec, base.params)
@@ -99,8 +99,8 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
 
 def _changes_of(spec: StudySpec, param: str) -> str:
     """What a searched parameter changes besides speed: the method table's kind and line for the
-    fields it sets (harness/training/catalogue.py), and the study file's own note, if it has one."""
-    from harness.training.catalogue import SPEED_METHODS, speed_method_of
+    fields it sets (harness/fields/catalogue.py), and the study file's own note, if it has one."""
+    from harness.fields.catalogue import SPEED_METHODS, speed_method_of
 
     named = next((m for m in map(speed_method_of, spec.space[param].field_names()) if m), None)
     method = SPEED_METHODS.get(named) if named else None
@@ -120,7 +120,7 @@ def _entrants_of(spec: StudySpec, name: str, scale: str, db_url: str, fixed: dic
     """The study's baseline trial, the candidates to race and the target; one sentence when the
     study cannot be raced (yet)."""
     # the target: calibrated, else the baseline trial's own, else the file's fixed target_accuracy
-    from_file = calibrated_target.calibrated_at(spec, scale) or not spec.targets_from_baseline
+    from_file = trial_target.calibrated_at(spec, scale) or not spec.targets_from_baseline
     if spec.baseline is None or not (from_file and fixed.get("target_accuracy") or spec.targets_from_baseline) \
             or spec.metrics[0] != TIME:
         raise UserError(f"study {spec.name} has no baseline and no target for {TIME}; --verify races a "
@@ -142,7 +142,7 @@ def _tuned_baseline(spec: StudySpec, scale: str, book: dict[str, Any], timed) ->
     experiment with no lr to scale (airbench sets its own) races its baseline as it is, by its name."""
     has_lr = "lr" in experiments.get(spec.experiment).reads
     role = TUNED if has_lr else spec.baseline.name
-    known = calibrated_target.tuned_factor(spec, scale)
+    known = trial_target.tuned_factor(spec, scale)
     if known is not None:   # the calibration found it, to the same target's accuracy
         return Variant(role, book, known / _own_factor(spec, book))
     factors = sorted({1.0, *map(float, spec.verify.lr_factors)}) if has_lr else [1.0]

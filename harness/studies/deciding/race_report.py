@@ -1,6 +1,6 @@
 """The report of `harness study NAME --verify`: the race's candidates, each with its in-study figure
 beside the re-measured one, the winner named on the re-measured intervals only, its speed-up over
-the tuned baseline with an interval, and the winner's ablation (studies/verify.py runs them).
+the tuned baseline with an interval, and the winner's ablation (verify.py runs them).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import pandas as pd
 
 from experiments import make_config
-from harness.studies import calibrated_target
-from harness.studies.race import MIN_SEEDS, RaceResult
-from harness.studies.variants import searches_lr
+from harness.studies import trial_target
+from harness.studies.deciding.race import MIN_SEEDS, RaceResult
+from harness.studies.deciding.variants import searches_lr
 from harness.studies.study_report import markdown
 from harness.specs.study_spec import StudySpec
 
@@ -33,13 +33,23 @@ def bootstrap_median(values: list[float], *, resamples: int = RESAMPLES, seed: i
     return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
-def bootstrap_ratio(slow: list[float], fast: list[float], *, resamples: int = RESAMPLES,
-                    seed: int = 0) -> tuple[float, float]:
-    """95% interval of median(slow) / median(fast), each group resampled on its own."""
+def paired_bootstrap_ratio(slow: dict[int, float], fast: dict[int, float], *, resamples: int = RESAMPLES,
+                           seed: int = 0) -> tuple[float, float, float, list[int]]:
+    """The ratio median(slow) / median(fast) over the seeds both ran, and its 95% paired interval: the
+    seeds are resampled, each keeping its pair, so a seed that is slow for both recipes (a hard
+    initialisation) moves both medians together instead of widening the interval. Returns the ratio,
+    the interval and the seeds it was formed on."""
+    seeds = sorted(set(slow) & set(fast))
+    if not seeds:
+        return math.nan, math.nan, math.nan, []
+    point = ratio(statistics.median(slow[s] for s in seeds), statistics.median(fast[s] for s in seeds))
     rng = random.Random(seed)
-    ratios = sorted(ratio(statistics.median(rng.choices(slow, k=len(slow))),
-                           statistics.median(rng.choices(fast, k=len(fast)))) for _ in range(resamples))
-    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+    ratios = []
+    for _ in range(resamples):
+        drawn = rng.choices(seeds, k=len(seeds))
+        ratios.append(ratio(statistics.median(slow[s] for s in drawn), statistics.median(fast[s] for s in drawn)))
+    ratios.sort()
+    return point, ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1], seeds
 
 
 def ratio(a: float, b: float) -> float:
@@ -165,9 +175,10 @@ def _winner_section(spec: StudySpec, candidates, result: RaceResult) -> list[str
         return [f"**No winner named**: {result.stop}; the leader, {result.leader}, has {seeds} seed(s), fewer than "
                 f"the {MIN_SEEDS} a winner is named on. Give the study more budget and run it again: it resumes "
                 "the race where it was cut.", ""]
-    win, tuned, reference = result.entrants[result.leader].times, result.reference.times, result.reference.name
-    x = ratio(statistics.median(tuned), statistics.median(win))
-    lo, hi = bootstrap_ratio(tuned, win)
+    leader, reference = result.entrants[result.leader], result.reference.name
+    win = leader.times
+    x, lo, hi, paired = paired_bootstrap_ratio(dict(zip(result.reference.seeds, result.reference.times)),
+                                               dict(zip(leader.seeds, leader.times)))
     apart = "its interval overlaps no other candidate's" if result.separated else \
         "its interval still overlaps another candidate's: the lead is not established at these seeds"
     v = spec.verify
@@ -176,7 +187,8 @@ def _winner_section(spec: StudySpec, candidates, result: RaceResult) -> list[str
     chosen = next(t for t in candidates if f"trial {t.number}" == result.leader)
     return [f"Winner, named on the re-measured intervals: **{result.leader}** ({methods_text(spec, chosen.params)}), "
             f"median {fmt(statistics.median(win))} s over {len(win)} seeds; {apart}.",
-            f"- over the {reference}: **{fmt_speedup(x)}** (95% bootstrap interval {fmt(lo)}x to {fmt(hi)}x; 0x: a "
+            f"- over the {reference}: **{fmt_speedup(x)}**, paired by seed over the {len(paired)} seeds both ran "
+            f"(95% paired bootstrap interval {fmt(lo)}x to {fmt(hi)}x: the seeds resampled with their pairs; 0x: a "
             "resample whose median did not reach the target)",
             f"- goal (at least {v.goal_speedup:g}x the {reference}, interval's lower bound above {v.goal_lower:g}x, "
             f"every seed reaching the target): **{verdict}**", ""]
@@ -201,8 +213,8 @@ def _target_line(spec: StudySpec, scale: str, target: float, fixed: dict[str, An
     clock = (f" Checked every {fixed['check_every_samples']} training samples" + (f" on a probe of {fixed['probe_size']} test images, "
              "a crossing confirmed on the whole test set" if fixed.get("probe_size") else "") + "; each run's resolution "
              "is in the CSV (time_to_accuracy_resolution_s).") if fixed.get("check_every_samples") else ""
-    if calibrated_target.calibrated_at(spec, scale):
-        return (f"Target: test accuracy **{target:.4g}**, calibrated ({calibrated_target.path(spec, scale).name}): the tuned "
+    if trial_target.calibrated_at(spec, scale):
+        return (f"Target: test accuracy **{target:.4g}**, calibrated ({trial_target.path(spec, scale).name}): the tuned "
                 f"{spec.baseline.name}'s median best within {spec.target.epochs[scale]} epoch(s), less "
                 f"{spec.target.margin:g}." + clock)
     return (f"Target: test accuracy **{target:.4g}**, what {spec.baseline.name} reached at the end of epoch "
