@@ -191,7 +191,7 @@ def test_a_race_cut_by_the_budget_says_so_and_names_no_winner_on_fewer_than_thre
     times = {"a": 10.0, "b": 11.0, "ref": 30.0}
     rounds = []
 
-    def affordable(names):
+    def affordable(names, seed):
         rounds.append(names)
         return len(rounds) <= 2   # two rounds fit, the third does not
 
@@ -200,7 +200,7 @@ def test_a_race_cut_by_the_budget_says_so_and_names_no_winner_on_fewer_than_thre
     assert result.cut and not result.named and result.stop.startswith("race cut: 2 of 5 seeds")
     assert len(result.entrants["a"].times) == 2
     full = race.race(["a", "b"], lambda name, seed: times[name], seeds=[0, 1, 2, 3, 4], first=3, reference="ref",
-                     affordable=lambda names: True)
+                     affordable=lambda names, seed: True)
     assert not full.cut and full.named
 
 

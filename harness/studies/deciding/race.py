@@ -103,10 +103,11 @@ def contenders(entrants: dict[str, Entrant]) -> list[Entrant]:
 
 def race(candidates: list[str], measure: Callable[[str, int], float], *, seeds: list[int], first: int = 2,
          budget: int | None = None, reference: str | None = None,
-         affordable: Callable[[list[str]], bool] | None = None) -> RaceResult:
+         affordable: Callable[[list[str], int], bool] | None = None) -> RaceResult:
     """Race `candidates` (names, in the study's order) over `seeds`; `budget` caps the candidates'
     runs (the reference's are not counted). `measure(name, seed)` returns a time, +inf if missed.
-    `affordable(names)` says whether a round of those runs still fits the wall-clock budget."""
+    `affordable(names, seed)` says whether a round of those runs on that seed still fits the
+    wall-clock budget (a run already finished, reused on a resume, costs none of it)."""
     if not candidates:
         raise ValueError("a race needs at least one candidate")
     first = max(1, min(first, len(seeds)))
@@ -121,13 +122,13 @@ def race(candidates: list[str], measure: Callable[[str, int], float], *, seeds: 
         entrant.times.append(time)
         runs.append((entrant.name, seed, time))
 
-    def fits(round_: list[Entrant]) -> bool:
-        return affordable is None or affordable([e.name for e in round_])
+    def fits(round_: list[Entrant], seed: int) -> bool:
+        return affordable is None or affordable([e.name for e in round_], seed)
 
     used, stop, cut = 0, "", False
     for seed in seeds[:first]:
         round_ = ([ref] if ref else []) + list(entrants.values())
-        if not fits(round_):
+        if not fits(round_, seed):
             cut = True
             break
         for entrant in round_:
@@ -141,7 +142,7 @@ def race(candidates: list[str], measure: Callable[[str, int], float], *, seeds: 
             stop = f"the budget of {budget} candidate runs would be passed by another round"
             break
         round_ = ([ref] if ref else []) + running
-        if not fits(round_):
+        if not fits(round_, seed):
             cut = True
             break
         for entrant in round_:

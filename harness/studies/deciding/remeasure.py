@@ -23,6 +23,15 @@ from harness.studies.trial_tags import STUDY
 TIME = "time_to_accuracy_s"
 
 
+def finished(store: Store, experiment_id: str, study_name: str, values: dict[str, Any], *, kind: str) -> bool:
+    """Whether `values` already has a finished run of this study on this machine: `measured` would
+    reuse it, so it costs a budget nothing."""
+    cell = Cell.build(values, "")
+    here = fingerprint()[FINGERPRINT]
+    return any(r.finished_ok and r.tags.get(FINGERPRINT) == here
+               for r in store.runs(experiment_id, tags={STUDY: study_name, KIND: kind, CELL_ID: cell.cell_id}))
+
+
 def measured(store: Store, experiment_id: str, study_name: str, scale: str, values: dict[str, Any], label: str, *,
              kind: str, tags: dict[str, str], trials, show_progress: bool,
              log: Callable[[str], None]) -> tuple[Cell, dict[str, float], str | None]:

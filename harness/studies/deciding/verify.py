@@ -85,10 +85,14 @@ def run_verify(spec: StudySpec, store: Store, db_url: str, *, scale: str, overri
             runs.append(row)
             return row
 
+        def done(variant: Variant, seed: int) -> bool:   # reused, not run again: it costs the budget nothing
+            return remeasure.finished(store, experiment_id, name, _values(spec, fixed, variant, seed), kind=VERIFY)
+
         tuned = _tuned_baseline(spec, scale, book, timed)
-        result = _race(spec, candidates, tuned, _beside(tuned), runs, timed, clock)
+        result = _race(spec, candidates, tuned, _beside(tuned), runs, timed, clock, done)
         winner = _params(spec, _trial_named(candidates, result.leader).params)
-        methods = _ablation(spec, _ablation_reference(spec, book, tuned), winner, timed, clock) if result.named else []
+        methods = _ablation(spec, _ablation_reference(spec, book, tuned), winner, timed, clock, done) \
+            if result.named else []
     finally:
         trials.close()
     text = race_report.text(spec, name, scale, target, fixed, base, candidates, result, runs, tuned.lr_factor, methods)
@@ -196,7 +200,7 @@ def _beside(tuned: Variant) -> list[Variant]:
 
 
 def _race(spec: StudySpec, candidates: list, tuned: Variant, beside: list[Variant], runs: list[dict[str, Any]],
-          timed, clock: _RaceClock | None = None) -> race.RaceResult:
+          timed, clock: _RaceClock | None = None, done=lambda variant, seed: False) -> race.RaceResult:
     """The candidates raced over the seeds against the tuned baseline, `beside` it on the first seeds;
     the leader's rows become the winner's."""
     v = spec.verify
@@ -208,8 +212,12 @@ def _race(spec: StudySpec, candidates: list, tuned: Variant, beside: list[Varian
             return _tuned_round(tuned, beside if seed in first else [], seed, timed)
         return timed(entrants[role], seed)[TIME]
 
+    def affordable(roles: list[str], seed: int) -> bool:   # the round's runs not already finished
+        variants = {**entrants, tuned.role: tuned}
+        return clock.affords([r for r in roles if not done(variants[r], seed)])
+
     result = race.race(list(entrants), measure, seeds=list(v.seeds), first=v.first_seeds, budget=v.budget,
-                       reference=tuned.role, affordable=clock.affords if clock is not None else None)
+                       reference=tuned.role, affordable=affordable if clock is not None else None)
     for row in runs:
         if row["role"] in entrants:
             row["trial"] = int(row["role"].split()[1])
@@ -243,7 +251,7 @@ def _ablation_reference(spec: StudySpec, book: dict[str, Any], tuned: Variant) -
 
 
 def _ablation(spec: StudySpec, reference: dict[str, Any], winner: dict[str, Any], timed,
-              clock: _RaceClock | None = None) -> list[str]:
+              clock: _RaceClock | None = None, done=lambda variant, seed: False) -> list[str]:
     """Each method the winner changes alone on the reference (_ablation_reference), and the winner
     without it, on the first `ablation_seeds` seeds; returns those methods. Within a budget, the
     ablation stops at the first run that does not fit, saying how many ran."""
@@ -256,7 +264,7 @@ def _ablation(spec: StudySpec, reference: dict[str, Any], winner: dict[str, Any]
         ablation.append(Variant(f"without: {k}", {**winner, k: reference[k]}, note=note))
     planned = [(variant, seed) for seed in v.seeds[:v.ablation_seeds] for variant in ablation]
     for done, (variant, seed) in enumerate(planned):
-        if clock is not None and not clock.affords([variant.role]):
+        if clock is not None and not done(variant, seed) and not clock.affords([variant.role]):
             clock.log(f"ablation cut: {done} of {len(planned)} runs (the wall-clock budget left did not hold the next)")
             break
         timed(variant, seed)
