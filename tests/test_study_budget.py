@@ -237,14 +237,22 @@ def test_trials_that_cannot_win_are_pruned_with_why_and_the_budget_leaves_the_ra
     report = (out / "study_tinybudget-full.md").read_text()
     assert "pruned (stopped short of the target" in report and "budget 75s:" in report
 
-    # the same command again spends only what is left: no trial starts, the race reuses its runs
+    # the same command again spends only what is left: no trial starts, the race reuses its runs (a
+    # finished run costs the spent budget nothing, so the race is not cut and its page is the same)
     spent, count = kept.spent_s, len(trials)
+    raced = _race_lines((out / "study_tinybudget-full-verify.md").read_text())
     assert main(["study", str(path), "--tracking-uri", uri, "--no-progress", "--out", str(out),
                  "--budget", "75s"]) == 0
     study = _load(tmp_path)
     assert len(study.trials) == count
     assert Budget(study).spent_s - spent < 10
     assert "the search is over (phase: done)" in capsys.readouterr().out
+    assert _race_lines((out / "study_tinybudget-full-verify.md").read_text()) == raced
+
+
+def _race_lines(page: str) -> list[str]:
+    """The race's and the ablation's tables and the winner's lines of a race page."""
+    return [line for line in page.splitlines() if line.startswith(("|", "Winner", "**No winner", "- over", "- goal"))]
 
 
 def _step_s(trial) -> float:

@@ -188,7 +188,9 @@ class _RaceClock:
         return max(known) if known else 0.0
 
     def affords(self, roles: list[str]) -> bool:
-        return sum(self.estimate(r) for r in roles) <= self.kept.left_s
+        """Whether runs of `roles` fit what is left; none to run always does (the last run may have
+        ended a little past the budget, leaving less than nothing)."""
+        return not roles or sum(self.estimate(r) for r in roles) <= self.kept.left_s
 
 
 def _beside(tuned: Variant) -> list[Variant]:
@@ -263,9 +265,9 @@ def _ablation(spec: StudySpec, reference: dict[str, Any], winner: dict[str, Any]
         ablation.append(Variant(f"alone: {k}", {**reference, k: winner[k]}, note=note))
         ablation.append(Variant(f"without: {k}", {**winner, k: reference[k]}, note=note))
     planned = [(variant, seed) for seed in v.seeds[:v.ablation_seeds] for variant in ablation]
-    for done, (variant, seed) in enumerate(planned):
+    for ran, (variant, seed) in enumerate(planned):
         if clock is not None and not done(variant, seed) and not clock.affords([variant.role]):
-            clock.log(f"ablation cut: {done} of {len(planned)} runs (the wall-clock budget left did not hold the next)")
+            clock.log(f"ablation cut: {ran} of {len(planned)} runs (the wall-clock budget left did not hold the next)")
             break
         timed(variant, seed)
     return methods
