@@ -9,6 +9,7 @@ import math
 import textwrap
 
 import optuna
+import pandas as pd
 import pytest
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
@@ -236,6 +237,8 @@ def test_trials_that_cannot_win_are_pruned_with_why_and_the_budget_leaves_the_ra
     assert "## The race" in (out / "study_tinybudget-full-verify.md").read_text()
     report = (out / "study_tinybudget-full.md").read_text()
     assert "pruned (stopped short of the target" in report and "budget 75s:" in report
+    listed = pd.read_csv(out / "study_tinybudget-full-trials.csv")
+    assert listed.loc[listed["state"] == "pruned", "time_to_accuracy_s"].isna().all()   # no accuracy as a time
 
     # the same command again spends only what is left: no trial starts, the race reuses its runs (a
     # finished run costs the spent budget nothing, so the race is not cut and its page is the same)

@@ -103,11 +103,14 @@ def _speeds_up(spec: StudySpec) -> bool:
 
 
 def _frame(spec: StudySpec, trials) -> pd.DataFrame:
+    from optuna.trial import TrialState
+
     extra = spec.report_metrics
     rows = []
     for t in trials:
         row = {"trial": t.number, **{k: t.params.get(k) for k in spec.space}}
-        row.update(dict(zip(spec.metrics, t.values or [])))
+        # a pruned trial's value is the last intermediate one Optuna was told (an accuracy), not an objective
+        row.update(dict(zip(spec.metrics, (t.values or []) if t.state == TrialState.COMPLETE else [])))
         row.update({m: t.user_attrs.get(METRICS_ATTR, {}).get(m) for m in extra})
         row[CONTENDED] = t.user_attrs.get(METRICS_ATTR, {}).get(CONTENDED)   # None: not known (an older trial)
         row["mlflow_run_id"] = t.user_attrs.get(RUN_ATTR, "")
