@@ -138,6 +138,9 @@ def test_a_recompute_script_fails_on_a_figure_or_verdict_the_store_does_not_give
     shutil.copytree(REPO_ROOT / "results" / "cpu-2core" / "data-parallel", folder)
     shutil.copytree(READER, tmp_path / "results" / READER.name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO_ROOT / "sweeps", tmp_path / "sweeps")
+    # the reader merges a sweep file with the one it extends by the harness's own stdlib-only rule
+    (tmp_path / "harness" / "specs").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "harness" / "specs" / "extends.py", tmp_path / "harness" / "specs" / "extends.py")
     if tamper == "an interval":
         path = folder / "resnet.csv"
         rows = list(csv.DictReader(path.open()))
