@@ -26,10 +26,14 @@ TIME = "time_to_accuracy_s"
 def finished(store: Store, experiment_id: str, study_name: str, values: dict[str, Any], *, kind: str) -> bool:
     """Whether `values` already has a finished run of this study on this machine: `measured` would
     reuse it, so it costs a budget nothing."""
-    cell = Cell.build(values, "")
+    return bool(_finished_here(store, experiment_id, study_name, Cell.build(values, ""), kind))
+
+
+def _finished_here(store: Store, experiment_id: str, study_name: str, cell: Cell, kind: str) -> list:
+    """The cell's finished runs of this study and kind on this machine (the same fingerprint)."""
     here = fingerprint()[FINGERPRINT]
-    return any(r.finished_ok and r.tags.get(FINGERPRINT) == here
-               for r in store.runs(experiment_id, tags={STUDY: study_name, KIND: kind, CELL_ID: cell.cell_id}))
+    return [r for r in store.runs(experiment_id, tags={STUDY: study_name, KIND: kind, CELL_ID: cell.cell_id})
+            if r.finished_ok and r.tags.get(FINGERPRINT) == here]
 
 
 def measured(store: Store, experiment_id: str, study_name: str, scale: str, values: dict[str, Any], label: str, *,
@@ -38,9 +42,7 @@ def measured(store: Store, experiment_id: str, study_name: str, scale: str, valu
     """Run `values` as a cell in the runner `trials` (a fresh process each, studies/isolation.py), or
     reuse the finished run of that cell; returns the cell, its metrics and its run id."""
     cell = Cell.build(values, label)
-    here = fingerprint()[FINGERPRINT]
-    done = [r for r in store.runs(experiment_id, tags={STUDY: study_name, KIND: kind, CELL_ID: cell.cell_id})
-            if r.finished_ok and r.tags.get(FINGERPRINT) == here]
+    done = _finished_here(store, experiment_id, study_name, cell, kind)
     if done:
         log(f"  {label}: reused run {done[0].run_id}")
         return cell, done[0].metrics, done[0].run_id
