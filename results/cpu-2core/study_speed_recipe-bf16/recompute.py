@@ -6,6 +6,11 @@ goal's verdict; each figure is checked against the committed page.
 Run from the repository root: python3 results/cpu-2core/study_speed_recipe-bf16/recompute.py
 """
 import csv, json, math, pathlib, random, re, sqlite3, statistics
+import sys
+
+# the race's intervals and ratios as the race page computes them, shared by every study folder
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "recompute"))
+from race_again import fmt, order_interval, ratio  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 STUDY = "study_speed_recipe-cpu-74a1d677"
@@ -41,22 +46,6 @@ for row in rows:
     times.setdefault(row["role"], {})[int(row["seed"])] = seconds
 
 
-def fmt(v):
-    return "not reached" if math.isinf(v) else f"{v:.3g}"
-
-
-def order_interval(values):
-    xs, j, below = sorted(values), 1, 0.0
-    for k in range(1, len(xs) // 2 + 1):
-        below += math.comb(len(xs), k - 1) / 2 ** len(xs)
-        if 1 - 2 * below < 0.95:
-            break
-        j = k
-    return xs[j - 1], xs[len(xs) - j]
-
-
-def ratio(a, b):
-    return 0.0 if math.isinf(b) else math.inf if math.isinf(a) else a / b
 
 
 race = ["tuned baseline", "winner"] + sorted(r for r in times if r.startswith("trial "))

@@ -5,6 +5,11 @@ speed-up over the tuned loop with its bootstrap interval, and the goal's verdict
 Run from the repository root: python3 results/cpu-2core/study_speed_recipe/recompute.py
 """
 import csv, math, random, re, sqlite3, statistics
+import pathlib, sys
+
+# the race's intervals and ratios as the race page computes them, shared by every study folder
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "recompute"))
+from race_again import fmt, order_interval, ratio  # noqa: E402
 
 HERE = "results/cpu-2core/study_speed_recipe"
 db = sqlite3.connect(f"file:{HERE}/store/mlflow.db?mode=ro", uri=True)
@@ -39,22 +44,6 @@ assert f"**{speedup:.3g}x**" in open(f"{HERE}/study_speed_recipe-cpu-74a1d677-ve
 page = open(f"{HERE}/study_speed_recipe-cpu-74a1d677-verify.md").read()
 
 
-def fmt(v):
-    return "not reached" if math.isinf(v) else f"{v:.3g}"
-
-
-def order_interval(values):
-    xs, j, below = sorted(values), 1, 0.0
-    for k in range(1, len(xs) // 2 + 1):
-        below += math.comb(len(xs), k - 1) / 2 ** len(xs)
-        if 1 - 2 * below < 0.95:
-            break
-        j = k
-    return xs[j - 1], xs[len(xs) - j]
-
-
-def ratio(a, b):
-    return 0.0 if math.isinf(b) else math.inf if math.isinf(a) else a / b
 
 
 for role in race:
